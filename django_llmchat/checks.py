@@ -1,0 +1,1 @@
+"""System checks for the LLMCHAT setting."""

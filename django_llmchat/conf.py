@@ -1,0 +1,84 @@
+"""Settings: one ``LLMCHAT`` dict in the project's settings, read through ``settings``.
+
+``from django_llmchat.conf import settings`` then ``settings.MAX_STEPS``. Values are
+re-read when ``override_settings`` changes ``LLMCHAT``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+
+DEFAULTS: dict[str, Any] = {
+    # Provider and model a new Chat uses when none is given.
+    "DEFAULT_PROVIDER": "openai",
+    "DEFAULT_MODEL": "gpt-4.1-mini",
+    # Per provider name: {"api_key", "base_url", "timeout", "max_retries", ...}.
+    "PROVIDERS": {},
+    # The agent loop stops after this many provider responses in one run.
+    "MAX_STEPS": 16,
+    # Seconds a tool may run before it gets a timeout_error result.
+    "TOOL_TIMEOUT": 60.0,
+    # Dotted paths of modules whose @tool functions should be importable by name.
+    "TOOL_MODULES": [],
+    # Retries of a provider call on retryable errors, and the longest wait honoured (s).
+    "MAX_RETRIES": 2,
+    "MAX_RETRY_WAIT": 60.0,
+    # Redis URL for event fan-out to other processes (None: no fan-out).
+    "EVENTS_URL": None,
+    "EVENTS_MAXLEN": 10_000,
+    "EVENTS_TTL": 24 * 3600,
+    # Run tasks in-process when no Celery broker is configured.
+    "TASKS_EAGER_WITHOUT_BROKER": True,
+    # REST API.
+    "STAFF_SEES_ALL_CHATS": False,
+    "MAX_CONTENT_LENGTH": 100_000,
+    "MAX_ATTACHMENTS": 10,
+    "MAX_ATTACHMENT_SIZE": 20 * 1024 * 1024,
+    "ALLOWED_ATTACHMENT_TYPES": [
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "application/pdf",
+        "text/plain",
+    ],
+}
+
+
+class LLMChatSettings:
+    """Attribute access to ``LLMCHAT`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(django_settings, "LLMCHAT", None)
+        return value if isinstance(value, dict) else {}
+
+    def _merged(self) -> dict[str, Any]:
+        if self._cache is None:
+            self._cache = {**DEFAULTS, **self.user_settings}
+        return self._cache
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"LLMCHAT has no setting {name!r}")
+        return self._merged()[name]
+
+    def reload(self) -> None:
+        self._cache = None
+
+
+settings = LLMChatSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "LLMCHAT":
+        settings.reload()
+
+
+setting_changed.connect(_reload)

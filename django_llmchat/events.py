@@ -1,0 +1,323 @@
+"""Typed stream events, their ``to_dict()`` shapes and their Server-Sent Events encoding.
+
+Every event derives from :class:`StreamEvent`, carries a ``role`` (``"assistant"`` unless
+the event says otherwise) and renders itself with ``to_dict()``. ``to_sse()`` frames an
+event as ``event: <snake_case class name>`` / ``data: <JSON>`` / ``id:``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .values import Tokens
+
+__all__ = [
+    "StreamEvent",
+    "TextDelta",
+    "TextDone",
+    "ToolCallDelta",
+    "ToolCallDone",
+    "ReasoningPart",
+    "ReasoningDelta",
+    "ReasoningDone",
+    "WebSearchStatus",
+    "WebSearchDone",
+    "GuardrailTripwire",
+    "GuardrailModification",
+    "SkillActivation",
+    "Interrupt",
+    "TokenUsageDone",
+    "FinishReasonDone",
+    "event_type",
+    "event_from_dict",
+    "to_sse",
+]
+
+_REGISTRY: dict[str, type[StreamEvent]] = {}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class StreamEvent:
+    """Base class of every event. Subclasses implement ``to_dict()``."""
+
+    role: str = "assistant"
+    type: ClassVar[str] = "stream_event"
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.type = _snake(cls.__name__)
+        _REGISTRY[cls.type] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StreamEvent:
+        data = {k: v for k, v in data.items() if k != "role"}
+        return cls(**data)
+
+    def to_sse(self, id: str | int | None = None) -> str:
+        return to_sse(self, id)
+
+
+@dataclass(eq=True)
+class TextDelta(StreamEvent):
+    """A piece of the reply's text, as it arrives."""
+
+    content: str
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(eq=True)
+class TextDone(StreamEvent):
+    """The response's whole text: once per response, equal to the joined deltas."""
+
+    content: str
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(eq=True)
+class ToolCallDelta(StreamEvent):
+    """A fragment of a tool call's JSON arguments. ``name`` may come only in the first."""
+
+    item_id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "item_id": self.item_id}
+        if self.name is not None:
+            out["name"] = self.name
+        out["arguments_delta"] = self.arguments_delta
+        return out
+
+
+@dataclass(eq=True)
+class ToolCallDone(StreamEvent):
+    """A complete tool call; ``arguments`` is the JSON text of the arguments."""
+
+    item_id: str | None = None
+    call_id: str = ""
+    name: str = ""
+    arguments: str = "{}"
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "item_id": self.item_id,
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+
+
+@dataclass(eq=True)
+class ReasoningPart:
+    """One block of reasoning. ``format`` names the provider dialect able to replay it;
+    a part with no format is shown but never sent back."""
+
+    type: str = "text"
+    text: str = ""
+    format: str | None = None
+    signature: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "text": self.text}
+        if self.format is not None:
+            out["format"] = self.format
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
+
+
+@dataclass(eq=True)
+class ReasoningDelta(StreamEvent):
+    """A piece of reasoning text."""
+
+    content: str
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(eq=True)
+class ReasoningDone(StreamEvent):
+    """One reasoning block is complete; ``part`` is what its deltas added up to."""
+
+    part: ReasoningPart = field(default_factory=ReasoningPart)
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "part": self.part.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReasoningDone:
+        return cls(ReasoningPart(**data.get("part", {})), role=data.get("role", "assistant"))
+
+
+@dataclass(eq=True)
+class WebSearchStatus(StreamEvent):
+    """Progress of a server-side web search (``in_progress``, ``searching``, ``completed``,
+    ``open_page``)."""
+
+    status: str
+    query: str | None = None
+    url: str | None = None
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "status": self.status}
+        if self.query is not None:
+            out["query"] = self.query
+        if self.url is not None:
+            out["url"] = self.url
+        return out
+
+
+@dataclass(eq=True)
+class WebSearchDone(StreamEvent):
+    """A server-side web search finished; ``sources`` are ``{"title", "url"}`` dicts."""
+
+    query: str | None = None
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "query": self.query, "sources": list(self.sources)}
+
+
+@dataclass(eq=True)
+class GuardrailTripwire(StreamEvent):
+    """A guardrail blocked the run. ``phase`` is ``"before"`` or ``"after"``."""
+
+    guardrail_id: str = ""
+    reason: str | None = None
+    phase: str = "before"
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "guardrail_id": self.guardrail_id,
+            "reason": self.reason,
+            "phase": self.phase,
+        }
+
+
+@dataclass(eq=True)
+class GuardrailModification(StreamEvent):
+    """A guardrail transformed messages; ``message_indices`` are the ones it changed."""
+
+    guardrail_id: str = ""
+    phase: str = "before"
+    message_indices: list[int] = field(default_factory=list)
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "guardrail_id": self.guardrail_id,
+            "phase": self.phase,
+            "message_indices": list(self.message_indices),
+        }
+
+
+@dataclass(eq=True)
+class SkillActivation(StreamEvent):
+    """The model activated a skill."""
+
+    name: str
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "name": self.name}
+
+
+@dataclass(eq=True)
+class Interrupt(StreamEvent):
+    """The loop stopped early: ``reason`` is ``"max_steps"``, ``"cancelled"``, a caller's
+    text, or ``None``."""
+
+    reason: str | None = None
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "interrupt": True, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Interrupt:
+        return cls(reason=data.get("reason"), role=data.get("role", "system"))
+
+
+@dataclass(eq=True)
+class TokenUsageDone(StreamEvent):
+    """Token usage of the response that just ended."""
+
+    token_usage: Tokens = field(default_factory=Tokens)
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "token_usage": self.token_usage.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TokenUsageDone:
+        return cls(
+            token_usage=Tokens.from_dict(data.get("token_usage")),
+            role=data.get("role", "assistant"),
+        )
+
+
+@dataclass(eq=True)
+class FinishReasonDone(StreamEvent):
+    """Why the model stopped, normalized (``stop``, ``length``, ``tool_calls``,
+    ``content_filter``, ``context_window``, ``malformed_output``, ``error``, ``other``),
+    beside the provider's raw wire value."""
+
+    finish_reason: str = "stop"
+    raw_finish_reason: str | None = None
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "finish_reason": self.finish_reason,
+            "raw_finish_reason": self.raw_finish_reason,
+        }
+
+
+def event_type(event: StreamEvent) -> str:
+    """The snake_case name used as the SSE ``event:`` field (``TextDelta`` -> ``text_delta``)."""
+    return event.type
+
+
+def event_from_dict(type_name: str, data: dict[str, Any]) -> StreamEvent:
+    """Rebuild an event from its ``event_type`` and ``to_dict()`` (the inverse of ``to_sse``)."""
+    try:
+        cls = _REGISTRY[type_name]
+    except KeyError:
+        raise ValueError(f"unknown event type {type_name!r}") from None
+    return cls.from_dict(data)
+
+
+def to_sse(event: StreamEvent, id: str | int | None = None) -> str:
+    """Encode one event as a Server-Sent Events frame."""
+    data = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    frame = f"event: {event.type}\ndata: {data}\n"
+    if id is not None:
+        frame += f"id: {id}\n"
+    return frame + "\n"

@@ -1,0 +1,15 @@
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require_service(env_var: str) -> str:
+    """Return the service URL, skip when it is unset (fail instead under CI=true)."""
+    url = os.environ.get(env_var)
+    if not url:
+        if IN_CI:
+            pytest.fail(f"{env_var} is not set but CI=true requires it")
+        pytest.skip(f"{env_var} not set")
+    return url
