@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 import httpx
 
 from .. import __version__
-from ..errors import IncompleteStreamError
+from ..errors import (
+    AuthenticationError,
+    ContextLengthExceededError,
+    IncompleteStreamError,
+    OverloadedError,
+    ProviderError,
+    RateLimitError,
+)
 from ..events import (
     FinishReasonDone,
     ReasoningDelta,
@@ -186,6 +193,68 @@ class Provider:
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
         raise NotImplementedError
 
+    # -- errors --------------------------------------------------------------------------
+    def error_details(self, payload: Any) -> tuple[str, str | None]:
+        """``(message, code)`` from an error body. Override for unusual shapes."""
+        if isinstance(payload, list) and payload:
+            payload = payload[0]
+        if isinstance(payload, dict):
+            err = payload.get("error", payload)
+            if isinstance(err, str):
+                return err, None
+            if isinstance(err, dict):
+                message = err.get("message") or payload.get("message") or ""
+                code = err.get("type") or err.get("code") or err.get("status")
+                return str(message), (str(code) if code is not None else None)
+        return (str(payload)[:500] if payload else ""), None
+
+    def is_context_length_error(self, status: int | None, message: str, code: str | None) -> bool:
+        text = f"{code or ''} {message}".lower()
+        return "context_length" in text or "context window" in text or (
+            "prompt is too long" in text
+        ) or ("maximum context length" in text)
+
+    def error_from_payload(
+        self,
+        payload: Any,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        body: str | None = None,
+    ) -> ProviderError:
+        """Turn an error answer (HTTP error body or a mid-stream error event) into an
+        exception of the :mod:`django_llmchat.errors` tree."""
+        message, code = self.error_details(payload)
+        message = message or (f"HTTP {status}" if status else "error")
+        codes = (code or "").lower()
+        kw: dict[str, Any] = {
+            "provider": self.name,
+            "status": status,
+            "body": body if body is not None else (json.dumps(payload) if payload else None),
+            "headers": headers,
+            "code": code,
+        }
+        if status in (401, 403) or "auth" in codes or "permission" in codes:
+            return AuthenticationError(message, **kw)
+        if status == 429 or "rate_limit" in codes or codes == "resource_exhausted":
+            return RateLimitError(message, **kw)
+        if status == 529 or "overloaded" in codes:
+            return OverloadedError(message, **kw)
+        if self.is_context_length_error(status, message, code):
+            return ContextLengthExceededError(message, **kw)
+        if status is None:
+            kw["retryable"] = codes in ("server_error", "api_error", "internal", "unavailable")
+        return ProviderError(message, **kw)
+
+    def error_from_response(self, response: httpx.Response) -> ProviderError:
+        text = response.text
+        try:
+            payload: Any = json.loads(text) if text else None
+        except ValueError:
+            payload = text
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        return self.error_from_payload(payload, status=response.status_code, headers=headers, body=text)
+
     # -- plumbing ------------------------------------------------------------------------
     def headers(self) -> dict[str, str]:
         return {
@@ -209,7 +278,8 @@ class Provider:
             json=self.build_payload(request, stream=False),
             headers=self.headers(),
         )
-        response.raise_for_status()
+        if response.status_code >= 400:
+            raise self.error_from_response(response)
         return self.parse_response(response.json())
 
     def stream(self, request: ProviderRequest) -> ProviderStream:
@@ -262,7 +332,9 @@ class ProviderStream:
             json=provider.build_payload(request, stream=True),
             headers=provider.headers(),
         ) as http:
-            http.raise_for_status()
+            if http.status_code >= 400:
+                http.read()
+                raise provider.error_from_response(http)
             decode = iter_sse if provider.stream_framing == "sse" else iter_ndjson
             builder = parser.builder
             for name, data in decode(http.iter_lines()):
