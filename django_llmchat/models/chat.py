@@ -1,0 +1,256 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import models, transaction
+from django.db.models import Count, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+
+from ..conf import settings
+from ..errors import ArgumentError
+from ..values import TOKEN_FIELDS, Cost, Tokens
+
+
+def _default_model_id() -> str:
+    return settings.DEFAULT_MODEL
+
+
+def _default_provider() -> str:
+    return settings.DEFAULT_PROVIDER
+
+
+def tool_name(tool: Any) -> str:
+    """The registered name of a tool given as a name, a tool object or a function."""
+    if isinstance(tool, str):
+        name = tool
+    else:
+        name = getattr(tool, "name", None) or getattr(tool, "__name__", None)
+    if not name or not isinstance(name, str):
+        raise ArgumentError(f"cannot tell the name of tool {tool!r}")
+    return name
+
+
+def schema_dict(schema: Any) -> dict[str, Any] | None:
+    """A JSON Schema dict from a dict or a pydantic model class (``None`` clears)."""
+    if schema is None:
+        return None
+    if isinstance(schema, dict):
+        return schema
+    json_schema = getattr(schema, "model_json_schema", None)
+    if callable(json_schema):
+        return json_schema()
+    raise ArgumentError(
+        f"schema must be a JSON Schema dict or a pydantic model class, got {type(schema).__name__}"
+    )
+
+
+class ChatQuerySet(models.QuerySet):
+    def with_totals(self):
+        """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
+        (no row multiplication, one query for any number of chats)."""
+        from .message import Message
+        from .usage import Usage
+
+        count = (
+            Message.objects.filter(chat=OuterRef("pk"))
+            .order_by()
+            .values("chat")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
+        usage = Usage.objects.filter(chat=OuterRef("pk")).order_by().values("chat")
+        tokens = usage.annotate(
+            t=Sum(
+                Coalesce("input_tokens", Value(0))
+                + Coalesce("output_tokens", Value(0))
+                + Coalesce("cache_read_tokens", Value(0))
+                + Coalesce("cache_write_tokens", Value(0))
+            )
+        ).values("t")
+        cost = usage.annotate(c=Sum("total_cost")).values("c")
+        return self.annotate(
+            message_count=Coalesce(Subquery(count), Value(0)),
+            total_tokens=Subquery(tokens),
+            total_cost=Subquery(cost),
+        )
+
+    def for_user(self, user):
+        return self.filter(user=user)
+
+
+class AbstractChat(models.Model):
+    """A conversation: its model and provider, tools, parameters and context. The
+    transcript is ``chat.messages``; replies are filled in by ``ask``/``stream`` or a
+    Celery worker."""
+
+    title = models.CharField(max_length=255, blank=True)
+    model_id = models.CharField(max_length=255, default=_default_model_id)
+    provider = models.CharField(max_length=64, default=_default_provider)
+    agent = models.CharField(max_length=255, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    schema = models.JSONField(null=True, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, default="idle", blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ChatQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        ordering = ("-updated_at", "-id")
+
+    def __str__(self) -> str:
+        return self.title or f"Chat {self.pk}"
+
+    # -- transcript -----------------------------------------------------------------------
+    def transcript(self):
+        """The messages in order, with tool calls, results, attachments and usage loaded in a
+        constant number of queries."""
+        return self.messages.transcript().order_by("created_at", "id")
+
+    def add_message(
+        self,
+        role: str = "user",
+        content: str = "",
+        *,
+        cost: Decimal | float | str | None = None,
+        tokens: Tokens | None = None,
+        attachments: list[tuple[str, bytes] | tuple[str, bytes, str]] | None = None,
+        **fields: Any,
+    ):
+        """Append a message to the transcript and return it (saved).
+
+        ``attachments`` are ``(filename, bytes)`` or ``(filename, bytes, mime_type)``;
+        ``cost`` is a supplied USD cost; ``tokens`` fills the token columns.
+        """
+        from .attachment import Attachment
+        from .message import Message
+
+        if role not in Message.ROLES:
+            raise ArgumentError(f"role must be one of {', '.join(Message.ROLES)}, got {role!r}")
+        if not isinstance(content, str):
+            raise ArgumentError(f"content must be a string, got {type(content).__name__}")
+        message = Message(chat=self, role=role, content=content, **fields)
+        if tokens is not None:
+            message.tokens = tokens
+        if cost is not None:
+            message.supplied_cost = Decimal(str(cost))
+        with transaction.atomic():
+            message.save()
+            for item in attachments or []:
+                filename, data, *mime = item
+                Attachment.objects.create_from_bytes(
+                    message=message, data=data, filename=filename, mime_type=mime[0] if mime else None
+                )
+            self.touch()
+        return message
+
+    def touch(self) -> None:
+        type(self).objects.filter(pk=self.pk).update(updated_at=models.functions.Now())
+
+    # -- configuration (each saves and returns the chat, so calls chain) ------------------
+    def with_instructions(self, text: str | None, *, append: bool = False):
+        """Set the system instructions: replace them (default), ``append=True`` to add one
+        more, ``None`` to clear them."""
+        with transaction.atomic():
+            if not append or text is None:
+                self.messages.filter(role="system").delete()
+            if text is not None:
+                self.add_message(role="system", content=text)
+        return self
+
+    def with_model(self, model_id: str, provider: str | None = None):
+        """Switch model (and provider). Without ``provider``, the registry's provider for
+        that model is used when known, else the current one is kept."""
+        if not model_id:
+            raise ArgumentError("model_id must not be empty")
+        if provider is None:
+            from ..registry import find_model
+
+            info = find_model(model_id)
+            provider = info.provider if info else self.provider
+        self.model_id, self.provider = model_id, provider
+        self.save(update_fields=["model_id", "provider", "updated_at"])
+        return self
+
+    def with_tools(self, *tools: Any, replace: bool = False):
+        """Enable tools by name (strings, ``@tool`` functions or tool objects)."""
+        names = [tool_name(t) for t in tools]
+        current = [] if replace else list(self.tools or [])
+        self.tools = current + [n for n in names if n not in current]
+        self.save(update_fields=["tools", "updated_at"])
+        return self
+
+    def with_temperature(self, temperature: float):
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+            raise ArgumentError(f"temperature must be a number, got {temperature!r}")
+        if not 0 <= temperature <= 2:
+            raise ArgumentError(f"temperature must be between 0 and 2, got {temperature}")
+        return self.with_params(temperature=temperature)
+
+    def with_params(self, **params: Any):
+        """Merge request parameters (``max_tokens``, vendor options under the vendor's name)."""
+        self.params = {**(self.params or {}), **params}
+        self.save(update_fields=["params", "updated_at"])
+        return self
+
+    def with_schema(self, schema: Any):
+        """Ask for structured output: a JSON Schema dict or a pydantic model class."""
+        self.schema = schema_dict(schema)
+        self.save(update_fields=["schema", "updated_at"])
+        return self
+
+    def cache_until_here(self):
+        """Mark the latest message as the end of the cacheable prefix."""
+        last = self.messages.order_by("-created_at", "-id").first()
+        if last is None:
+            raise ArgumentError("the chat has no message to mark as a cache boundary")
+        last.cache_until_here()
+        return self
+
+    # -- totals ---------------------------------------------------------------------------
+    @property
+    def tokens(self) -> Tokens:
+        """Tokens over every provider attempt, plus hand-built messages without usage rows."""
+        from .message import Message
+
+        usage = self.usages.all().tokens()
+        manual = Message.objects.filter(chat=self, usages__isnull=True).aggregate(
+            **{n: Sum(n) for n in TOKEN_FIELDS}
+        )
+        return usage + Tokens(**manual)
+
+    def cost(self) -> Cost:
+        """USD over every provider attempt, plus costs supplied on hand-built messages."""
+        from .message import Message
+
+        total = self.usages.all().cost()
+        supplied = Message.objects.filter(
+            chat=self, usages__isnull=True, supplied_cost__isnull=False
+        ).aggregate(s=Sum("supplied_cost"))["s"]
+        if supplied is not None:
+            total = total + Cost(total=supplied)
+        return total
+
+
+class Chat(AbstractChat):
+    user = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="llm_chats",
+    )
+
+    class Meta(AbstractChat.Meta):
+        db_table = "llmchat_chat"
+        indexes = [
+            models.Index(fields=["user", "-updated_at"], name="llmchat_chat_user_idx"),
+            models.Index(fields=["provider", "model_id"], name="llmchat_chat_model_idx"),
+        ]

@@ -1,0 +1,267 @@
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import Prefetch
+
+from ..errors import StructuredOutputError
+from ..values import TOKEN_FIELDS, Citation, Cost, ServerToolCall, Thinking, Tokens
+from .fields import ValueListField
+
+if TYPE_CHECKING:
+    from .llm_model import LLMModel
+
+_UNSET = object()
+
+
+class MessageQuerySet(models.QuerySet):
+    def transcript(self):
+        """Messages with everything a transcript shows, in a constant number of queries:
+        tool calls (with their result ids), attachments, usage rows, the answered call."""
+        from .tool_call import ToolCall
+
+        return self.select_related("parent_tool_call").prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.select_related("result")),
+            "attachments",
+            "usages",
+        )
+
+
+class AbstractMessage(models.Model):
+    """One transcript entry: a system instruction, a user prompt, an assistant reply or a
+    tool result. Mirrors RubyLLM's ``Message``: predicates, tokens, cost, ``to_dict()``."""
+
+    ROLES = ("system", "user", "assistant", "tool")
+
+    role = models.CharField(max_length=16)
+    content = models.TextField(blank=True, default="")
+    model_id = models.CharField(max_length=255, blank=True)
+    provider = models.CharField(max_length=64, blank=True)
+    finish_reason = models.CharField(max_length=64, blank=True)
+    thinking_text = models.TextField(blank=True)
+    thinking_signature = models.TextField(blank=True)
+    citations = ValueListField(value_class=Citation)
+    server_tool_calls = ValueListField(value_class=ServerToolCall)
+    raw = models.JSONField(null=True, blank=True)
+    cache_boundary = models.BooleanField(default=False)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    thinking_tokens = models.PositiveIntegerField(null=True, blank=True)
+    supplied_cost = models.DecimalField(
+        max_digits=16,
+        decimal_places=10,
+        null=True,
+        blank=True,
+        db_column="cost",
+        help_text="A cost supplied by hand (USD); usage rows take precedence.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=False)
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        text = self.content if len(self.content) <= 60 else self.content[:57] + "..."
+        return f"{self.role}: {text}"
+
+    # -- reasoning and tool links ---------------------------------------------------------
+    @property
+    def thinking(self) -> Thinking | None:
+        if not self.thinking_text and not self.thinking_signature:
+            return None
+        return Thinking(self.thinking_text, self.thinking_signature or None)
+
+    @thinking.setter
+    def thinking(self, value: Thinking | None) -> None:
+        self.thinking_text = value.text if value else ""
+        self.thinking_signature = (value.signature or "") if value else ""
+
+    @property
+    def tool_call_id(self) -> str | None:
+        """The id of the tool call this (tool) message answers, or ``None``."""
+        if self.parent_tool_call_id is None:
+            return None
+        return self.parent_tool_call.call_id
+
+    def _tool_calls_list(self) -> list:
+        if not self.pk:
+            return []
+        return list(self.tool_calls.all())  # served from the prefetch cache when loaded
+
+    @property
+    def is_tool_call(self) -> bool:
+        """The assistant requested one or more tool calls."""
+        return bool(self._tool_calls_list())
+
+    @property
+    def is_tool_result(self) -> bool:
+        """This message carries the result of a tool call."""
+        return self.parent_tool_call_id is not None
+
+    @property
+    def is_tool_call_stop(self) -> bool:
+        """The model stopped to request tool calls."""
+        return self.finish_reason == "tool_calls" or (
+            self.finish_reason == "stop" and self.is_tool_call
+        )
+
+    @property
+    def is_stopped(self) -> bool:
+        """The model finished normally (a stop to call tools is ``is_tool_call_stop``)."""
+        return self.finish_reason == "stop" and not self.is_tool_call
+
+    @property
+    def is_max_tokens(self) -> bool:
+        return self.finish_reason == "max_tokens"
+
+    @property
+    def is_content_filtered(self) -> bool:
+        return self.finish_reason == "content_filter"
+
+    @property
+    def is_cache_boundary(self) -> bool:
+        return bool(self.cache_boundary)
+
+    def cache_until_here(self):
+        """Mark this message as the end of the cacheable prompt prefix; saves, returns self."""
+        self.cache_boundary = True
+        if self.pk:
+            type(self).objects.filter(pk=self.pk).update(cache_boundary=True)
+        else:
+            self.save()
+        return self
+
+    @property
+    def tool_results(self) -> models.QuerySet:
+        """The tool messages answering this message's tool calls."""
+        return type(self).objects.filter(parent_tool_call__message=self).order_by(
+            "created_at", "id"
+        )
+
+    # -- structured output ----------------------------------------------------------------
+    @property
+    def parsed(self) -> Any:
+        """``content`` parsed as JSON (memoized); ``None`` for empty content."""
+        if not self.content:
+            return None
+        cached = self.__dict__.get("_parsed", _UNSET)
+        if cached is _UNSET or self.__dict__.get("_parsed_src") != self.content:
+            try:
+                cached = json.loads(self.content)
+            except ValueError as exc:
+                raise StructuredOutputError(
+                    f"message {self.pk} content is not valid JSON: {exc}"
+                ) from exc
+            self.__dict__["_parsed"] = cached
+            self.__dict__["_parsed_src"] = self.content
+        return cached
+
+    # -- tokens and cost ------------------------------------------------------------------
+    def _usage_rows(self) -> list:
+        if not self.pk:
+            return []
+        return list(self.usages.all())  # served from the prefetch cache when loaded
+
+    @property
+    def tokens(self) -> Tokens:
+        """Usage over every provider attempt that produced this message; a message built by
+        hand reports its own token columns."""
+        rows = self._usage_rows()
+        if not rows:
+            return Tokens.from_object(self)
+        return sum((row.tokens for row in rows), Tokens())
+
+    @tokens.setter
+    def tokens(self, value: Tokens) -> None:
+        for name in TOKEN_FIELDS:
+            setattr(self, name, getattr(value, name))
+
+    def cost(self, model: str | LLMModel | None = None) -> Cost:
+        """The message's cost in USD: recorded attempt costs, else the supplied cost, else
+        priced from ``model_info``. ``model`` (an id or an ``LLMModel``) reprices."""
+        from ..pricing import price, price_from_table
+
+        if model is None:
+            rows = self._usage_rows()
+            if rows:
+                return sum((row.cost for row in rows), Cost())
+            if self.supplied_cost is not None:
+                return Cost(total=Decimal(self.supplied_cost))
+            info = self.model_info
+            if info is not None and info.pricing:
+                return price_from_table(self.tokens, info.pricing)
+            if self.model_id:
+                return price(self.tokens, self.model_id, self.provider or None)
+            return Cost()
+        if isinstance(model, str):
+            return price(self.tokens, model, None)
+        if model.pricing:
+            return price_from_table(self.tokens, model.pricing)
+        return price(self.tokens, model.model_id, model.provider)
+
+    @property
+    def model_info(self) -> LLMModel | None:
+        """The registry row for ``model_id``, or ``None`` (memoized)."""
+        if not self.model_id:
+            return None
+        if "_model_info" not in self.__dict__:
+            from ..registry import find_model
+
+            self.__dict__["_model_info"] = find_model(self.model_id, self.provider or None)
+        return self.__dict__["_model_info"]
+
+    @model_info.setter
+    def model_info(self, value: LLMModel | None) -> None:
+        self.__dict__["_model_info"] = value
+
+    # -- serialization --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of the message: ``None`` and empty lists omitted, token counts merged
+        in, ``cost`` only when it was supplied by hand."""
+        tool_calls = {tc.call_id: tc.to_dict() for tc in self._tool_calls_list()}
+        attachments = [a.to_dict() for a in self.attachments.all()] if self.pk else []
+        thinking = self.thinking
+        data: dict[str, Any] = {
+            "role": self.role,
+            "content": self.content,
+            "attachments": attachments,
+            "model_id": self.model_id or None,
+            "cost": self.cost().to_dict() if self.supplied_cost is not None else None,
+            "tool_calls": tool_calls or None,
+            "tool_call_id": self.tool_call_id,
+            "thinking": thinking.text if thinking and thinking.text else None,
+            "thinking_signature": thinking.signature if thinking else None,
+            "citations": [c.to_dict() for c in self.citations or []],
+            "server_tool_calls": [s.to_dict() for s in self.server_tool_calls or []],
+            "finish_reason": self.finish_reason or None,
+            "cache_until_here": True if self.cache_boundary else None,
+        }
+        data.update(self.tokens.to_dict())
+        return {k: v for k, v in data.items() if v is not None and v != []}
+
+
+class Message(AbstractMessage):
+    chat = models.ForeignKey(
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="messages"
+    )
+    parent_tool_call = models.OneToOneField(
+        "django_llmchat.ToolCall",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="result",
+    )
+
+    class Meta(AbstractMessage.Meta):
+        db_table = "llmchat_message"
+        indexes = [
+            models.Index(fields=["chat", "created_at", "id"], name="llmchat_message_chat_idx"),
+        ]

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import models
+
+
+class AbstractToolCall(models.Model):
+    """A tool call an assistant message requested. Its result is the ``tool`` message
+    whose ``parent_tool_call`` points here (``tool_call.result``)."""
+
+    APPROVALS = ("", "approved", "denied")
+
+    call_id = models.CharField(max_length=255)
+    name = models.CharField(max_length=255)
+    arguments = models.JSONField(default=dict, blank=True)
+    thought_signature = models.TextField(blank=True)
+    approval = models.CharField(max_length=16, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.name}({self.call_id})"
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+    def get_result(self):
+        """The tool message answering this call, or ``None`` (uses a prefetched value)."""
+        try:
+            return self.result
+        except type(self).result.RelatedObjectDoesNotExist:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.call_id, "name": self.name, "arguments": self.arguments}
+        if self.thought_signature:
+            out["thought_signature"] = self.thought_signature
+        if self.approval:
+            out["approval"] = self.approval
+        return out
+
+
+class ToolCall(AbstractToolCall):
+    message = models.ForeignKey(
+        "django_llmchat.Message", on_delete=models.CASCADE, related_name="tool_calls"
+    )
+    chat = models.ForeignKey(
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="tool_calls"
+    )
+
+    class Meta(AbstractToolCall.Meta):
+        db_table = "llmchat_tool_call"
+        ordering = ("id",)
+        constraints = [
+            models.UniqueConstraint(fields=["chat", "call_id"], name="llmchat_tool_call_chat_uniq")
+        ]
+        indexes = [models.Index(fields=["message"], name="llmchat_tool_call_msg_idx")]

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Sum
+
+from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
+
+MONEY = {"max_digits": 16, "decimal_places": 10, "null": True, "blank": True}
+
+USAGE_COST_COLUMNS = {
+    "input": "input_cost",
+    "output": "output_cost",
+    "cache_read": "cache_read_cost",
+    "cache_write": "cache_write_cost",
+    "thinking": "thinking_cost",
+    "total": "total_cost",
+}
+
+class UsageQuerySet(models.QuerySet):
+    def tokens(self) -> Tokens:
+        """Token totals over these rows, in one query."""
+        sums = self.aggregate(**{n: Sum(n) for n in TOKEN_FIELDS})
+        return Tokens(**sums)
+
+    def cost(self) -> Cost:
+        """Cost totals over these rows, in one query (``None`` parts: no known price)."""
+        sums = self.aggregate(**{part: Sum(col) for part, col in USAGE_COST_COLUMNS.items()})
+        return Cost(**sums)
+
+    def succeeded(self):
+        return self.filter(status=AbstractUsage.SUCCEEDED)
+
+class AbstractUsage(models.Model):
+    """One provider attempt (retries, failures and cancellations included) with its
+    token counts and costs frozen when the attempt ended."""
+
+    PENDING, SUCCEEDED, FAILED, CANCELLED = "pending", "succeeded", "failed", "cancelled"
+    STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED)
+
+    operation = models.CharField(max_length=32, default="chat")
+    provider = models.CharField(max_length=64, blank=True)
+    model_id = models.CharField(max_length=255, blank=True)
+    status = models.CharField(max_length=16, default=PENDING)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    thinking_tokens = models.PositiveIntegerField(null=True, blank=True)
+    input_cost = models.DecimalField(**MONEY)
+    output_cost = models.DecimalField(**MONEY)
+    cache_read_cost = models.DecimalField(**MONEY)
+    cache_write_cost = models.DecimalField(**MONEY)
+    thinking_cost = models.DecimalField(**MONEY)
+    total_cost = models.DecimalField(**MONEY)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    first_token_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = UsageQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model_id} {self.status}"
+
+    @property
+    def tokens(self) -> Tokens:
+        return Tokens.from_object(self)
+
+    @tokens.setter
+    def tokens(self, value: Tokens) -> None:
+        for name in TOKEN_FIELDS:
+            setattr(self, name, getattr(value, name))
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(*(getattr(self, USAGE_COST_COLUMNS[p]) for p in COST_FIELDS))
+
+    @cost.setter
+    def cost(self, value: Cost) -> None:
+        for part in COST_FIELDS:
+            setattr(self, USAGE_COST_COLUMNS[part], getattr(value, part))
+
+    def freeze_cost(self) -> Cost:
+        """Price this attempt's tokens now and store the result on the row (unsaved)."""
+        from ..pricing import price
+
+        cost = price(self.tokens, self.model_id, self.provider) if not self.tokens.is_empty else Cost()
+        self.cost = cost
+        return cost
+
+class Usage(AbstractUsage):
+    chat = models.ForeignKey(
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages"
+    )
+    message = models.ForeignKey(
+        "django_llmchat.Message",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usages",
+    )
+
+    class Meta(AbstractUsage.Meta):
+        db_table = "llmchat_usage"
+        ordering = ("created_at", "id")
+        verbose_name_plural = "usage"
+        indexes = [
+            models.Index(fields=["chat", "created_at"], name="llmchat_usage_chat_idx"),
+            models.Index(fields=["message"], name="llmchat_usage_msg_idx"),
+            models.Index(fields=["provider", "model_id"], name="llmchat_usage_model_idx"),
+        ]
+
