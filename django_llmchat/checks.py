@@ -1,1 +1,160 @@
-"""System checks for the LLMCHAT setting."""
+"""System checks for the ``LLMCHAT`` setting. Each message names the key to fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import Error, Tags, Warning, register
+
+from .conf import DEFAULTS
+
+NUMBERS = {
+    "MAX_STEPS": (int, 1),
+    "TOOL_TIMEOUT": ((int, float), 0),
+    "MAX_RETRIES": (int, 0),
+    "MAX_RETRY_WAIT": ((int, float), 0),
+    "EVENTS_MAXLEN": (int, 1),
+    "EVENTS_TTL": (int, 1),
+    "MAX_CONTENT_LENGTH": (int, 1),
+    "MAX_ATTACHMENTS": (int, 0),
+    "MAX_ATTACHMENT_SIZE": (int, 1),
+}
+PROVIDER_KEYS = {"api_key", "base_url", "timeout", "max_retries", "api", "class", "options"}
+
+
+def _known_providers() -> set[str]:
+    try:
+        from .providers import PROVIDERS
+    except ImportError:  # pragma: no cover - providers package always ships
+        return set()
+    return set(PROVIDERS)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
+    raw = getattr(django_settings, "LLMCHAT", {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                "LLMCHAT must be a dict.",
+                hint=f"Set LLMCHAT = {{...}} in settings; got {type(raw).__name__}.",
+                id="llmchat.E001",
+            )
+        ]
+    errors: list = []
+    for key in raw:
+        if key not in DEFAULTS:
+            errors.append(
+                Warning(
+                    f"LLMCHAT[{key!r}] is not a django-llmchat setting and is ignored.",
+                    hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                    id="llmchat.W001",
+                )
+            )
+    merged = {**DEFAULTS, **raw}
+    for key, (types, minimum) in NUMBERS.items():
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, types) or value < minimum:
+            errors.append(
+                Error(
+                    f"LLMCHAT[{key!r}] must be a number >= {minimum}, got {value!r}.",
+                    hint=f"Fix LLMCHAT[{key!r}] in settings (default {DEFAULTS[key]!r}).",
+                    id="llmchat.E002",
+                )
+            )
+    known = _known_providers()
+    providers = merged["PROVIDERS"]
+    if not isinstance(providers, dict):
+        errors.append(
+            Error(
+                "LLMCHAT['PROVIDERS'] must be a dict of provider name -> options dict.",
+                hint='For example LLMCHAT["PROVIDERS"] = {"openai": {"api_key": "..."}}.',
+                id="llmchat.E003",
+            )
+        )
+        providers = {}
+    for name, options in providers.items():
+        where = f"LLMCHAT['PROVIDERS'][{name!r}]"
+        if not isinstance(options, dict):
+            errors.append(
+                Error(f"{where} must be a dict of options.", id="llmchat.E003", hint=None)
+            )
+            continue
+        if name not in known and "class" not in options:
+            errors.append(
+                Error(
+                    f"{where}: unknown provider {name!r}.",
+                    hint=f"Use one of {', '.join(sorted(known))}, or give a 'class' "
+                    "(dotted path of a Provider subclass).",
+                    id="llmchat.E004",
+                )
+            )
+        base_url = options.get("base_url")
+        if base_url is not None and (
+            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+        ):
+            errors.append(
+                Error(
+                    f"{where}['base_url'] must be an http:// or https:// URL.",
+                    hint=f"Fix {where}['base_url'].",
+                    id="llmchat.E005",
+                )
+            )
+        api_key = options.get("api_key")
+        if api_key is not None and not isinstance(api_key, str):
+            errors.append(
+                Error(
+                    f"{where}['api_key'] must be a string.",
+                    hint=f"Fix {where}['api_key'] (read it from the environment).",
+                    id="llmchat.E006",
+                )
+            )
+        for option in options:
+            if option not in PROVIDER_KEYS:
+                errors.append(
+                    Warning(
+                        f"{where}[{option!r}] is not a provider option.",
+                        hint=f"Known options: {', '.join(sorted(PROVIDER_KEYS))}.",
+                        id="llmchat.W002",
+                    )
+                )
+    default = merged["DEFAULT_PROVIDER"]
+    if not isinstance(default, str) or (default not in known and default not in providers):
+        errors.append(
+            Error(
+                f"LLMCHAT['DEFAULT_PROVIDER'] is {default!r}, which is not a provider.",
+                hint=f"Use one of {', '.join(sorted(known))}.",
+                id="llmchat.E007",
+            )
+        )
+    if not isinstance(merged["DEFAULT_MODEL"], str) or not merged["DEFAULT_MODEL"]:
+        errors.append(
+            Error(
+                "LLMCHAT['DEFAULT_MODEL'] must be a non-empty model id.",
+                hint="For example LLMCHAT['DEFAULT_MODEL'] = 'gpt-4.1-mini'.",
+                id="llmchat.E008",
+            )
+        )
+    url = merged["EVENTS_URL"]
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))
+    ):
+        errors.append(
+            Error(
+                "LLMCHAT['EVENTS_URL'] must be a Redis URL (redis://, rediss:// or unix://).",
+                hint="Set LLMCHAT['EVENTS_URL'] = 'redis://127.0.0.1:6379/0', or None.",
+                id="llmchat.E009",
+            )
+        )
+    for key in ("ALLOWED_ATTACHMENT_TYPES", "TOOL_MODULES"):
+        value = merged[key]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            errors.append(
+                Error(
+                    f"LLMCHAT[{key!r}] must be a list of strings.",
+                    hint=f"Fix LLMCHAT[{key!r}] in settings.",
+                    id="llmchat.E010",
+                )
+            )
+    return errors

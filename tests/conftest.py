@@ -13,3 +13,8 @@ def require_service(env_var: str) -> str:
             pytest.fail(f"{env_var} is not set but CI=true requires it")
         pytest.skip(f"{env_var} not set")
     return url
+
+
+@pytest.fixture(autouse=True)
+def _media_root(settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path / "media")

@@ -1,0 +1,655 @@
+"""Anthropic's Messages API (``POST /v1/messages``).
+
+Speaks the wire format only; HTTP, retries and error translation live in
+:mod:`django_llmchat.providers.base`.
+
+Structured output uses a forced tool: the schema becomes a tool named after
+``ProviderRequest.schema_name`` and ``tool_choice`` makes the model call it; the call's
+input is read back as the reply's JSON content (and streamed as ``TextDelta`` events), so
+it never shows up as a tool call.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import json
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from ..errors import UnsupportedFeatureError
+from ..events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    ReasoningPart,
+    StreamEvent,
+    TextDelta,
+    TokenUsageDone,
+    ToolCallDelta,
+    ToolCallDone,
+    WebSearchDone,
+    WebSearchStatus,
+)
+from ..values import Citation, ServerToolCall, Thinking, Tokens
+from .base import Provider, StreamParser, parse_arguments
+from .types import (
+    AttachmentData,
+    Capabilities,
+    ProviderMessage,
+    ProviderRequest,
+    ProviderResponse,
+    ToolCallData,
+)
+
+__all__ = ["AnthropicProvider", "AnthropicStreamParser", "FINISH_REASONS"]
+
+API_VERSION = "2023-06-01"
+
+# Anthropic ``stop_reason`` -> event finish reason (seed 001). Unknown values -> "other".
+FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "model_context_window_exceeded": "context_window",
+    "pause_turn": "other",
+}
+
+# Anthropic requires ``max_tokens``; older models accept less than the general default.
+DEFAULT_MAX_TOKENS = 8192
+MODEL_MAX_TOKENS: dict[str, int] = {
+    "claude-3-haiku": 4096,
+    "claude-3-opus": 4096,
+    "claude-3-sonnet": 4096,
+}
+
+# ``params["thinking"] = {"effort": ...}`` expressed as a thinking budget.
+EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+
+SERVER_TOOL_USES = ("server_tool_use", "mcp_tool_use")
+IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+MAX_CACHE_BREAKPOINTS = 4
+
+# Name of the structured-output tool of the payload being built, for ``parse_response``
+# (which the base calls without the request) in the same thread or task.
+_schema_tool: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "llmchat_anthropic_schema_tool", default=None
+)
+
+
+def finish_reason(raw: str | None) -> str:
+    """The event finish reason for an Anthropic ``stop_reason``."""
+    if raw is None:
+        return "stop"
+    return FINISH_REASONS.get(raw, "other")
+
+
+def usage_tokens(usage: dict[str, Any] | None) -> Tokens:
+    """``Tokens`` from an Anthropic ``usage`` object (cache counts are outside input)."""
+    usage = usage or {}
+    details = usage.get("output_tokens_details") or {}
+    return Tokens(
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        cache_read_tokens=usage.get("cache_read_input_tokens"),
+        cache_write_tokens=usage.get("cache_creation_input_tokens"),
+        thinking_tokens=details.get("thinking_tokens"),
+    )
+
+
+def to_citation(raw: dict[str, Any], start: int | None, end: int | None) -> Citation:
+    """A ``Citation`` from one entry of a text block's ``citations``.
+
+    ``start_index``/``end_index`` locate the citing text block inside the reply's content;
+    the location inside the cited document (characters, pages, blocks) is in ``metadata``.
+    """
+    source = raw.get("source") or raw.get("file_id")
+    if source is None and raw.get("document_index") is not None:
+        source = f"document:{raw['document_index']}"
+    skip = {"url", "title", "cited_text", "source", "encrypted_index"}
+    return Citation(
+        url=raw.get("url"),
+        title=raw.get("title") or raw.get("document_title"),
+        cited_text=raw.get("cited_text"),
+        start_index=start,
+        end_index=end,
+        source=source,
+        metadata={k: v for k, v in raw.items() if k not in skip and v is not None},
+    )
+
+
+def is_server_result(block: dict[str, Any]) -> bool:
+    """A result block of a tool Anthropic ran itself (``web_search_tool_result``...)."""
+    return str(block.get("type")).endswith("_tool_result") and bool(block.get("tool_use_id"))
+
+
+def add_server_result(calls: dict[str, dict[str, Any]], block: dict[str, Any]) -> dict[str, Any]:
+    """Attach a server tool result block to its call in ``calls`` (keyed by id)."""
+    call = calls.setdefault(block["tool_use_id"], {"name": block["type"][: -len("_tool_result")]})
+    call["id"] = block["tool_use_id"]
+    content = block.get("content")
+    if isinstance(content, dict) and content.get("error_code"):
+        call["result"], call["status"] = {"error_code": content["error_code"]}, "failed"
+    elif block.get("is_error"):
+        call["result"], call["status"] = content, "failed"
+    elif block["type"] == "web_search_tool_result":
+        call["result"], call["status"] = web_sources(content), "completed"
+    else:
+        call["result"], call["status"] = content, "completed"
+    return call
+
+
+def web_sources(content: Any) -> list[dict[str, Any]]:
+    """``{"title", "url"}`` (plus ``page_age``) of each web search result."""
+    if not isinstance(content, list):
+        return []
+    out = []
+    for item in content:
+        if isinstance(item, dict) and item.get("url"):
+            source = {"title": item.get("title"), "url": item["url"]}
+            if item.get("page_age"):
+                source["page_age"] = item["page_age"]
+            out.append(source)
+    return out
+
+
+class AnthropicProvider(Provider):
+    """Claude models over the Messages API."""
+
+    name: ClassVar[str] = "anthropic"
+    label: ClassVar[str] = "Anthropic"
+    default_base_url: ClassVar[str] = "https://api.anthropic.com"
+    api_key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        streaming=True,
+        tools=True,
+        parallel_tool_calls=True,
+        vision=True,
+        pdf=True,
+        thinking=True,
+        structured_output=True,
+        prompt_caching="explicit",
+        citations=True,
+        server_tools=True,
+    )
+
+    # -- connection ----------------------------------------------------------------------
+    def auth_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": self.options.get("version") or API_VERSION}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        beta = self.options.get("beta")
+        if beta:
+            headers["anthropic-beta"] = beta if isinstance(beta, str) else ",".join(beta)
+        return headers
+
+    def endpoint(self, request: ProviderRequest, *, stream: bool) -> str:
+        return "/v1/messages"
+
+    def is_context_length_error(self, status: int | None, message: str, code: str | None) -> bool:
+        if "exceed context limit" in message.lower():
+            return True
+        return super().is_context_length_error(status, message, code)
+
+    # -- request -------------------------------------------------------------------------
+    def schema_tool_name(self, request: ProviderRequest) -> str | None:
+        """Name of the forced tool carrying structured output, or ``None``."""
+        return (request.schema_name or "response") if request.schema else None
+
+    def max_tokens(self, request: ProviderRequest) -> int:
+        value = request.params.get("max_tokens") or self.options.get("max_tokens")
+        if value:
+            return int(value)
+        for prefix, limit in MODEL_MAX_TOKENS.items():
+            if request.model_id.startswith(prefix):
+                return limit
+        return DEFAULT_MAX_TOKENS
+
+    def thinking_config(self, value: Any) -> dict[str, Any] | None:
+        """``params["thinking"]`` as Anthropic's ``thinking`` object."""
+        if not value:
+            return None
+        if value is True:
+            return {"type": "enabled", "budget_tokens": EFFORT_BUDGETS["low"]}
+        if isinstance(value, int):
+            return {"type": "enabled", "budget_tokens": value}
+        if isinstance(value, dict):
+            if "type" in value:
+                return dict(value)
+            if value.get("budget_tokens"):
+                return {"type": "enabled", "budget_tokens": int(value["budget_tokens"])}
+            if value.get("effort") in EFFORT_BUDGETS:
+                return {"type": "enabled", "budget_tokens": EFFORT_BUDGETS[value["effort"]]}
+        raise UnsupportedFeatureError(self.name, f"thinking setting {value!r}")
+
+    def build_payload(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+        params = request.params
+        system, messages = self.convert_messages(request.messages)
+        body: dict[str, Any] = {"model": request.model_id, "messages": messages}
+        if system:
+            body["system"] = system
+        body["stream"] = stream
+        body["max_tokens"] = self.max_tokens(request)
+
+        thinking = self.thinking_config(params.get("thinking"))
+        if thinking:
+            body["thinking"] = thinking
+            budget = thinking.get("budget_tokens") or 0
+            explicit = params.get("max_tokens") or self.options.get("max_tokens")
+            if budget >= body["max_tokens"] and not explicit:
+                body["max_tokens"] = budget + DEFAULT_MAX_TOKENS
+        if params.get("temperature") is not None:
+            body["temperature"] = params["temperature"]
+        for key in ("top_p", "top_k"):
+            if params.get(key) is not None:
+                body[key] = params[key]
+        stop = params.get("stop_sequences", params.get("stop"))
+        if stop:
+            body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+        schema_tool = self.schema_tool_name(request)
+        _schema_tool.set(schema_tool)
+        tool_choice: dict[str, Any] | None = None
+        if schema_tool:
+            schema = request.schema or {}
+            if schema.get("type", "object") != "object":
+                raise UnsupportedFeatureError(
+                    self.name, "structured output whose schema is not a JSON object"
+                )
+            tools.append(
+                {
+                    "name": schema_tool,
+                    "description": "Give the final answer by calling this tool; its input "
+                    "is the answer, as a JSON object matching the schema.",
+                    "input_schema": schema,
+                }
+            )
+            if thinking:  # Anthropic refuses forced tool use together with thinking
+                tool_choice = {"type": "auto"}
+            elif request.tools:  # the model may still call the other tools first
+                tool_choice = {"type": "any"}
+            else:
+                tool_choice = {"type": "tool", "name": schema_tool}
+        if params.get("parallel_tool_calls") is False and tools:
+            tool_choice = {**(tool_choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+        if tools:
+            body["tools"] = tools
+        if tool_choice:
+            body["tool_choice"] = tool_choice
+
+        vendor = params.get(self.name)
+        if isinstance(vendor, dict):
+            body.update(vendor)
+        return body
+
+    def convert_messages(
+        self, messages: Iterable[ProviderMessage]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``(system blocks, messages)``: system text hoisted, same-role turns merged,
+        ``cache_control`` on the last block of each ``cache_boundary`` message."""
+        system: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = []
+        breakpoints: list[dict[str, Any]] = []
+        for msg in messages:
+            if msg.role == "system":
+                blocks = [{"type": "text", "text": msg.content}] if msg.content else []
+                system.extend(blocks)
+            else:
+                role, blocks = self.convert_message(msg)
+                if not blocks:
+                    continue
+                if out and out[-1]["role"] == role:
+                    out[-1]["content"].extend(blocks)
+                else:
+                    out.append({"role": role, "content": blocks})
+            cacheable = [b for b in blocks if "thinking" not in b["type"]]
+            if msg.cache_boundary and cacheable:
+                breakpoints.append(cacheable[-1])
+        for m in out:
+            if m["role"] == "user":  # tool results must open a user turn
+                m["content"].sort(key=lambda b: b["type"] != "tool_result")
+        control: dict[str, Any] = {"type": "ephemeral"}
+        if self.options.get("cache_ttl"):
+            control["ttl"] = self.options["cache_ttl"]
+        for block in breakpoints[-MAX_CACHE_BREAKPOINTS:]:
+            block["cache_control"] = dict(control)
+        return system, out
+
+    def convert_message(self, msg: ProviderMessage) -> tuple[str, list[dict[str, Any]]]:
+        """One transcript entry as ``(role, content blocks)``."""
+        if msg.role == "tool":
+            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.tool_call_id}
+            content = [{"type": "text", "text": msg.content}] if msg.content else []
+            content += [self.attachment_block(a) for a in msg.attachments]
+            if content:
+                result["content"] = content
+            if msg.is_error:
+                result["is_error"] = True
+            return "user", [result]
+        if msg.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            native = msg.provider == self.name
+            if native and msg.thinking and msg.thinking.signature:
+                blocks.append(
+                    {
+                        "type": "thinking",
+                        "thinking": msg.thinking.text,
+                        "signature": msg.thinking.signature,
+                    }
+                )
+            redacted = [i for i in msg.reasoning_items if i.get("type") == "redacted_thinking"]
+            blocks += [dict(item) for item in redacted]
+            if msg.content:
+                blocks.append({"type": "text", "text": msg.content})
+            blocks += [
+                {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}
+                for c in msg.tool_calls
+            ]
+            return "assistant", blocks
+        if msg.role == "user":
+            blocks = [self.attachment_block(a) for a in msg.attachments]
+            if msg.content:
+                blocks.append({"type": "text", "text": msg.content})
+            return "user", blocks
+        raise UnsupportedFeatureError(self.name, f"messages with role {msg.role!r}")
+
+    def attachment_block(self, attachment: AttachmentData) -> dict[str, Any]:
+        mime = attachment.mime_type
+        if mime in IMAGE_TYPES:
+            data = base64.b64encode(attachment.data).decode("ascii")
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": mime, "data": data},
+            }
+        if mime == "application/pdf":
+            data = base64.b64encode(attachment.data).decode("ascii")
+            source = {"type": "base64", "media_type": mime, "data": data}
+        elif mime == "text/plain":
+            text = attachment.data.decode("utf-8", errors="replace")
+            source = {"type": "text", "media_type": mime, "data": text}
+        else:
+            raise UnsupportedFeatureError(self.name, f"attachments of type {mime}")
+        block: dict[str, Any] = {"type": "document", "source": source}
+        if attachment.filename:
+            block["title"] = attachment.filename
+        if self.options.get("citations"):
+            block["citations"] = {"enabled": True}
+        return block
+
+    # -- answers -------------------------------------------------------------------------
+    def parse_response(
+        self, data: dict[str, Any], request: ProviderRequest | None = None
+    ) -> ProviderResponse:
+        schema_tool = self.schema_tool_name(request) if request else _schema_tool.get()
+        text: list[str] = []
+        offset = 0
+        thinking_parts: list[str] = []
+        signature: str | None = None
+        reasoning_items: list[dict[str, Any]] = []
+        tool_calls: list[ToolCallData] = []
+        citations: list[Citation] = []
+        server_calls: dict[str, dict[str, Any]] = {}
+        structured = False
+        for block in data.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                piece = block.get("text") or ""
+                text.append(piece)
+                for raw in block.get("citations") or []:
+                    citations.append(to_citation(raw, offset, offset + len(piece)))
+                offset += len(piece)
+            elif kind == "thinking":
+                thinking_parts.append(block.get("thinking") or "")
+                signature = block.get("signature") or signature
+            elif kind == "redacted_thinking":
+                reasoning_items.append(block)
+            elif kind == "tool_use":
+                if schema_tool and block.get("name") == schema_tool:
+                    piece = json.dumps(block.get("input") or {}, ensure_ascii=False)
+                    text.append(piece)
+                    offset += len(piece)
+                    structured = True
+                    continue
+                tool_calls.append(
+                    ToolCallData(
+                        call_id=block["id"],
+                        name=block["name"],
+                        arguments=block.get("input") or {},
+                    )
+                )
+            elif kind in SERVER_TOOL_USES:
+                server_calls[block["id"]] = {
+                    "name": block.get("name") or "",
+                    "id": block["id"],
+                    "arguments": block.get("input") or {},
+                }
+            elif is_server_result(block):
+                add_server_result(server_calls, block)
+        raw_reason = data.get("stop_reason")
+        reason = finish_reason(raw_reason)
+        if structured and raw_reason == "tool_use" and not tool_calls:
+            reason = "stop"
+        thinking = None
+        if thinking_parts or signature:
+            thinking = Thinking("".join(thinking_parts), signature)
+        return ProviderResponse(
+            content="".join(text),
+            tool_calls=tool_calls,
+            thinking=thinking,
+            reasoning_items=reasoning_items,
+            citations=citations,
+            server_tool_calls=[ServerToolCall(**c) for c in server_calls.values()],
+            finish_reason=reason,
+            raw_finish_reason=raw_reason,
+            tokens=usage_tokens(data.get("usage")),
+            model_id=data.get("model"),
+            raw=data,
+        )
+
+    def new_stream_parser(self, request: ProviderRequest) -> AnthropicStreamParser:
+        return AnthropicStreamParser(self, request)
+
+
+class AnthropicStreamParser(StreamParser):
+    """Reads one streamed Messages answer (``message_start`` ... ``message_stop``)."""
+
+    handled = frozenset(
+        {
+            "message_start",
+            "message_delta",
+            "message_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+        }
+    )
+
+    def __init__(self, provider: Provider, request: ProviderRequest):
+        super().__init__(provider, request)
+        schema_name = getattr(provider, "schema_tool_name", None)
+        self.schema_tool = schema_name(request) if schema_name else None
+        self.message: dict[str, Any] = {}
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.state: dict[int, dict[str, Any]] = {}
+        self.server_calls: dict[str, dict[str, Any]] = {}
+        self.text_length = 0
+        self.structured = False
+
+    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+        if event == "ping":
+            return ()
+        payload = json.loads(data)  # the base turns a decoding error into a ProviderError
+        if not isinstance(payload, dict):
+            return ()
+        kind = payload.get("type") or event
+        if event == "error" or kind == "error":
+            raise self.provider.error_from_payload(payload)
+        if kind not in self.handled:  # ping and unknown future events
+            return ()
+        return getattr(self, f"on_{kind}")(payload)
+
+    def text(self, piece: str) -> TextDelta:
+        self.text_length += len(piece)
+        return TextDelta(piece)
+
+    # -- message -------------------------------------------------------------------------
+    def on_message_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        self.message = dict(payload.get("message") or {})
+        self.merge_usage(self.message.get("usage"))
+        self.builder.model_id = self.message.get("model")
+        return []
+
+    def on_message_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        for key, value in (payload.get("delta") or {}).items():
+            if value is not None or key not in self.message:
+                self.message[key] = value
+        self.merge_usage(payload.get("usage"))
+        return []
+
+    def merge_usage(self, usage: dict[str, Any] | None) -> None:
+        for key, value in (usage or {}).items():
+            if value is not None:
+                self.usage[key] = value
+
+    def on_message_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        self.done = True
+        raw_reason = self.message.get("stop_reason")
+        reason = finish_reason(raw_reason)
+        if self.structured and raw_reason == "tool_use" and not self.builder.tool_calls:
+            reason = "stop"
+        self.message["content"] = [self.blocks[i] for i in sorted(self.blocks)]
+        self.message["usage"] = dict(self.usage)
+        self.builder.raw = self.message
+        self.builder.server_tool_calls = [ServerToolCall(**c) for c in self.server_calls.values()]
+        return [
+            TokenUsageDone(token_usage=usage_tokens(self.usage)),
+            FinishReasonDone(finish_reason=reason, raw_finish_reason=raw_reason),
+        ]
+
+    # -- content blocks ------------------------------------------------------------------
+    def on_content_block_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        index = payload.get("index", len(self.blocks))
+        block = dict(payload.get("content_block") or {})
+        kind = block.get("type")
+        self.blocks[index] = block
+        state: dict[str, Any] = {"json": [], "emitted": False, "offset": self.text_length}
+        self.state[index] = state
+        events: list[StreamEvent] = []
+        if kind == "text":
+            block["citations"] = list(block.get("citations") or [])
+            if block.get("text"):
+                events.append(self.text(block["text"]))
+        elif kind == "thinking":
+            if block.get("thinking"):
+                events.append(ReasoningDelta(block["thinking"]))
+        elif kind == "redacted_thinking":
+            self.builder.reasoning_items.append(dict(block))
+        elif kind == "tool_use":
+            state["schema"] = bool(self.schema_tool) and block.get("name") == self.schema_tool
+        elif is_server_result(block):
+            call = add_server_result(self.server_calls, block)
+            if kind == "web_search_tool_result":
+                query = (call.get("arguments") or {}).get("query")
+                events.append(WebSearchDone(query, sources=web_sources(block.get("content"))))
+        return events
+
+    def on_content_block_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        index = payload.get("index", 0)
+        block = self.blocks.setdefault(index, {})
+        state = self.state.setdefault(index, {"json": [], "emitted": False, "offset": 0})
+        delta = payload.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            piece = delta.get("text") or ""
+            block["text"] = block.get("text", "") + piece
+            return [self.text(piece)] if piece else []
+        if kind == "thinking_delta":
+            piece = delta.get("thinking") or ""
+            block["thinking"] = block.get("thinking", "") + piece
+            return [ReasoningDelta(piece)] if piece else []
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
+            return []
+        if kind == "citations_delta":
+            if delta.get("citation"):
+                block.setdefault("citations", []).append(delta["citation"])
+            return []
+        if kind == "input_json_delta":
+            piece = delta.get("partial_json") or ""
+            state["json"].append(piece)
+            if not piece or block.get("type") != "tool_use":
+                return []
+            if state.get("schema"):
+                state["emitted"] = True
+                return [self.text(piece)]
+            first = not state["emitted"]
+            state["emitted"] = True
+            return [
+                ToolCallDelta(
+                    item_id=block.get("id"),
+                    name=block.get("name") if first else None,
+                    arguments_delta=piece,
+                )
+            ]
+        return []
+
+    def on_content_block_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        index = payload.get("index", 0)
+        block = self.blocks.get(index) or {}
+        state = self.state.get(index) or {"json": [], "emitted": False, "offset": 0}
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text") or ""
+            start = state["offset"]
+            self.builder.citations.extend(
+                to_citation(raw, start, start + len(text)) for raw in block.get("citations") or []
+            )
+            if not block.get("citations"):
+                block.pop("citations", None)
+            return []
+        if kind == "thinking":
+            part = ReasoningPart(
+                type="text",
+                text=block.get("thinking") or "",
+                format="anthropic",
+                signature=block.get("signature") or None,
+            )
+            return [ReasoningDone(part)]
+        if kind != "tool_use" and kind not in SERVER_TOOL_USES:
+            return []
+        arguments = "".join(state["json"]).strip()
+        if not arguments:
+            initial = block.get("input")
+            arguments = json.dumps(initial, ensure_ascii=False) if initial else "{}"
+        block["input"] = parse_arguments(arguments)
+        if kind in SERVER_TOOL_USES:
+            call = self.server_calls.setdefault(block.get("id") or "", {})
+            call.update(name=block.get("name") or "", id=block.get("id"), arguments=block["input"])
+            if block.get("name") == "web_search":
+                return [WebSearchStatus("searching", query=block["input"].get("query"))]
+            return []
+        if state.get("schema"):
+            self.structured = True
+            return [] if state["emitted"] else [self.text(arguments)]
+        return [
+            ToolCallDone(
+                item_id=block.get("id"),
+                call_id=block.get("id") or "",
+                name=block.get("name") or "",
+                arguments=arguments,
+            )
+        ]
+
+    def finish(self) -> ProviderResponse:
+        response = super().finish()
+        for call in response.tool_calls:  # Anthropic has one id per call
+            if call.item_id == call.call_id:
+                call.item_id = None
+        return response

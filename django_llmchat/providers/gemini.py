@@ -1,0 +1,683 @@
+"""Google's Gemini API (``generateContent`` / ``streamGenerateContent?alt=sse``).
+
+Speaks the wire format only; HTTP, retries and error translation live in
+:mod:`django_llmchat.providers.base`.
+
+Each streamed chunk is a whole ``GenerateContentResponse``; the stream has no terminator
+and is complete once a chunk with a ``finishReason`` has arrived. ``usageMetadata`` is a
+snapshot on every chunk, so the last one wins. Function calls carry a
+``thoughtSignature`` that must go back unchanged with the call on the next turn; it is
+kept on :class:`~django_llmchat.providers.types.ToolCallData`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from ..errors import AuthenticationError, ProviderError
+from ..events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    ReasoningPart,
+    StreamEvent,
+    TextDelta,
+    TokenUsageDone,
+    ToolCallDelta,
+    ToolCallDone,
+    WebSearchDone,
+)
+from ..values import Citation, ServerToolCall, Thinking, Tokens
+from .base import Provider, StreamParser
+from .types import (
+    AttachmentData,
+    Capabilities,
+    ProviderMessage,
+    ProviderRequest,
+    ProviderResponse,
+    ToolCallData,
+    ToolSpec,
+)
+
+__all__ = ["FINISH_REASONS", "GeminiProvider", "GeminiStreamParser", "gemini_schema"]
+
+# Gemini ``finishReason`` (and ``promptFeedback.blockReason``) -> event finish reason
+# (seed 001). ``STOP`` becomes ``tool_calls`` when the response holds function calls.
+# Unknown values -> "other".
+FINISH_REASONS: dict[str, str] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "LANGUAGE": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+    "IMAGE_PROHIBITED_CONTENT": "content_filter",
+    "IMAGE_RECITATION": "content_filter",
+    "MALFORMED_FUNCTION_CALL": "malformed_output",
+    "UNEXPECTED_TOOL_CALL": "malformed_output",
+    "OTHER": "other",
+    "FINISH_REASON_UNSPECIFIED": "other",
+}
+
+REASONING_FORMAT = "gemini"
+
+# ``params["thinking"] = {"effort": ...}`` as a thinking budget (Gemini 2.x); Gemini 3
+# models get the effort as ``thinkingLevel``.
+EFFORT_BUDGETS: dict[str, int] = {"minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
+
+# Reasons (``google.rpc.ErrorInfo``) and statuses that mean the key is wrong.
+AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED"})
+AUTH_STATUSES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+
+# JSON Schema keys Gemini's ``Schema`` object understands; the rest are dropped.
+SCHEMA_KEYS = frozenset(
+    {
+        "description",
+        "enum",
+        "format",
+        "nullable",
+        "required",
+        "title",
+        "minItems",
+        "maxItems",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minProperties",
+        "maxProperties",
+        "propertyOrdering",
+        "default",
+        "example",
+    }
+)
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``: dicts merge key by key, a ``tools`` list is appended to,
+    anything else is replaced."""
+    out = dict(base)
+    for key, value in extra.items():
+        current = out.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            out[key] = deep_merge(current, value)
+        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
+            out[key] = current + value
+        else:
+            out[key] = value
+    return out
+
+
+def gemini_schema(schema: dict[str, Any], root: dict[str, Any] | None = None, depth: int = 0):
+    """A JSON Schema as Gemini's ``Schema`` object: upper-case types, ``nullable`` for
+    ``null`` alternatives, ``$ref`` inlined from ``$defs``, unsupported keys dropped."""
+    if not isinstance(schema, dict):
+        return schema
+    root = schema if root is None else root
+    if depth > 32:
+        return {"type": "OBJECT"}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for key in ref[2:].split("/"):
+            target = target.get(key, {}) if isinstance(target, dict) else {}
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return gemini_schema(merged, root, depth + 1)
+    out: dict[str, Any] = {}
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        if len(kinds) < len(kind):
+            out["nullable"] = True
+        kind = kinds[0] if kinds else None
+    if isinstance(kind, str):
+        out["type"] = kind.upper()
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(options, list):
+        rest = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+        if len(rest) < len(options):
+            out["nullable"] = True
+        if len(rest) == 1:
+            inner = gemini_schema(rest[0], root, depth + 1)
+            out = {**inner, **out}
+        elif rest:
+            out["anyOf"] = [gemini_schema(o, root, depth + 1) for o in rest]
+    if "const" in schema:
+        out["enum"] = [schema["const"]]
+    for key, value in schema.items():
+        if key in SCHEMA_KEYS and key not in out:
+            out[key] = value
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {k: gemini_schema(v, root, depth + 1) for k, v in props.items()}
+    if isinstance(schema.get("items"), dict):
+        out["items"] = gemini_schema(schema["items"], root, depth + 1)
+    return out
+
+
+def usage_tokens(usage: dict[str, Any] | None) -> Tokens:
+    """``usageMetadata`` -> :class:`Tokens`. Cached tokens are inside ``promptTokenCount``;
+    thoughts are outside ``candidatesTokenCount`` (added to the output here)."""
+    if not usage:
+        return Tokens()
+    prompt = usage.get("promptTokenCount")
+    if prompt is not None and usage.get("toolUsePromptTokenCount"):
+        prompt += usage["toolUsePromptTokenCount"]
+    cached = usage.get("cachedContentTokenCount")
+    if prompt is not None and cached:
+        prompt -= cached
+    candidates = usage.get("candidatesTokenCount")
+    thoughts = usage.get("thoughtsTokenCount")
+    output = None
+    if candidates is not None or thoughts is not None:
+        output = (candidates or 0) + (thoughts or 0)
+    return Tokens(
+        input_tokens=prompt,
+        output_tokens=output,
+        cache_read_tokens=cached,
+        thinking_tokens=thoughts,
+    )
+
+
+def finish_reason(raw: str | None, has_calls: bool) -> str:
+    reason = FINISH_REASONS.get(raw or "STOP", "other")
+    if reason == "stop" and has_calls:
+        return "tool_calls"
+    return reason
+
+
+def grounding_citations(metadata: dict[str, Any] | None) -> list[Citation]:
+    """``groundingMetadata`` -> citations: one per supported segment and source, or one
+    per source when no segment is given."""
+    if not metadata:
+        return []
+    chunks = [
+        c.get("web") or c.get("retrievedContext") or {}
+        for c in metadata.get("groundingChunks") or []
+    ]
+    out: list[Citation] = []
+    used: set[int] = set()
+    for support in metadata.get("groundingSupports") or []:
+        segment = support.get("segment") or {}
+        for index in support.get("groundingChunkIndices") or []:
+            if not 0 <= index < len(chunks):
+                continue
+            used.add(index)
+            out.append(
+                Citation(
+                    url=chunks[index].get("uri"),
+                    title=chunks[index].get("title"),
+                    cited_text=segment.get("text"),
+                    start_index=segment.get("startIndex"),
+                    end_index=segment.get("endIndex"),
+                )
+            )
+    for index, chunk in enumerate(chunks):
+        if index not in used and chunk.get("uri"):
+            out.append(Citation(url=chunk.get("uri"), title=chunk.get("title")))
+    return out
+
+
+def grounding_search(metadata: dict[str, Any] | None) -> ServerToolCall | None:
+    if not metadata or not metadata.get("webSearchQueries"):
+        return None
+    sources = [
+        {"title": (c.get("web") or {}).get("title"), "url": (c.get("web") or {}).get("uri")}
+        for c in metadata.get("groundingChunks") or []
+        if c.get("web")
+    ]
+    return ServerToolCall(
+        name="google_search",
+        arguments={"queries": list(metadata["webSearchQueries"])},
+        result=sources,
+        status="completed",
+    )
+
+
+def _duration_seconds(value: Any) -> float | None:
+    """A protobuf Duration (``"48s"``, ``"1.5s"`` or ``{"seconds": 48, "nanos": 0}``)."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)s\s*", value)
+        return float(match.group(1)) if match else None
+    if isinstance(value, dict):
+        try:
+            return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def error_info(payload: Any) -> tuple[dict[str, Any], str | None, float | None]:
+    """``(error object, ErrorInfo reason, RetryInfo delay in seconds)`` of an error body."""
+    if isinstance(payload, list) and payload:
+        payload = payload[0]
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(err, dict):
+        return {}, None, None
+    reason = None
+    delay = None
+    for detail in err.get("details") or []:
+        if not isinstance(detail, dict):
+            continue
+        kind = str(detail.get("@type", ""))
+        if kind.endswith("google.rpc.ErrorInfo") and detail.get("reason"):
+            reason = str(detail["reason"])
+        elif kind.endswith("google.rpc.RetryInfo"):
+            delay = _duration_seconds(detail.get("retryDelay"))
+    return err, reason, delay
+
+
+class GeminiProvider(Provider):
+    """Google Gemini through the Gemini API (API key auth)."""
+
+    name: ClassVar[str] = "gemini"
+    label: ClassVar[str] = "Google Gemini"
+    default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
+    api_key_env: ClassVar[str | None] = "GEMINI_API_KEY"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        vision=True,
+        pdf=True,
+        thinking=True,
+        structured_output=True,
+        prompt_caching="automatic",
+        citations=True,
+        server_tools=True,
+    )
+
+    # -- request ---------------------------------------------------------------------
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-goog-api-key": self.api_key} if self.api_key else {}
+
+    @property
+    def api_version(self) -> str:
+        return str(self.options.get("api_version") or "v1beta")
+
+    def endpoint(self, request: ProviderRequest, *, stream: bool) -> str:
+        model = request.model_id.removeprefix("models/")
+        if stream:
+            return f"/{self.api_version}/models/{model}:streamGenerateContent?alt=sse"
+        return f"/{self.api_version}/models/{model}:generateContent"
+
+    def build_payload(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+        params = request.params or {}
+        system, contents = self.contents(request.messages)
+        payload: dict[str, Any] = {"contents": contents}
+        if system:
+            payload["systemInstruction"] = {"parts": [{"text": system}]}
+        payload["generationConfig"] = self.generation_config(request)
+        if request.tools:
+            payload["tools"] = [
+                {"functionDeclarations": [self.declaration(t) for t in request.tools]}
+            ]
+        vendor = params.get(self.name)
+        if vendor:
+            payload = deep_merge(payload, vendor)
+        return payload
+
+    def generation_config(self, request: ProviderRequest) -> dict[str, Any]:
+        params = request.params or {}
+        config: dict[str, Any] = {}
+        if params.get("temperature") is not None:
+            config["temperature"] = params["temperature"]
+        if params.get("top_p") is not None:
+            config["topP"] = params["top_p"]
+        if params.get("max_tokens") is not None:
+            config["maxOutputTokens"] = params["max_tokens"]
+        thinking = self.thinking_config(request.model_id, params.get("thinking"))
+        if thinking:
+            config["thinkingConfig"] = thinking
+        if request.schema is not None:
+            config["responseMimeType"] = "application/json"
+            config["responseJsonSchema"] = request.schema
+        return config
+
+    def thinking_config(self, model_id: str, spec: Any) -> dict[str, Any]:
+        """``params["thinking"]`` (``{"budget_tokens": N}``, ``{"effort": ...}``, an
+        effort string or ``True``) -> ``thinkingConfig``."""
+        if spec is None or spec is False:
+            return {}
+        if spec is True:
+            return {"includeThoughts": True}
+        if isinstance(spec, str):
+            spec = {"effort": spec}
+        if not isinstance(spec, dict):
+            return {}
+        if spec.get("budget_tokens") is not None:
+            budget = int(spec["budget_tokens"])
+            return {"thinkingBudget": budget, "includeThoughts": budget != 0}
+        effort = spec.get("effort")
+        if effort is None:
+            return {"includeThoughts": True}
+        if "gemini-3" in model_id:
+            return {"thinkingLevel": effort, "includeThoughts": True}
+        return {"thinkingBudget": EFFORT_BUDGETS.get(effort, 8192), "includeThoughts": True}
+
+    def declaration(self, tool: ToolSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        params = tool.parameters or {}
+        if params.get("properties") or params.get("$ref") or params.get("anyOf"):
+            out["parameters"] = gemini_schema(params)
+        return out
+
+    def contents(self, messages: list[ProviderMessage]) -> tuple[str | None, list[dict]]:
+        """``(system instruction text, contents)`` for a transcript."""
+        system: list[str] = []
+        contents: list[dict[str, Any]] = []
+        calls: dict[str, ToolCallData] = {}
+        results_turn: dict[str, Any] | None = None
+        for msg in messages:
+            if msg.role == "system":
+                if msg.content:
+                    system.append(msg.content)
+                continue
+            if msg.role == "tool":
+                part = self.function_response(msg, calls.get(msg.tool_call_id or ""))
+                if results_turn is None:
+                    results_turn = {"role": "user", "parts": []}
+                    contents.append(results_turn)
+                results_turn["parts"].append(part)
+                continue
+            results_turn = None
+            if msg.role == "user":
+                parts: list[dict[str, Any]] = []
+                if msg.content:
+                    parts.append({"text": msg.content})
+                parts.extend(self.attachment_part(a) for a in msg.attachments)
+                if parts:
+                    contents.append({"role": "user", "parts": parts})
+            elif msg.role == "assistant":
+                for call in msg.tool_calls:
+                    calls[call.call_id] = call
+                parts = self.model_parts(msg)
+                if parts:
+                    contents.append({"role": "model", "parts": parts})
+        return ("\n\n".join(system) or None), contents
+
+    def attachment_part(self, att: AttachmentData) -> dict[str, Any]:
+        data = base64.b64encode(att.data).decode("ascii")
+        return {"inlineData": {"mimeType": att.mime_type, "data": data}}
+
+    def model_parts(self, msg: ProviderMessage) -> list[dict[str, Any]]:
+        native = msg.provider == self.name
+        signature = msg.thinking.signature if (native and msg.thinking) else None
+        parts: list[dict[str, Any]] = []
+        if signature and msg.thinking and msg.thinking.text:
+            parts.append(
+                {"text": msg.thinking.text, "thought": True, "thoughtSignature": signature}
+            )
+            signature = None
+        if msg.content:
+            part: dict[str, Any] = {"text": msg.content}
+            if signature:  # a signature that came on the reply's text goes back there
+                part["thoughtSignature"] = signature
+            parts.append(part)
+        for call in msg.tool_calls:
+            function_call: dict[str, Any] = {"name": call.name, "args": call.arguments or {}}
+            if native and call.item_id:
+                function_call["id"] = call.item_id
+            part = {"functionCall": function_call}
+            if call.thought_signature:
+                part["thoughtSignature"] = call.thought_signature
+            parts.append(part)
+        return parts
+
+    def function_response(self, msg: ProviderMessage, call: ToolCallData | None) -> dict:
+        response: dict[str, Any]
+        try:
+            value = json.loads(msg.content) if msg.content else None
+        except ValueError:
+            value = None
+        if msg.is_error:
+            response = {"error": msg.content}
+        elif isinstance(value, dict):
+            response = value
+        else:
+            response = {"result": msg.content}
+        name = msg.tool_name or (call.name if call else "") or "tool"
+        function_response: dict[str, Any] = {"name": name, "response": response}
+        if call is not None and call.item_id and call.item_id == msg.tool_call_id:
+            function_response["id"] = call.item_id
+        return {"functionResponse": function_response}
+
+    # -- answer ----------------------------------------------------------------------
+    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+        if isinstance(data, dict) and "error" in data and not data.get("candidates"):
+            raise self.error_from_payload(data)
+        ids = CallIds(data.get("responseId"))
+        candidate = (data.get("candidates") or [{}])[0]
+        text: list[str] = []
+        thoughts: list[str] = []
+        signature: str | None = None
+        tool_calls: list[ToolCallData] = []
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            if "functionCall" in part:
+                call = part["functionCall"] or {}
+                tool_calls.append(
+                    ToolCallData(
+                        call_id=ids.call_id(call),
+                        name=call.get("name") or "",
+                        arguments=call.get("args") or {},
+                        thought_signature=part.get("thoughtSignature"),
+                        item_id=call.get("id"),
+                    )
+                )
+                continue
+            if part.get("thoughtSignature"):
+                signature = part["thoughtSignature"]
+            if part.get("thought"):
+                thoughts.append(part.get("text") or "")
+            elif isinstance(part.get("text"), str):
+                text.append(part["text"])
+        raw = candidate.get("finishReason")
+        block = (data.get("promptFeedback") or {}).get("blockReason")
+        if raw is None and block:
+            reason, raw = "content_filter", block
+        else:
+            reason = finish_reason(raw, bool(tool_calls))
+        thought_text = "".join(thoughts)
+        grounding = candidate.get("groundingMetadata")
+        search = grounding_search(grounding)
+        return ProviderResponse(
+            content="".join(text),
+            tool_calls=tool_calls,
+            thinking=Thinking(thought_text, signature) if (thought_text or signature) else None,
+            citations=grounding_citations(grounding),
+            server_tool_calls=[search] if search else [],
+            finish_reason=reason,
+            raw_finish_reason=raw,
+            tokens=usage_tokens(data.get("usageMetadata")),
+            model_id=data.get("modelVersion"),
+            raw=data,
+        )
+
+    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
+        return GeminiStreamParser(self, request)
+
+    # -- errors ----------------------------------------------------------------------
+    def error_details(self, payload: Any) -> tuple[str, str | None]:
+        """``(message, code)``: the code is the ``ErrorInfo`` reason when there is one
+        (``API_KEY_INVALID``), else the RPC status (``RESOURCE_EXHAUSTED``)."""
+        err, reason, _ = error_info(payload)
+        if not err:
+            return super().error_details(payload)
+        code = reason or err.get("status") or err.get("code")
+        return str(err.get("message") or ""), (str(code) if code is not None else None)
+
+    def is_context_length_error(self, status: int | None, message: str, code: str | None) -> bool:
+        text = message.lower()
+        return super().is_context_length_error(status, message, code) or (
+            "exceeds the maximum number of tokens" in text
+        )
+
+    def error_from_payload(self, payload: Any, **kw: Any) -> ProviderError:
+        """As the base, plus: a bad key (``API_KEY_INVALID``, answered with 400) is an
+        :class:`AuthenticationError`, and the body's ``RetryInfo.retryDelay`` becomes
+        ``retry_after`` when no header gave one."""
+        error = super().error_from_payload(payload, **kw)
+        err, reason, delay = error_info(payload)
+        if not isinstance(error, AuthenticationError) and (
+            reason in AUTH_REASONS or err.get("status") in AUTH_STATUSES
+        ):
+            error = AuthenticationError(
+                error.message,
+                provider=error.provider,
+                status=error.status,
+                body=error.body,
+                headers=error.headers,
+                retry_after=error.retry_after,
+                code=error.code,
+            )
+        if delay is not None and error.retry_after is None:
+            error.retry_after = delay
+        return error
+
+
+class CallIds:
+    """Call ids for one response: Gemini's own ``functionCall.id`` when it sends one, else
+    ``call_<responseId>_<n>`` (unique within a chat, the same on every replay)."""
+
+    def __init__(self, response_id: str | None):
+        self.prefix = response_id or uuid.uuid4().hex[:16]
+        self.count = 0
+
+    def call_id(self, call: dict[str, Any]) -> str:
+        self.count += 1
+        if call.get("id"):
+            return str(call["id"])
+        return f"call_{self.prefix}_{self.count}"
+
+
+class GeminiStreamParser(StreamParser):
+    """Reads ``streamGenerateContent?alt=sse``: one whole response per SSE event.
+
+    The stream is done at the chunk carrying ``finishReason`` (or a prompt block); that
+    chunk also carries the final ``usageMetadata`` snapshot, read before the usage event
+    is emitted. Nothing after it is read.
+    """
+
+    def __init__(self, provider: Provider, request: ProviderRequest):
+        super().__init__(provider, request)
+        self.ids: CallIds | None = None
+        self.thoughts: list[str] = []
+        self.thinking_open = False
+        self.signature: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.grounding: dict[str, Any] | None = None
+        self.native_ids: set[str] = set()
+
+    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return []
+        if isinstance(payload, list):  # tolerate the array framing of non-SSE streams
+            return [e for chunk in payload for e in self.chunk(chunk)]
+        return self.chunk(payload)
+
+    def chunk(self, payload: Any) -> list[StreamEvent]:
+        if not isinstance(payload, dict):
+            return []
+        if "error" in payload and not payload.get("candidates"):
+            raise self.provider.error_from_payload(payload)
+        if self.ids is None:
+            self.ids = CallIds(payload.get("responseId"))
+        if payload.get("modelVersion"):
+            self.builder.model_id = payload["modelVersion"]
+        if payload.get("usageMetadata"):
+            self.usage = payload["usageMetadata"]
+        candidate = (payload.get("candidates") or [{}])[0]
+        events: list[StreamEvent] = []
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            if "functionCall" in part:
+                events.extend(self.close_thinking())
+                events.extend(self.function_call(part))
+                continue
+            if part.get("thoughtSignature"):
+                self.signature = part["thoughtSignature"]
+            text = part.get("text")
+            if not isinstance(text, str) or not text:
+                continue
+            if part.get("thought"):
+                self.thoughts.append(text)
+                self.thinking_open = True
+                events.append(ReasoningDelta(text))
+            else:
+                events.extend(self.close_thinking())
+                events.append(TextDelta(text))
+        if candidate.get("groundingMetadata"):
+            self.grounding = candidate["groundingMetadata"]
+        raw = candidate.get("finishReason")
+        block = (payload.get("promptFeedback") or {}).get("blockReason")
+        if raw is None and not (block and not payload.get("candidates")):
+            return events
+        events.extend(self.close_thinking())
+        if raw is None:
+            reason, raw = "content_filter", block
+        else:
+            reason = finish_reason(raw, bool(self.builder.tool_calls) or self.has_calls(events))
+        self.finish_grounding(events)
+        if self.signature and not self.builder.reasoning_signature:
+            self.builder.reasoning_signature = self.signature
+        self.builder.raw = {**payload, "usageMetadata": self.usage} if self.usage else payload
+        self.done = True
+        events.append(TokenUsageDone(token_usage=usage_tokens(self.usage)))
+        events.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
+        return events
+
+    @staticmethod
+    def has_calls(events: list[StreamEvent]) -> bool:
+        return any(isinstance(e, ToolCallDone) for e in events)
+
+    def function_call(self, part: dict[str, Any]) -> list[StreamEvent]:
+        call = part.get("functionCall") or {}
+        assert self.ids is not None
+        call_id = self.ids.call_id(call)
+        if call.get("id"):
+            self.native_ids.add(call_id)
+        if part.get("thoughtSignature"):
+            # read by the builder when it records the ToolCallDone below
+            self.builder.tool_call_extras[call_id] = {"thought_signature": part["thoughtSignature"]}
+        name = call.get("name") or ""
+        arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
+        return [
+            ToolCallDelta(item_id=call_id, name=name, arguments_delta=arguments),
+            ToolCallDone(item_id=call_id, call_id=call_id, name=name, arguments=arguments),
+        ]
+
+    def close_thinking(self) -> list[StreamEvent]:
+        if not self.thinking_open:
+            return []
+        self.thinking_open = False
+        text = "".join(self.thoughts)
+        self.thoughts = []
+        part = ReasoningPart(
+            type="text", text=text, format=REASONING_FORMAT, signature=self.signature
+        )
+        return [ReasoningDone(part)]
+
+    def finish_grounding(self, events: list[StreamEvent]) -> None:
+        if not self.grounding:
+            return
+        self.builder.citations.extend(grounding_citations(self.grounding))
+        search = grounding_search(self.grounding)
+        if search is not None:
+            self.builder.server_tool_calls.append(search)
+            query = "; ".join(search.arguments.get("queries") or []) or None
+            events.append(WebSearchDone(query, sources=list(search.result or [])))
+
+    def finish(self) -> ProviderResponse:
+        response = self.builder.build()
+        # Ids made up here are not Gemini's: only its own go back as ``functionCall.id``.
+        for call in response.tool_calls:
+            if call.call_id not in self.native_ids:
+                call.item_id = None
+        return response

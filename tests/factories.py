@@ -1,0 +1,80 @@
+"""Builders for transcripts used across the suite."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django_llmchat.models import Chat, Message, ToolCall, Usage
+
+
+def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -> None:
+    """Add ``turns`` rounds of user prompt -> assistant tool call -> tool result ->
+    assistant answer (4 messages each), with usage rows and attachments, in bulk."""
+    users, calls_msgs = [], []
+    for i in range(turns):
+        users.append(Message(chat=chat, role="user", content=f"question {i}"))
+        calls_msgs.append(
+            Message(
+                chat=chat,
+                role="assistant",
+                content="",
+                model_id=chat.model_id,
+                provider=chat.provider,
+                finish_reason="tool_calls",
+            )
+        )
+    ordered = [m for pair in zip(users, calls_msgs, strict=True) for m in pair]
+    Message.objects.bulk_create(ordered)
+    tool_calls = [
+        ToolCall(chat=chat, message=m, call_id=f"call_{i}", name="weather", arguments={"i": i})
+        for i, m in enumerate(calls_msgs)
+    ]
+    ToolCall.objects.bulk_create(tool_calls)
+    results, answers = [], []
+    for i, tc in enumerate(tool_calls):
+        results.append(
+            Message(chat=chat, role="tool", content=f"sunny {i}", parent_tool_call=tc)
+        )
+        answers.append(
+            Message(
+                chat=chat,
+                role="assistant",
+                content=f"It is sunny ({i}).",
+                model_id=chat.model_id,
+                provider=chat.provider,
+                finish_reason="stop",
+                thinking_text="Let me see.",
+                thinking_signature="sig",
+            )
+        )
+    Message.objects.bulk_create([m for pair in zip(results, answers, strict=True) for m in pair])
+    usages = []
+    for m in calls_msgs + answers:
+        usages.append(
+            Usage(
+                chat=chat,
+                message=m,
+                provider=chat.provider,
+                model_id=chat.model_id,
+                status="succeeded",
+                input_tokens=100,
+                output_tokens=20,
+                cache_read_tokens=10,
+                total_cost=Decimal("0.0001"),
+                input_cost=Decimal("0.00008"),
+                output_cost=Decimal("0.00002"),
+            )
+        )
+    Usage.objects.bulk_create(usages)
+    if with_attachments:
+        from django_llmchat.models import Attachment
+
+        Attachment.objects.bulk_create(
+            [
+                Attachment(
+                    message=u, file="llmchat/x/doc.txt", filename="doc.txt",
+                    mime_type="text/plain", size=3, sha256="0" * 64,
+                )
+                for u in users
+            ]
+        )

@@ -1,0 +1,106 @@
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_llmchat.models import Chat, Message
+from tests.factories import build_transcript
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client, django_user_model):
+    user = django_user_model.objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(user)
+    return client
+
+
+def _queries_for_chat_page(admin_client, turns):
+    chat = Chat.objects.create(title=f"chat {turns}", model_id="gpt-4.1-mini", provider="openai")
+    build_transcript(chat, turns)
+    url = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+    admin_client.get(url)  # warm per-process caches (content types, session)
+    with CaptureQueriesContext(connection) as ctx:
+        response = admin_client.get(url)
+    assert response.status_code == 200
+    return len(ctx), response.content.decode()
+
+
+def test_chat_page_query_count_is_constant(admin_client):
+    small, html = _queries_for_chat_page(admin_client, 3)  # 12 messages
+    large, _ = _queries_for_chat_page(admin_client, 250)  # 1,000 messages
+    assert small == large
+
+
+def test_chat_page_renders_transcript_in_order(admin_client):
+    _, html = _queries_for_chat_page(admin_client, 2)
+    assert "Transcript" in html
+    # each tool call is followed by its result, before the next assistant answer
+    first_call = html.index("call_0")
+    assert first_call < html.index("sunny 0") < html.index("It is sunny (0).")
+    assert html.index("question 0") < first_call < html.index("question 1")
+    assert "<details class=\"llmchat-thinking\"><summary>Thinking</summary>" in html
+    assert "llmchat-badge-user" in html and "llmchat-badge-assistant" in html
+    # the tool messages are shown beneath their calls, not again on their own
+    assert html.count("sunny 0") == 1
+    assert "8 messages" in html
+    assert "doc.txt" in html
+
+
+def test_transcript_loading_query_count(django_assert_num_queries):
+    from django_llmchat.admin import build_transcript as arrange
+
+    counts = []
+    for turns in (3, 125):  # 12 and 500 messages
+        chat = Chat.objects.create(model_id="gpt-4.1-mini", provider="openai")
+        build_transcript(chat, turns)
+        with CaptureQueriesContext(connection) as ctx:
+            data = arrange(chat)
+            for entry in data["entries"]:
+                entry["message"].to_dict()
+                entry["message"].tool_call_id
+        counts.append(len(ctx))
+        assert data["message_count"] == turns * 4
+    assert counts[0] == counts[1]
+
+
+def test_chat_list_columns_and_search(admin_client):
+    chat = Chat.objects.create(title="weather chat", model_id="gpt-4.1-mini", provider="openai")
+    build_transcript(chat, 2)
+    other = Chat.objects.create(title="other", model_id="claude-haiku-4-5", provider="anthropic")
+    Message.objects.create(chat=other, role="user", content="bonjour")
+    url = reverse("admin:django_llmchat_chat_changelist")
+    html = admin_client.get(url).content.decode()
+    assert "weather chat" in html and "other" in html
+    assert "520" in html  # 4 usage rows x 130 tokens
+    html = admin_client.get(url, {"q": "bonjour"}).content.decode()
+    assert "other" in html and "weather chat" not in html
+    html = admin_client.get(url, {"provider": "anthropic"}).content.decode()
+    assert "weather chat" not in html
+
+
+def test_chat_list_query_count_is_constant(admin_client):
+    url = reverse("admin:django_llmchat_chat_changelist")
+    for i in range(3):
+        build_transcript(Chat.objects.create(title=f"c{i}"), 1)
+    admin_client.get(url)
+    with CaptureQueriesContext(connection) as small:
+        admin_client.get(url)
+    for i in range(20):
+        build_transcript(Chat.objects.create(title=f"d{i}"), 1)
+    with CaptureQueriesContext(connection) as large:
+        admin_client.get(url)
+    assert len(small) == len(large)
+
+
+def test_usage_and_model_admin_pages(admin_client):
+    from django_llmchat.models import LLMModel
+
+    chat = Chat.objects.create(title="x")
+    build_transcript(chat, 1)
+    LLMModel.objects.create(provider="openai", model_id="gpt-4.1", name="GPT-4.1",
+                            pricing={"input_mtok": "2", "output_mtok": "8"})
+    assert admin_client.get(reverse("admin:django_llmchat_usage_changelist")).status_code == 200
+    html = admin_client.get(reverse("admin:django_llmchat_llmmodel_changelist")).content.decode()
+    assert "$2/M" in html and "$8/M" in html

@@ -1,0 +1,72 @@
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_llmchat.checks import check_settings
+from django_llmchat.conf import settings as llm_settings
+
+
+def ids(errors):
+    return sorted(e.id for e in errors)
+
+
+def test_defaults_are_clean():
+    assert check_settings() == []
+
+
+def test_conf_reloads_on_override_settings():
+    assert llm_settings.MAX_STEPS == 16
+    with override_settings(LLMCHAT={"MAX_STEPS": 3}):
+        assert llm_settings.MAX_STEPS == 3
+    assert llm_settings.MAX_STEPS == 16
+    with pytest.raises(AttributeError, match="NOPE"):
+        llm_settings.NOPE
+
+
+@pytest.mark.parametrize(
+    "value, expected_id, named",
+    [
+        ("not a dict", "llmchat.E001", "LLMCHAT"),
+        ({"MAX_STEPS": 0}, "llmchat.E002", "LLMCHAT['MAX_STEPS']"),
+        ({"MAX_RETRIES": "3"}, "llmchat.E002", "LLMCHAT['MAX_RETRIES']"),
+        ({"PROVIDERS": []}, "llmchat.E003", "LLMCHAT['PROVIDERS']"),
+        ({"PROVIDERS": {"nope": {}}}, "llmchat.E004", "LLMCHAT['PROVIDERS']['nope']"),
+        ({"PROVIDERS": {"openai": {"base_url": "ftp://x"}}}, "llmchat.E005",
+         "LLMCHAT['PROVIDERS']['openai']['base_url']"),
+        ({"PROVIDERS": {"openai": {"api_key": 123}}}, "llmchat.E006",
+         "LLMCHAT['PROVIDERS']['openai']['api_key']"),
+        ({"DEFAULT_PROVIDER": "acme"}, "llmchat.E007", "LLMCHAT['DEFAULT_PROVIDER']"),
+        ({"DEFAULT_MODEL": ""}, "llmchat.E008", "LLMCHAT['DEFAULT_MODEL']"),
+        ({"EVENTS_URL": "http://x"}, "llmchat.E009", "LLMCHAT['EVENTS_URL']"),
+        ({"ALLOWED_ATTACHMENT_TYPES": "image/png"}, "llmchat.E010",
+         "LLMCHAT['ALLOWED_ATTACHMENT_TYPES']"),
+        ({"TYPO": 1}, "llmchat.W001", "LLMCHAT['TYPO']"),
+        ({"PROVIDERS": {"openai": {"apikey": "x"}}}, "llmchat.W002",
+         "LLMCHAT['PROVIDERS']['openai']['apikey']"),
+    ],
+)
+def test_bad_settings_name_the_setting(value, expected_id, named):
+    with override_settings(LLMCHAT=value):
+        errors = check_settings()
+    assert expected_id in ids(errors)
+    error = next(e for e in errors if e.id == expected_id)
+    assert named in error.msg
+
+
+def test_custom_provider_class_is_accepted():
+    with override_settings(
+        LLMCHAT={"PROVIDERS": {"mine": {"class": "x.y.Provider"}}, "DEFAULT_PROVIDER": "mine"}
+    ):
+        assert check_settings() == []
+
+
+def test_key_value_never_in_check_messages():
+    with override_settings(LLMCHAT={"PROVIDERS": {"openai": {"api_key": "sk-secret-123",
+                                                             "base_url": "bad"}}}):
+        errors = check_settings()
+    assert errors and all("sk-secret-123" not in (e.msg + (e.hint or "")) for e in errors)
+
+
+@pytest.mark.django_db
+def test_migrations_are_in_sync():
+    call_command("makemigrations", "django_llmchat", "--check", "--dry-run", verbosity=0)
