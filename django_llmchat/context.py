@@ -39,6 +39,12 @@ class Context:
     def __getitem__(self, key: str) -> Any:
         return self._data.get(key)
 
+    def __setitem__(self, key: str, value: Any) -> None:
+        """Set a caller key (tools may record facts; they persist on ``Chat.context``)."""
+        if key in self.RESERVED_KEYS:
+            raise ArgumentError(f"{key} is reserved: set it through context.{key} = ...")
+        self._data[key] = value
+
     def __contains__(self, key: object) -> bool:
         return key in self._data
 

@@ -224,7 +224,7 @@ def price(
         calculation = genai_prices.calc_price(
             usage, model_id, provider_id=provider_id, genai_request_timestamp=at
         )
-    except LookupError:
+    except (LookupError, ValueError):  # unknown model or provider; data genai-prices rejects
         return Cost()
     return _cost(counts, _rates_from_model_price(calculation.model_price))
 

@@ -13,13 +13,16 @@ import re
 from datetime import datetime
 from functools import cache
 from importlib import resources
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from django.db import transaction
 from django.utils import timezone
 from genai_prices.data_snapshot import get_snapshot
 
 from .pricing import PROVIDER_IDS, find_genai_model, pricing_table
+
+if TYPE_CHECKING:
+    from .models import LLMModel
 
 __all__ = [
     "EXCLUDED_MODEL_PREFIXES",
@@ -53,7 +56,7 @@ _DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 _BATCH_SIZE = 500
 
 
-def _llm_model():
+def _llm_model() -> type[LLMModel]:
     from .models import LLMModel
 
     return LLMModel
@@ -140,11 +143,11 @@ def sync_models(stdout: TextIO | None = None) -> tuple[int, int]:
     typed in by hand survives), and ``metadata`` keys the sync does not own are kept. Runs
     in one transaction with a handful of queries, whatever the number of models.
     """
-    LLMModel = _llm_model()
+    model_class = _llm_model()
     now = timezone.now()
     entries = _entries(now)
-    created: list[Any] = []
-    updated: list[Any] = []
+    created: list[LLMModel] = []
+    updated: list[LLMModel] = []
     changed_fields: set[str] = set()
     per_provider: dict[str, list[int]] = {}
 
@@ -152,13 +155,13 @@ def sync_models(stdout: TextIO | None = None) -> tuple[int, int]:
         providers = {provider for provider, _ in entries}
         existing = {
             (row.provider, row.model_id): row
-            for row in LLMModel.objects.filter(provider__in=providers)
+            for row in model_class.objects.filter(provider__in=providers)
         }
         for (provider, model_id), values in entries.items():
             counts = per_provider.setdefault(provider, [0, 0])
             row = existing.get((provider, model_id))
             if row is None:
-                created.append(LLMModel(provider=provider, model_id=model_id, **values))
+                created.append(model_class(provider=provider, model_id=model_id, **values))
                 counts[0] += 1
                 continue
             changed = False
@@ -174,9 +177,9 @@ def sync_models(stdout: TextIO | None = None) -> tuple[int, int]:
                 updated.append(row)
                 counts[1] += 1
         if created:
-            LLMModel.objects.bulk_create(created, batch_size=_BATCH_SIZE)
+            model_class.objects.bulk_create(created, batch_size=_BATCH_SIZE)
         if updated:
-            LLMModel.objects.bulk_update(
+            model_class.objects.bulk_update(
                 updated, [*sorted(changed_fields), "updated_at"], batch_size=_BATCH_SIZE
             )
 
@@ -193,7 +196,7 @@ def _reverse_provider(provider_id: str) -> str | None:
     return None
 
 
-def find_model(model_id: str | None, provider: str | None = None) -> Any | None:
+def find_model(model_id: str | None, provider: str | None = None) -> LLMModel | None:
     """The ``LLMModel`` row for ``model_id`` (on ``provider`` when given), or ``None``.
 
     Tries, in order: the exact id, the id without a trailing date

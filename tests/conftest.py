@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["django_llmchat.testing.pytest_plugin"]
+
 IN_CI = os.environ.get("CI") == "true"
 
 

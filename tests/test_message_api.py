@@ -165,7 +165,7 @@ def test_cost_precedence(chat):
     # 4. an explicit model reprices the tokens
     other = LLMModel.objects.create(provider="x", model_id="cheap", name="Cheap",
                                     pricing={"input_mtok": "1", "output_mtok": "1"})
-    assert reload(m).cost(model=other).total == Decimal("20") / Decimal(1_000_000)
+    assert reload(m).cost(model=other).total == Decimal("25") / Decimal(1_000_000)
 
 
 def test_cost_unknown_is_none(chat):

@@ -46,6 +46,22 @@ def schema_dict(schema: Any) -> dict[str, Any] | None:
     )
 
 
+def _attachment_items(attachments) -> list[tuple]:
+    """``(filename, bytes[, mime])`` tuples or Django ``File`` objects, as tuples."""
+    items = []
+    for item in attachments or []:
+        if isinstance(item, tuple):
+            items.append(item)
+        elif hasattr(item, "read"):
+            name = getattr(item, "name", "attachment") or "attachment"
+            mime = getattr(item, "content_type", None)
+            data = item.read()
+            items.append((name.rsplit("/", 1)[-1], data, mime) if mime else (name, data))
+        else:
+            raise ArgumentError(f"cannot attach {item!r}: give (filename, bytes) or a File")
+    return items
+
+
 class ChatQuerySet(models.QuerySet):
     def with_totals(self):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
@@ -213,6 +229,119 @@ class AbstractChat(models.Model):
             raise ArgumentError("the chat has no message to mark as a cache boundary")
         last.cache_until_here()
         return self
+
+    # -- running the loop -----------------------------------------------------------------
+    def _save_prompt(self, runner, prompt: str | None, attachments=None):
+        """Run the before-guardrails on the prompt, then save it (it stays if the run fails)."""
+        if prompt is None:
+            if attachments:
+                raise ArgumentError("attachments need a prompt")
+            return []
+        if not isinstance(prompt, str):
+            raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
+        text, events = runner.check_prompt(prompt)
+        self.add_message(role="user", content=text, attachments=_attachment_items(attachments))
+        return events
+
+    def _runner(self, context=None):
+        from ..runner import Runner
+
+        return Runner(self, context=context)
+
+    def ask(self, prompt: str | None = None, attachments=None, *, context=None):
+        """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
+        returns the final assistant Message (``None`` when a guardrail blocked the run)."""
+        from ..runner import Blocked
+
+        runner = self._runner(context)
+        try:
+            pre = self._save_prompt(runner, prompt, attachments)
+        except Blocked as exc:
+            runner.result.tripwire = exc.event
+            self.last_run = runner.result
+            return None
+        for _ in runner.run(stream=False, pre_events=pre):
+            pass
+        self.last_run = runner.result
+        return runner.result.message
+
+    def complete(self, *, context=None):
+        """Continue the saved history without a new prompt (answers pending tool calls
+        first); returns the final assistant Message."""
+        return self.ask(None, context=context)
+
+    def stream(self, prompt: str | None = None, attachments=None, *, context=None):
+        """Send ``prompt`` (saved now, before the first event) and return an iterator of
+        stream events. With no prompt, the saved history is continued (a retry after an
+        ``IncompleteStreamError`` adds no second user turn)."""
+        from ..events import GuardrailTripwire
+        from ..runner import Blocked
+
+        runner = self._runner(context)
+        try:
+            pre = self._save_prompt(runner, prompt, attachments)
+        except Blocked as exc:
+            runner.result.tripwire = exc.event
+            self.last_run = runner.result
+
+            def blocked() -> Any:
+                event: GuardrailTripwire = exc.event
+                yield event
+
+            return blocked()
+        self.last_run = runner.result
+        return runner.run(stream=True, pre_events=pre)
+
+    async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
+        """Async twin of :meth:`ask` for ASGI views."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.ask, thread_sensitive=False)(
+            prompt, attachments, context=context
+        )
+
+    def astream(self, prompt: str | None = None, attachments=None, *, context=None):
+        """Async twin of :meth:`stream`: an async iterator of events. The loop runs in a
+        worker thread; the prompt is saved before the first event."""
+        from ..aio import stream_in_thread
+
+        return stream_in_thread(lambda: self.stream(prompt, attachments, context=context))
+
+    def cancel(self) -> bool:
+        """Ask the running loop (in any process) to stop between chunks or steps; it ends
+        with ``Interrupt(reason="cancelled")``. Returns whether a run was running."""
+        updated = type(self).objects.filter(pk=self.pk, status="running").update(
+            cancel_requested=True
+        )
+        return bool(updated)
+
+    def _decide(self, call_id: str, approval: str, resume: bool):
+        from .tool_call import ToolCall
+
+        try:
+            call = ToolCall.objects.get(chat=self, call_id=call_id)
+        except ToolCall.DoesNotExist:
+            raise ArgumentError(f"chat {self.pk} has no tool call {call_id!r}") from None
+        if call.get_result() is not None:
+            raise ArgumentError(f"tool call {call_id!r} has already been answered")
+        call.approval = approval
+        call.save(update_fields=["approval"])
+        if resume:
+            pending = ToolCall.objects.filter(
+                chat=self, approval="", result__isnull=True
+            ).exists()
+            if not pending:
+                return self.complete()
+        return None
+
+    def approve(self, call_id: str, *, resume: bool = True):
+        """Approve a tool call waiting for approval; when none is left waiting, the run
+        resumes (returns the final Message, else ``None``)."""
+        return self._decide(call_id, "approved", resume)
+
+    def deny(self, call_id: str, *, resume: bool = True):
+        """Deny a tool call: the model gets a ``denied`` error result and the run resumes."""
+        return self._decide(call_id, "denied", resume)
 
     # -- totals ---------------------------------------------------------------------------
     @property

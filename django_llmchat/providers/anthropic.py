@@ -46,7 +46,7 @@ __all__ = ["AnthropicProvider", "AnthropicStreamParser", "FINISH_REASONS"]
 
 API_VERSION = "2023-06-01"
 
-# Anthropic ``stop_reason`` -> event finish reason (seed 001). Unknown values -> "other".
+# Anthropic ``stop_reason`` -> ``FinishReasonDone.finish_reason``; unknown values -> "other".
 FINISH_REASONS: dict[str, str] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -234,6 +234,7 @@ class AnthropicProvider(Provider):
         body["max_tokens"] = self.max_tokens(request)
 
         thinking = self.thinking_config(params.get("thinking"))
+        thinking_on = bool(thinking) and thinking.get("type") != "disabled"
         if thinking:
             body["thinking"] = thinking
             budget = thinking.get("budget_tokens") or 0
@@ -249,10 +250,12 @@ class AnthropicProvider(Provider):
         if stop:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
 
+        vendor = dict(params.get(self.name) or {})
+        # server tools ({"type": "web_search_20250305", ...}) join the function tools
         tools = [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
-        ]
+        ] + list(vendor.pop("tools", None) or [])
         schema_tool = self.schema_tool_name(request)
         _schema_tool.set(schema_tool)
         tool_choice: dict[str, Any] | None = None
@@ -270,7 +273,7 @@ class AnthropicProvider(Provider):
                     "input_schema": schema,
                 }
             )
-            if thinking:  # Anthropic refuses forced tool use together with thinking
+            if thinking_on:  # Anthropic refuses forced tool use together with thinking
                 tool_choice = {"type": "auto"}
             elif request.tools:  # the model may still call the other tools first
                 tool_choice = {"type": "any"}
@@ -283,9 +286,7 @@ class AnthropicProvider(Provider):
         if tool_choice:
             body["tool_choice"] = tool_choice
 
-        vendor = params.get(self.name)
-        if isinstance(vendor, dict):
-            body.update(vendor)
+        body.update(vendor)
         return body
 
     def convert_messages(

@@ -484,7 +484,10 @@ class Provider:
         max_retries: int | None = None,
         options: dict[str, Any] | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        name: str | None = None,
     ):
+        if name and name != self.name:
+            self.name = name  # a configured alias, e.g. LLMCHAT["PROVIDERS"]["lmstudio"]
         self.api_key = api_key
         self.base_url = (base_url or self.default_base_url).rstrip("/")
         self.timeout = timeout if timeout is not None else DEFAULT_TIMEOUT

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -243,37 +242,18 @@ def grounding_search(metadata: dict[str, Any] | None) -> ServerToolCall | None:
     )
 
 
-def _duration_seconds(value: Any) -> float | None:
-    """A protobuf Duration (``"48s"``, ``"1.5s"`` or ``{"seconds": 48, "nanos": 0}``)."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)s\s*", value)
-        return float(match.group(1)) if match else None
-    if isinstance(value, dict):
-        try:
-            return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def error_info(payload: Any) -> tuple[dict[str, Any], str | None, float | None]:
-    """``(error object, ErrorInfo reason, RetryInfo delay in seconds)`` of an error body."""
+def error_info(payload: Any) -> tuple[dict[str, Any], str | None]:
+    """``(error object, ErrorInfo reason)`` of an error body."""
     if isinstance(payload, list) and payload:
         payload = payload[0]
     err = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(err, dict):
-        return {}, None, None
-    reason = None
-    delay = None
+        return {}, None
     for detail in err.get("details") or []:
-        if not isinstance(detail, dict):
-            continue
-        kind = str(detail.get("@type", ""))
-        if kind.endswith("google.rpc.ErrorInfo") and detail.get("reason"):
-            reason = str(detail["reason"])
-        elif kind.endswith("google.rpc.RetryInfo"):
-            delay = _duration_seconds(detail.get("retryDelay"))
-    return err, reason, delay
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("rpc.ErrorInfo"):
+            if detail.get("reason"):
+                return err, str(detail["reason"])
+    return err, None
 
 
 class GeminiProvider(Provider):
@@ -506,7 +486,7 @@ class GeminiProvider(Provider):
     def error_details(self, payload: Any) -> tuple[str, str | None]:
         """``(message, code)``: the code is the ``ErrorInfo`` reason when there is one
         (``API_KEY_INVALID``), else the RPC status (``RESOURCE_EXHAUSTED``)."""
-        err, reason, _ = error_info(payload)
+        err, reason = error_info(payload)
         if not err:
             return super().error_details(payload)
         code = reason or err.get("status") or err.get("code")
@@ -519,11 +499,11 @@ class GeminiProvider(Provider):
         )
 
     def error_from_payload(self, payload: Any, **kw: Any) -> ProviderError:
-        """As the base, plus: a bad key (``API_KEY_INVALID``, answered with 400) is an
-        :class:`AuthenticationError`, and the body's ``RetryInfo.retryDelay`` becomes
-        ``retry_after`` when no header gave one."""
+        """As the base (which also reads a 429's ``RetryInfo.retryDelay`` from the body
+        into ``retry_after``), plus: a bad key (``API_KEY_INVALID``, answered with 400) is
+        an :class:`AuthenticationError`."""
         error = super().error_from_payload(payload, **kw)
-        err, reason, delay = error_info(payload)
+        err, reason = error_info(payload)
         if not isinstance(error, AuthenticationError) and (
             reason in AUTH_REASONS or err.get("status") in AUTH_STATUSES
         ):
@@ -536,8 +516,6 @@ class GeminiProvider(Provider):
                 retry_after=error.retry_after,
                 code=error.code,
             )
-        if delay is not None and error.retry_after is None:
-            error.retry_after = delay
         return error
 
 
@@ -559,9 +537,11 @@ class CallIds:
 class GeminiStreamParser(StreamParser):
     """Reads ``streamGenerateContent?alt=sse``: one whole response per SSE event.
 
-    The stream is done at the chunk carrying ``finishReason`` (or a prompt block); that
-    chunk also carries the final ``usageMetadata`` snapshot, read before the usage event
-    is emitted. Nothing after it is read.
+    The stream has no terminator: it is complete when a chunk carrying ``finishReason``
+    (or a prompt ``blockReason``) has arrived. The parser still reads to the end of the
+    body, so a later ``usageMetadata`` snapshot or a trailing error is not lost, and emits
+    the usage and finish events from :meth:`end_of_stream`. A body that ends before any
+    finishing chunk leaves the stream incomplete.
     """
 
     def __init__(self, provider: Provider, request: ProviderRequest):
@@ -573,6 +553,8 @@ class GeminiStreamParser(StreamParser):
         self.usage: dict[str, Any] | None = None
         self.grounding: dict[str, Any] | None = None
         self.native_ids: set[str] = set()
+        self.finished: tuple[str | None, str | None] | None = None
+        self.last_chunk: dict[str, Any] = {}
 
     def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
         try:
@@ -617,25 +599,32 @@ class GeminiStreamParser(StreamParser):
             self.grounding = candidate["groundingMetadata"]
         raw = candidate.get("finishReason")
         block = (payload.get("promptFeedback") or {}).get("blockReason")
-        if raw is None and not (block and not payload.get("candidates")):
-            return events
-        events.extend(self.close_thinking())
+        if raw is not None or (block and not payload.get("candidates")):
+            events.extend(self.close_thinking())
+            self.finished = (raw, block)
+        self.last_chunk = payload
+        return events
+
+    def end_of_stream(self) -> Iterable[StreamEvent]:
+        if self.finished is None:
+            return ()
+        events: list[StreamEvent] = list(self.close_thinking())
+        raw, block = self.finished
         if raw is None:
             reason, raw = "content_filter", block
         else:
-            reason = finish_reason(raw, bool(self.builder.tool_calls) or self.has_calls(events))
+            reason = finish_reason(raw, bool(self.builder.tool_calls))
         self.finish_grounding(events)
         if self.signature and not self.builder.reasoning_signature:
             self.builder.reasoning_signature = self.signature
-        self.builder.raw = {**payload, "usageMetadata": self.usage} if self.usage else payload
+        raw_body = dict(self.last_chunk)
+        if self.usage:
+            raw_body["usageMetadata"] = self.usage
+        self.builder.raw = raw_body
         self.done = True
         events.append(TokenUsageDone(token_usage=usage_tokens(self.usage)))
         events.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
         return events
-
-    @staticmethod
-    def has_calls(events: list[StreamEvent]) -> bool:
-        return any(isinstance(e, ToolCallDone) for e in events)
 
     def function_call(self, part: dict[str, Any]) -> list[StreamEvent]:
         call = part.get("functionCall") or {}

@@ -351,7 +351,7 @@ class OpenAIResponsesProvider(Provider):
                 "type": "function_call",
                 "call_id": call.call_id,
                 "name": call.name,
-                "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                "arguments": json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":")),
             }
             if native and self.replay_item_ids and call.item_id:
                 item["id"] = call.item_id
@@ -479,6 +479,7 @@ class ResponsesStreamParser(StreamParser):
         super().__init__(provider, request)
         self.calls: dict[str, dict[str, Any]] = {}
         self.reasoning_text: dict[str, list[tuple[int, str]]] = {}
+        self.reasoning_order: list[str] = []
         self.text_length = 0
         self.refused = False
 
@@ -518,12 +519,19 @@ class ResponsesStreamParser(StreamParser):
         delta = payload.get("delta") or ""
         if not delta:
             return []
-        parts = self.reasoning_text.setdefault(payload.get("item_id") or "", [])
+        item_id = payload.get("item_id") or ""
+        parts = self.reasoning_text.setdefault(item_id, [])
         index = payload.get("summary_index", 0)
+        # Summary parts of one item, and the items themselves, are separated by a blank
+        # line, so the joined deltas equal the joined ReasoningDone texts.
         if parts and index != parts[-1][0]:
+            delta_text = "\n\n" + delta
+        elif not parts and self.reasoning_order and self.reasoning_order[0] != item_id:
             delta_text = "\n\n" + delta
         else:
             delta_text = delta
+        if item_id not in self.reasoning_order:
+            self.reasoning_order.append(item_id)
         parts.append((index, delta))
         return [ReasoningDelta(delta_text)]
 
@@ -596,10 +604,13 @@ class ResponsesStreamParser(StreamParser):
             self.builder.reasoning_items.append(item)
             text = summary_text(item)
             if not text:
-                pieces = self.reasoning_text.get(item_id) or []
-                text = "".join(p for _, p in pieces)
+                text = _joined_summary(self.reasoning_text.get(item_id) or [])
             if not text:
                 return []
+            if item_id not in self.reasoning_order:
+                self.reasoning_order.append(item_id)
+            if self.reasoning_order[0] != item_id:
+                text = "\n\n" + text
             return [ReasoningDone(ReasoningPart(type="text", text=text, format=REASONING_FORMAT))]
         if kind == "message":
             prior = self.text_length - _message_text_length(item)
@@ -655,6 +666,18 @@ class ResponsesStreamParser(StreamParser):
 
     on_response_incomplete = on_response_completed
     on_response_failed = on_response_completed
+
+
+def _joined_summary(pieces: list[tuple[int, str]]) -> str:
+    """Summary deltas ``(summary_index, text)`` joined, parts separated by a blank line."""
+    out: list[str] = []
+    last = None
+    for index, text in pieces:
+        if last is not None and index != last:
+            out.append("\n\n")
+        out.append(text)
+        last = index
+    return "".join(out)
 
 
 def _message_text_length(item: dict[str, Any]) -> int:

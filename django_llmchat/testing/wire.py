@@ -79,7 +79,8 @@ class Reply:
     ``usage`` takes a :class:`~django_llmchat.values.Tokens` or a dict of its fields
     (``input_tokens`` excludes cache reads/writes, ``output_tokens`` includes thinking);
     when omitted, a small made-up count is reported (10 input tokens, about one output
-    token per four characters). ``finish_reason`` is ``"stop"``, ``"tool_calls"``,
+    token per four characters); Gemini has no field for ``cache_write_tokens``, so it is
+    not sent there. ``finish_reason`` is ``"stop"``, ``"tool_calls"``,
     ``"length"`` or ``"content_filter"`` (spelled the vendor's way on the wire), or any raw
     vendor value; by default ``"tool_calls"`` when the reply has tool calls, else
     ``"stop"``. Text, thinking and tool-call arguments stream in pieces of ``chunk_size``
@@ -901,9 +902,8 @@ class GeminiRenderer(Renderer):
     @staticmethod
     def usage(tokens: Tokens, *, candidates: int | None = None) -> dict[str, Any]:
         thoughts = _n(tokens.thinking_tokens)
-        prompt = (
-            _n(tokens.input_tokens) + _n(tokens.cache_read_tokens) + _n(tokens.cache_write_tokens)
-        )
+        # Gemini has no cache-write count: cache_write_tokens cannot be expressed.
+        prompt = _n(tokens.input_tokens) + _n(tokens.cache_read_tokens)
         if candidates is None:
             candidates = max(0, _n(tokens.output_tokens) - thoughts)
         out: dict[str, Any] = {

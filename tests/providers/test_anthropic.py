@@ -127,7 +127,7 @@ def of(events: list, kind: type) -> list:
 
 
 def check_stream_contract(events: list, response) -> None:
-    """The ordering rules of seed 001 that every stream must keep."""
+    """The event ordering rules every stream must keep."""
     text = "".join(e.content for e in of(events, TextDelta))
     assert text == response.content
     done = of(events, TextDone)
@@ -813,6 +813,16 @@ def test_params():
     assert body["metadata"] == {"user_id": "u1"}
     assert body["service_tier"] == "auto"
     assert "anthropic" not in body
+
+
+def test_server_tools_join_function_tools():
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    params = {"anthropic": {"tools": [search]}}
+    req = request([user("News?")], tools=[WEATHER], params=params)
+    body = AnthropicProvider().build_payload(req, stream=False)
+    assert [t["name"] for t in body["tools"]] == ["weather", "web_search"]
+    assert body["tools"][1] == search
+    assert params == {"anthropic": {"tools": [search]}}  # the request is left alone
 
 
 def test_max_tokens_defaults():

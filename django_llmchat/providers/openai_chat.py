@@ -1,0 +1,613 @@
+"""OpenAI Chat Completions (``POST {base_url}/chat/completions``) and the vendors that speak it.
+
+:class:`ChatCompletionsProvider` is the protocol; each vendor below is a few lines of
+configuration over it: a name, a default ``base_url`` (with ``/v1`` where the vendor has
+one), the environment variable of its key, what it can do, and small payload tweaks.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Any, ClassVar
+
+from ..errors import ArgumentError, ConfigurationError, UnsupportedFeatureError
+from ..events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    ReasoningPart,
+    StreamEvent,
+    TextDelta,
+    TokenUsageDone,
+    ToolCallDelta,
+    ToolCallDone,
+)
+from ..values import Citation, Thinking, Tokens
+from .base import Provider, StreamParser, parse_arguments
+from .types import (
+    AttachmentData,
+    Capabilities,
+    ProviderMessage,
+    ProviderRequest,
+    ProviderResponse,
+    ToolCallData,
+)
+
+__all__ = [
+    "FINISH_REASONS",
+    "ChatCompletionsProvider",
+    "ChatCompletionsStreamParser",
+    "OpenAIChatProvider",
+    "OllamaProvider",
+    "OpenRouterProvider",
+    "DeepSeekProvider",
+    "MistralProvider",
+    "PerplexityProvider",
+    "OpenAICompatibleProvider",
+    "usage_tokens",
+]
+
+# Wire finish_reason -> FinishReasonDone vocabulary (seed 001). Anything else is "other".
+FINISH_REASONS: dict[str, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "content_filter": "content_filter",
+    "function_call": "tool_calls",
+    "model_length": "length",  # Mistral: the model's context is full
+    "error": "error",  # Mistral
+    "insufficient_system_resource": "error",  # DeepSeek
+}
+
+
+def finish_reason(raw: str | None, *, tool_calls: bool, refusal: bool = False) -> str:
+    """Normalize a wire finish reason; a refusal reads as ``content_filter``."""
+    if refusal:
+        return "content_filter"
+    if raw is None:
+        return "tool_calls" if tool_calls else "stop"
+    reason = FINISH_REASONS.get(raw, "other")
+    # Some servers report "stop" on a turn that called tools.
+    return "tool_calls" if tool_calls and reason == "stop" else reason
+
+
+def usage_tokens(usage: dict[str, Any] | None) -> Tokens:
+    """Chat Completions usage -> :class:`Tokens`.
+
+    ``prompt_tokens`` includes cached (and OpenRouter's cache-write) tokens, so they are
+    taken out of ``input_tokens``; ``completion_tokens`` already includes reasoning.
+    """
+    if not usage:
+        return Tokens()
+    prompt = usage.get("prompt_tokens")
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    cached = prompt_details.get("cached_tokens")
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek
+    written = prompt_details.get("cache_write_tokens")
+    completion_details = usage.get("completion_tokens_details") or {}
+    return Tokens(
+        input_tokens=None if prompt is None else prompt - (cached or 0) - (written or 0),
+        output_tokens=usage.get("completion_tokens"),
+        cache_read_tokens=cached,
+        cache_write_tokens=written or None,
+        thinking_tokens=completion_details.get("reasoning_tokens"),
+    )
+
+
+def _split_content(content: Any) -> tuple[str, str]:
+    """``(text, reasoning)`` from a content string or a list of parts (Mistral's
+    Magistral answers ``[{"type": "thinking", ...}, {"type": "text", ...}]``)."""
+    if content is None:
+        return "", ""
+    if isinstance(content, str):
+        return content, ""
+    text: list[str] = []
+    reasoning: list[str] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text.append(part.get("text") or "")
+        elif kind == "thinking":
+            inner = part.get("thinking")
+            if isinstance(inner, list):
+                inner = "".join(p.get("text", "") for p in inner if isinstance(p, dict))
+            reasoning.append(inner or "")
+    return "".join(text), "".join(reasoning)
+
+
+def _citations(data: dict[str, Any], message: dict[str, Any] | None = None) -> list[Citation]:
+    """Perplexity's ``search_results`` / ``citations`` and OpenAI-style url annotations."""
+    out: list[Citation] = []
+    for result in data.get("search_results") or ():
+        if isinstance(result, dict) and result.get("url"):
+            meta = {"date": result["date"]} if result.get("date") else {}
+            out.append(Citation(url=result["url"], title=result.get("title"), metadata=meta))
+    if not out:
+        out = [Citation(url=url) for url in data.get("citations") or () if isinstance(url, str)]
+    for note in (message or {}).get("annotations") or ():
+        cite = note.get("url_citation") if isinstance(note, dict) else None
+        if cite and cite.get("url"):
+            out.append(
+                Citation(
+                    url=cite["url"],
+                    title=cite.get("title"),
+                    start_index=cite.get("start_index"),
+                    end_index=cite.get("end_index"),
+                )
+            )
+    return out
+
+
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _arguments_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class ChatCompletionsProvider(Provider):
+    """The Chat Completions wire protocol. Vendors subclass it with a few class attributes."""
+
+    label = "OpenAI-compatible Chat Completions"
+    api_key_env: ClassVar[str | None] = None
+    capabilities = Capabilities(vision=True, structured_output=True, thinking=True)
+
+    system_role: ClassVar[str] = "system"
+    """Role of the leading instructions message (``"developer"`` for some OpenAI models)."""
+    max_tokens_param: ClassVar[str] = "max_tokens"
+    stream_usage_option: ClassVar[bool] = True
+    """Send ``stream_options: {"include_usage": true}`` (servers that reject it: False)."""
+    reasoning_effort_param: ClassVar[bool] = False
+    """Whether ``params["thinking"]`` becomes ``reasoning_effort``."""
+    requires_done_sentinel: ClassVar[bool] = True
+    """A stream is complete only at ``data: [DONE]`` (else: at its finish_reason)."""
+
+    # -- request -------------------------------------------------------------------------
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def endpoint(self, request: ProviderRequest, *, stream: bool) -> str:
+        return "/chat/completions"
+
+    def build_payload(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model_id,
+            "messages": self.build_messages(request.messages),
+            "stream": stream,
+        }
+        if request.tools:
+            if not self.capabilities.tools:
+                raise UnsupportedFeatureError(self.name, "tools")
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        if stream and self.stream_usage_option:
+            body["stream_options"] = {"include_usage": True}
+        if request.schema is not None:
+            if not self.capabilities.structured_output:
+                raise UnsupportedFeatureError(self.name, "structured output")
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name or "response",
+                    "schema": request.schema,
+                    "strict": True,
+                },
+            }
+        params = request.params
+        for key in ("temperature", "top_p", "stop"):
+            if params.get(key) is not None:
+                body[key] = params[key]
+        if params.get("max_tokens") is not None:
+            body[self.max_tokens_param] = params["max_tokens"]
+        if params.get("thinking"):
+            body.update(self.thinking_params(params["thinking"]))
+        vendor = params.get(self.name)
+        if isinstance(vendor, dict):
+            body.update(vendor)
+        return body
+
+    def thinking_params(self, thinking: dict[str, Any]) -> dict[str, Any]:
+        """``params["thinking"]`` (``{"effort": "low"}`` or ``{"budget_tokens": N}``) as body
+        fields. A budget maps to the nearest effort."""
+        if not self.reasoning_effort_param:
+            raise UnsupportedFeatureError(
+                self.name, "thinking parameters (choose a reasoning model instead)"
+            )
+        return {"reasoning_effort": _effort(thinking)}
+
+    def build_messages(self, messages: list[ProviderMessage]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        system = [m.content for m in messages if m.role == "system" and m.content]
+        if system:
+            out.append({"role": self.system_role, "content": "\n\n".join(system)})
+        for m in messages:
+            if m.role == "system":
+                continue
+            if m.role == "user":
+                out.append({"role": "user", "content": self.user_content(m)})
+            elif m.role == "assistant":
+                msg: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
+                if m.tool_calls:
+                    msg["tool_calls"] = [self.tool_call(call) for call in m.tool_calls]
+                out.append(msg)
+            elif m.role == "tool":
+                out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            else:
+                raise ArgumentError(f"unknown message role {m.role!r}")
+        return out
+
+    def tool_call(self, call: ToolCallData) -> dict[str, Any]:
+        args = call.arguments
+        if set(args) == {"_raw"}:  # arguments that never parsed: send them back as they came
+            text = args["_raw"]
+        else:
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        return {
+            "id": call.call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": text},
+        }
+
+    def user_content(self, message: ProviderMessage) -> str | list[dict[str, Any]]:
+        if not message.attachments:
+            return message.content
+        parts: list[dict[str, Any]] = []
+        if message.content:
+            parts.append({"type": "text", "text": message.content})
+        parts.extend(self.attachment_part(a) for a in message.attachments)
+        return parts
+
+    def attachment_part(self, attachment: AttachmentData) -> dict[str, Any]:
+        mime = attachment.mime_type
+        if mime.startswith("text/"):
+            text = attachment.data.decode("utf-8", "replace")
+            if attachment.filename:
+                text = f"{attachment.filename}:\n{text}"
+            return {"type": "text", "text": text}
+        data = base64.b64encode(attachment.data).decode("ascii")
+        if mime.startswith("image/"):
+            if not self.capabilities.vision:
+                raise UnsupportedFeatureError(self.name, "image input")
+            return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+        if mime == "application/pdf":
+            if not self.capabilities.pdf:
+                raise UnsupportedFeatureError(self.name, "PDF input")
+            return {
+                "type": "file",
+                "file": {
+                    "filename": attachment.filename or "document.pdf",
+                    "file_data": f"data:{mime};base64,{data}",
+                },
+            }
+        raise UnsupportedFeatureError(self.name, f"{mime} attachments")
+
+    # -- answer --------------------------------------------------------------------------
+    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+        if data.get("error"):  # some gateways answer 200 with an error body
+            raise self.error_from_payload(data, body=json.dumps(data))
+        choices = data.get("choices") or [{}]
+        choice = choices[0]
+        message = choice.get("message") or {}
+        text, reasoning = _split_content(message.get("content"))
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or reasoning
+        refusal = message.get("refusal")
+        if refusal and not text:
+            text = refusal
+        calls = [
+            ToolCallData(
+                call_id=call.get("id") or _new_call_id(),
+                name=(call.get("function") or {}).get("name") or "",
+                arguments=_parsed_arguments((call.get("function") or {}).get("arguments")),
+            )
+            for call in message.get("tool_calls") or ()
+        ]
+        raw = choice.get("finish_reason")
+        return ProviderResponse(
+            content=text,
+            tool_calls=calls,
+            thinking=Thinking(reasoning) if reasoning else None,
+            citations=_citations(data, message),
+            finish_reason=finish_reason(raw, tool_calls=bool(calls), refusal=bool(refusal)),
+            raw_finish_reason=raw,
+            tokens=usage_tokens(data.get("usage")),
+            model_id=data.get("model"),
+            raw=data,
+        )
+
+    def new_stream_parser(self, request: ProviderRequest) -> ChatCompletionsStreamParser:
+        return ChatCompletionsStreamParser(self, request)
+
+
+def _parsed_arguments(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):  # a few servers send an object instead of JSON text
+        return value
+    return parse_arguments(value)
+
+
+def _effort(thinking: dict[str, Any]) -> str:
+    effort = thinking.get("effort")
+    if effort:
+        return str(effort)
+    budget = thinking.get("budget_tokens") or 0
+    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+
+
+class _Call:
+    __slots__ = ("call_id", "name", "arguments", "done")
+
+    def __init__(self, call_id: str | None, name: str):
+        self.call_id = call_id
+        self.name = name
+        self.arguments: list[str] = []
+        self.done = False
+
+
+class ChatCompletionsStreamParser(StreamParser):
+    """``data: {chunk}`` ... ``data: [DONE]``.
+
+    Tool-call fragments are joined by ``index``; each call is complete at the chunk with a
+    ``finish_reason`` (or the end). Usage may come on that chunk or on a last chunk with
+    ``choices: []``; TokenUsageDone and FinishReasonDone are emitted once, at ``[DONE]``.
+    """
+
+    def __init__(self, provider: ChatCompletionsProvider, request: ProviderRequest):
+        super().__init__(provider, request)
+        self.calls: dict[Any, _Call] = {}
+        self.reasoning: list[str] = []
+        self.raw_finish: str | None = None
+        self.refusal = False
+        self.usage: dict[str, Any] | None = None
+        self.citations_seen = False
+
+    def feed(self, event: str | None, data: str) -> list[StreamEvent]:
+        if data[:1] == "[" and data.strip() == "[DONE]":
+            return self._close()
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            raise self.provider.error_from_payload(chunk, body=data)
+        out: list[StreamEvent] = []
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        builder = self.builder
+        if builder.model_id is None:
+            builder.model_id = chunk.get("model")
+        if not self.citations_seen and (chunk.get("search_results") or chunk.get("citations")):
+            self.citations_seen = True
+            builder.citations = _citations(chunk)
+        choices = chunk.get("choices")
+        if not choices:
+            return out
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                self.reasoning.append(reasoning)
+                out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if content:
+                if not isinstance(content, str):
+                    content, thought = _split_content(content)
+                    if thought:
+                        self.reasoning.append(thought)
+                        out.append(ReasoningDelta(thought))
+                if content:
+                    if self.reasoning:
+                        out.append(self._end_reasoning())
+                    out.append(TextDelta(content))
+            refusal = delta.get("refusal")
+            if refusal:
+                self.refusal = True
+                out.append(TextDelta(refusal))
+            calls = delta.get("tool_calls")
+            if calls:
+                if self.reasoning:
+                    out.append(self._end_reasoning())
+                self._fragments(calls, out)
+            notes = delta.get("annotations")
+            if notes:
+                builder.citations.extend(_citations({}, {"annotations": notes}))
+        raw = choice.get("finish_reason")
+        if raw and self.raw_finish is None:
+            self.raw_finish = raw
+            self._end_turn(out)
+        return out
+
+    def _fragments(self, fragments: list[dict[str, Any]], out: list[StreamEvent]) -> None:
+        calls = self.calls
+        for frag in fragments:
+            fn = frag.get("function") or {}
+            call_id = frag.get("id")
+            key = frag.get("index")
+            if key is None:
+                key = call_id if call_id is not None else len(calls)
+            call = calls.get(key)
+            if call is not None and call_id and call.call_id and call_id != call.call_id:
+                # A new call reusing an index: the previous one is complete.
+                if not call.done:
+                    out.append(self._call_done(call))
+                key = (key, call_id)
+                call = calls.get(key)
+            arguments = _arguments_text(fn.get("arguments"))
+            if call is None:
+                call = calls[key] = _Call(call_id, fn.get("name") or "")
+                if arguments:
+                    call.arguments.append(arguments)
+                out.append(
+                    ToolCallDelta(item_id=call_id, name=call.name, arguments_delta=arguments)
+                )
+                continue
+            if call_id and not call.call_id:
+                call.call_id = call_id
+            if fn.get("name") and not call.name:
+                call.name = fn["name"]
+            if arguments:
+                call.arguments.append(arguments)
+                out.append(ToolCallDelta(item_id=call.call_id, arguments_delta=arguments))
+
+    def _call_done(self, call: _Call) -> ToolCallDone:
+        call.done = True
+        if not call.call_id:
+            call.call_id = _new_call_id()
+        return ToolCallDone(
+            item_id=call.call_id,
+            call_id=call.call_id,
+            name=call.name,
+            arguments="".join(call.arguments) or "{}",
+        )
+
+    def _end_reasoning(self) -> ReasoningDone:
+        text = "".join(self.reasoning)
+        self.reasoning = []
+        return ReasoningDone(ReasoningPart(type="text", text=text, format=None))
+
+    def _end_turn(self, out: list[StreamEvent]) -> None:
+        if self.reasoning:
+            out.append(self._end_reasoning())
+        for call in self.calls.values():
+            if not call.done:
+                out.append(self._call_done(call))
+
+    def _close(self) -> list[StreamEvent]:
+        if self.done:
+            return []
+        out: list[StreamEvent] = []
+        self._end_turn(out)
+        out.append(TokenUsageDone(usage_tokens(self.usage)))
+        raw = self.raw_finish
+        reason = finish_reason(raw, tool_calls=bool(self.calls), refusal=self.refusal)
+        out.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
+        self.done = True
+        return out
+
+    def end_of_stream(self) -> list[StreamEvent]:
+        # Servers that never send [DONE] are complete once they gave a finish_reason.
+        if not self.provider.requires_done_sentinel and self.raw_finish is not None:
+            return self._close()
+        return []
+
+
+# -- vendors -----------------------------------------------------------------------------
+
+
+class OpenAIChatProvider(ChatCompletionsProvider):
+    """OpenAI through Chat Completions (``LLMCHAT["PROVIDERS"]["openai"]["api"] =
+    "chat_completions"``); the default ``openai`` provider speaks Responses."""
+
+    name = "openai"
+    label = "OpenAI (Chat Completions)"
+    default_base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"
+    capabilities = Capabilities(vision=True, pdf=True, thinking=True, structured_output=True)
+    max_tokens_param = "max_completion_tokens"
+    reasoning_effort_param = True
+
+
+class OllamaProvider(ChatCompletionsProvider):
+    """A local Ollama server (or ollama.com with a key) through its ``/v1`` API."""
+
+    name = "ollama"
+    label = "Ollama"
+    default_base_url = "http://localhost:11434/v1"
+    api_key_env = "OLLAMA_API_KEY"
+    requires_api_key = False
+    capabilities = Capabilities(
+        vision=True, thinking=True, structured_output=True, prompt_caching="none"
+    )
+    reasoning_effort_param = True
+
+
+class OpenRouterProvider(ChatCompletionsProvider):
+    """OpenRouter: many vendors' models behind one key."""
+
+    name = "openrouter"
+    label = "OpenRouter"
+    default_base_url = "https://openrouter.ai/api/v1"
+    api_key_env = "OPENROUTER_API_KEY"
+    capabilities = Capabilities(vision=True, pdf=True, thinking=True, structured_output=True)
+
+    def thinking_params(self, thinking: dict[str, Any]) -> dict[str, Any]:
+        if thinking.get("budget_tokens") and not thinking.get("effort"):
+            return {"reasoning": {"max_tokens": thinking["budget_tokens"]}}
+        return {"reasoning": {"effort": _effort(thinking)}}
+
+
+class DeepSeekProvider(ChatCompletionsProvider):
+    """DeepSeek; ``deepseek-reasoner`` streams ``reasoning_content``."""
+
+    name = "deepseek"
+    label = "DeepSeek"
+    default_base_url = "https://api.deepseek.com"
+    api_key_env = "DEEPSEEK_API_KEY"
+    capabilities = Capabilities(thinking=True, structured_output=False)
+
+
+class MistralProvider(ChatCompletionsProvider):
+    """Mistral La Plateforme. It rejects unknown fields, so no ``stream_options``: usage
+    comes on the last chunk anyway."""
+
+    name = "mistral"
+    label = "Mistral"
+    default_base_url = "https://api.mistral.ai/v1"
+    api_key_env = "MISTRAL_API_KEY"
+    capabilities = Capabilities(vision=True, thinking=True, structured_output=True)
+    stream_usage_option = False
+
+
+class PerplexityProvider(ChatCompletionsProvider):
+    """Perplexity Sonar: answers grounded in a web search, with citations; no tools."""
+
+    name = "perplexity"
+    label = "Perplexity"
+    default_base_url = "https://api.perplexity.ai"
+    api_key_env = "PERPLEXITY_API_KEY"
+    capabilities = Capabilities(
+        tools=False,
+        parallel_tool_calls=False,
+        vision=True,
+        structured_output=True,
+        citations=True,
+    )
+    requires_done_sentinel = False
+
+
+class OpenAICompatibleProvider(ChatCompletionsProvider):
+    """Any server speaking Chat Completions (vLLM, LM Studio, llama.cpp, GPUStack...).
+    ``base_url`` is required; a key only when the server wants one."""
+
+    name = "openai_compatible"
+    label = "OpenAI-compatible server"
+    requires_api_key = False
+    capabilities = Capabilities(vision=True, thinking=True, structured_output=True)
+    reasoning_effort_param = True
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        if not self.base_url:
+            raise ConfigurationError(
+                f'Provider "{self.name}" needs a base_url: set '
+                f'LLMCHAT["PROVIDERS"]["{self.name}"]["base_url"] '
+                '(for example "http://localhost:8000/v1").'
+            )

@@ -1,0 +1,478 @@
+"""The agent loop: transcript -> provider -> events -> one transaction per step.
+
+``Runner(chat).run(stream=True)`` is a generator of stream events. Each provider response
+is saved when it ends (assistant message, tool calls, citations, usage link) in one
+transaction; tool calls then run and their results are saved; the loop goes on until the
+model stops calling tools, ``max_steps`` is reached, or the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections
+from django.db.models.functions import Now
+
+from .agents import Agent, load_agent
+from .conf import settings
+from .context import Context
+from .errors import IncompleteStreamError, InterruptError, ProviderError, StructuredOutputError
+from .events import (
+    FinishReasonDone,
+    GuardrailModification,
+    GuardrailTripwire,
+    Interrupt,
+    SkillActivation,
+    StreamEvent,
+    TextDone,
+    TokenUsageDone,
+    ToolCallDone,
+)
+from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
+from .models import Chat, Message, ToolCall, Usage
+from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
+from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
+from .tools import Tool, ToolResult, get_tool
+from .transcript import (
+    provider_message,
+    record_failed_attempts,
+    save_step,
+    save_tool_results,
+    tokens_in,
+    usage_row,
+)
+
+logger = logging.getLogger("django_llmchat.runner")
+
+CANCEL_POLL_SECONDS = 0.25
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class RunResult:
+    """What a finished run produced."""
+
+    message: Message | None = None
+    """The last assistant message stored in this run."""
+    interrupt: Interrupt | None = None
+    tripwire: GuardrailTripwire | None = None
+    steps: int = 0
+    events: list[StreamEvent] = field(default_factory=list)
+
+
+class Runner:
+    """Runs the loop for one chat. Build one per run."""
+
+    def __init__(
+        self,
+        chat: Chat,
+        *,
+        context: dict[str, Any] | None = None,
+        provider=None,
+        keep_events: bool = False,
+    ):
+        self.chat = chat
+        self.agent: Agent | None = load_agent(chat.agent) if chat.agent else None
+        self._provider = provider
+        self.context = Context(
+            {**(chat.context or {}), **(context or {})}
+        )
+        self.result = RunResult()
+        self.keep_events = keep_events
+        self.max_steps = (
+            self.agent.max_steps if self.agent and self.agent.max_steps else settings.MAX_STEPS
+        )
+        self.guardrails = [as_guardrail(g) for g in (self.agent.guardrails if self.agent else [])]
+        self.tools: dict[str, Tool] = {}
+        for item in list(chat.tools or []) + list(self.agent.tools if self.agent else []):
+            found = get_tool(item)
+            if found is not None:
+                self.tools[found.name] = found
+        skills = self.agent.skills if self.agent else []
+        if skills:
+            self.context.skills = (
+                skills if isinstance(skills, SkillsContext) else load_skills(list(skills))
+            )
+        self._last_cancel_poll = 0.0
+
+    # -- setup ----------------------------------------------------------------------------
+    @property
+    def provider(self):
+        if self._provider is None:
+            from .providers import get_provider
+
+            self._provider = get_provider(self.chat.provider)
+        return self._provider
+
+    def check_prompt(self, text: str) -> tuple[str, list[StreamEvent]]:
+        """Run the before-guardrails on a prompt: returns the (maybe transformed) text and the
+        events; a block raises :class:`Blocked`."""
+        events: list[StreamEvent] = []
+        for g in self.guardrails:
+            if BEFORE not in g.phases:
+                continue
+            decision = g.check(text, phase=BEFORE, context=self.context) or GuardrailResult()
+            if decision.action == "block":
+                raise Blocked(GuardrailTripwire(guardrail_id=g.id, reason=decision.reason,
+                                                phase=BEFORE))
+            if decision.action == "transform" and decision.text is not None:
+                text = decision.text
+                events.append(GuardrailModification(guardrail_id=g.id, phase=BEFORE,
+                                                    message_indices=[-1]))
+        return text, events
+
+    def _request(self, history: list[ProviderMessage]) -> ProviderRequest:
+        system: list[ProviderMessage] = []
+        if self.agent is not None:
+            text = self.agent.render_instructions(self.context)
+            if text:
+                system.append(ProviderMessage(role="system", content=text))
+        if self.context.skills is not None and self.context.skills.skills:
+            system.append(ProviderMessage(role="system", content=self.context.skills.catalog()))
+        specs = [t.spec() for t in self.tools.values()]
+        if self.context.skills is not None and self.context.skills.skills:
+            specs.append(
+                ToolSpec(
+                    name=ACTIVATE_TOOL,
+                    description="Load the full instructions of one of the available skills.",
+                    parameters={
+                        "type": "object",
+                        "properties": {
+                            "name": {
+                                "type": "string",
+                                "enum": sorted(self.context.skills.skills),
+                            }
+                        },
+                        "required": ["name"],
+                    },
+                )
+            )
+        params = {**(self.agent.params if self.agent else {}), **(self.chat.params or {})}
+        return ProviderRequest(
+            model_id=self.chat.model_id,
+            messages=system + history,
+            tools=specs,
+            params=params,
+            schema=self.chat.schema,
+        )
+
+    # -- cancellation ---------------------------------------------------------------------
+    def _cancel_requested(self, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self._last_cancel_poll < CANCEL_POLL_SECONDS:
+            return False
+        self._last_cancel_poll = now
+        return bool(
+            Chat.objects.filter(pk=self.chat.pk).values_list("cancel_requested", flat=True).first()
+        )
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, *, stream: bool = True, pre_events: list[StreamEvent] | None = None):
+        """Generator of events; ``self.result`` holds the outcome when it ends."""
+        for event in self._run(stream=stream, pre_events=pre_events or []):
+            if self.keep_events:
+                self.result.events.append(event)
+            yield event
+
+    def _run(self, *, stream: bool, pre_events: list[StreamEvent]) -> Iterator[StreamEvent]:
+        chat = self.chat
+        Chat.objects.filter(pk=chat.pk).update(status="running", error="", updated_at=Now())
+        final_status = "idle"
+        error_text = ""
+        try:
+            yield from pre_events
+            messages = list(chat.transcript())
+            self.context.token_usage = tokens_in(messages) if messages else None
+            history = [provider_message(m) for m in messages]
+            pending = self._unanswered(messages)
+            steps = 0
+            while True:
+                if pending:
+                    outcome = yield from self._run_tools(pending, history)
+                    if outcome is not None:
+                        self.result.interrupt = outcome
+                        yield outcome
+                        final_status = "interrupted"
+                        return
+                    pending = []
+                if self._cancel_requested(force=True):
+                    raise _Cancelled()
+                if steps >= self.max_steps:
+                    event = Interrupt(reason="max_steps")
+                    self.result.interrupt = event
+                    yield event
+                    final_status = "interrupted"
+                    return
+                request = self._request(history)
+                response = yield from self._call(request, stream=stream)
+                steps += 1
+                self.result.steps = steps
+                if response is None:  # blocked by an after-guardrail
+                    final_status = "blocked"
+                    return
+                message, calls = response
+                history.append(provider_message(message))
+                try:
+                    if self.agent is not None:
+                        self.agent.on_message(message, self.context)
+                except InterruptError as exc:
+                    event = Interrupt(reason=exc.reason)
+                    self.result.interrupt = event
+                    yield event
+                    final_status = "interrupted"
+                    return
+                if not calls:
+                    return
+                pending = calls
+        except _Cancelled:
+            event = Interrupt(reason="cancelled")
+            self.result.interrupt = event
+            yield event
+            final_status = "interrupted"
+        except Exception as exc:
+            final_status = "failed"
+            error_text = str(exc)[:4000]
+            raise
+        finally:
+            updates: dict[str, Any] = {"status": final_status, "error": error_text,
+                                       "cancel_requested": False, "updated_at": Now()}
+            caller = self.context.caller_data()
+            if caller != (chat.context or {}):
+                updates["context"] = caller
+                chat.context = caller
+            Chat.objects.filter(pk=chat.pk).update(**updates)
+            chat.status, chat.error, chat.cancel_requested = final_status, error_text, False
+
+    @staticmethod
+    def _unanswered(messages: list[Message]) -> list[ToolCall]:
+        answered = {m.parent_tool_call_id for m in messages if m.parent_tool_call_id}
+        pending: list[ToolCall] = []
+        for m in messages:
+            if m.role == "assistant":
+                pending.extend(tc for tc in m.tool_calls.all() if tc.pk not in answered)
+        return pending
+
+    # -- one provider response ------------------------------------------------------------
+    def _call(self, request: ProviderRequest, *, stream: bool):
+        chat, provider = self.chat, self.provider
+        failed: list[Usage] = []
+        started = time.monotonic()
+        first_token: float | None = None
+
+        def on_retry(error: ProviderError, attempt: int) -> None:
+            failed.append(
+                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
+                          status=Usage.FAILED, started=started, error=str(error))
+            )
+
+        try:
+            if stream:
+                provider_stream = _open_stream(provider, request, on_retry)
+                events = iter(provider_stream)
+                try:
+                    for event in events:
+                        if first_token is None:
+                            first_token = time.monotonic()
+                        if self._cancel_requested():
+                            raise _Cancelled()
+                        if isinstance(event, TextDone) and self.guardrails:
+                            continue  # re-emitted after the after-guardrails
+                        yield event
+                finally:
+                    close = getattr(events, "close", None)
+                    if close:
+                        close()
+                response = provider_stream.response
+            else:
+                response = _complete(provider, request, on_retry)
+                first_token = time.monotonic()
+        except _Cancelled:
+            failed.append(
+                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
+                          status=Usage.CANCELLED, started=started, first_token=first_token)
+            )
+            record_failed_attempts(failed)
+            raise
+        except (ProviderError, IncompleteStreamError) as exc:
+            failed.append(
+                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
+                          status=Usage.FAILED, started=started, first_token=first_token,
+                          error=str(exc))
+            )
+            record_failed_attempts(failed)
+            raise
+        content = response.content
+        if chat.schema is not None and content and not response.tool_calls:
+            try:
+                json.loads(content)
+            except ValueError as exc:
+                failed.append(
+                    usage_row(chat, provider=chat.provider, model_id=chat.model_id,
+                              status=Usage.FAILED, tokens=response.tokens, started=started,
+                              first_token=first_token, error="invalid JSON for the schema")
+                )
+                record_failed_attempts(failed)
+                raise StructuredOutputError(
+                    f"{chat.provider} returned content that is not valid JSON for the "
+                    f"chat's schema: {exc}"
+                ) from exc
+        succeeded = usage_row(chat, provider=chat.provider, model_id=chat.model_id,
+                              status=Usage.SUCCEEDED, tokens=response.tokens, started=started,
+                              first_token=first_token)
+        # after-guardrails
+        modified: list[StreamEvent] = []
+        for g in self.guardrails:
+            if AFTER not in g.phases:
+                continue
+            decision = g.check(content, phase=AFTER, context=self.context) or GuardrailResult()
+            if decision.action == "block":
+                record_failed_attempts(failed + [succeeded])
+                event = GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=AFTER)
+                self.result.tripwire = event
+                yield event
+                return None
+            if decision.action == "transform" and decision.text is not None:
+                content = decision.text
+                modified.append(GuardrailModification(guardrail_id=g.id, phase=AFTER,
+                                                      message_indices=[-1]))
+        message = save_step(chat, response, provider=chat.provider, model_id=chat.model_id,
+                            content=content, usages=failed + [succeeded])
+        self.result.message = message
+        if not response.tokens.is_empty:
+            usage = self.context.token_usage
+            self.context.token_usage = response.tokens if usage is None else usage + response.tokens
+        yield from modified
+        if not stream:
+            for tc in response.tool_calls:
+                yield ToolCallDone(item_id=tc.item_id or tc.call_id, call_id=tc.call_id,
+                                   name=tc.name, arguments=json.dumps(tc.arguments))
+            if content:
+                yield TextDone(content)
+            yield TokenUsageDone(token_usage=response.tokens)
+            yield FinishReasonDone(finish_reason=response.finish_reason,
+                                   raw_finish_reason=response.raw_finish_reason)
+        elif content and self.guardrails:
+            yield TextDone(content)
+        return message, list(message.tool_calls.all())
+
+    # -- tools ----------------------------------------------------------------------------
+    def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):
+        """Answer ``calls``; returns an ``Interrupt`` when the run must pause."""
+        results: list[tuple[ToolCall, ToolResult]] = []
+        waiting = False
+        interrupt: Interrupt | None = None
+        runnable: list[tuple[ToolCall, Tool | None]] = []
+        for call in calls:
+            tool = self.tools.get(call.name)
+            if call.name == ACTIVATE_TOOL and self.context.skills is not None:
+                name = (call.arguments or {}).get("name")
+                skill = self.context.skills.get(name) if isinstance(name, str) else None
+                if skill is None:
+                    results.append((call, ToolResult.error(
+                        "validation_error", f"no skill named {name!r}")))
+                else:
+                    self.context.skills.activate(skill.name)
+                    yield SkillActivation(skill.name)
+                    results.append((call, ToolResult(content=skill.body)))
+                continue
+            if call.approval == "denied":
+                results.append((call, ToolResult.error("denied", "The user denied this tool call.")))
+                continue
+            if tool is not None and tool.requires_approval and call.approval != "approved":
+                waiting = True
+                continue
+            runnable.append((call, tool))
+        try:
+            results.extend(self._execute(runnable))
+        except InterruptError as exc:
+            interrupt = Interrupt(reason=exc.reason)
+            results.extend(getattr(exc, "partial_results", []))
+        # keep the transcript's order: results follow their calls
+        order = {c.pk: i for i, c in enumerate(calls)}
+        results.sort(key=lambda pair: order[pair[0].pk])
+        saved = save_tool_results(self.chat, results)
+        for m in saved:
+            history.append(provider_message(m))
+            if self.agent is not None and interrupt is None:
+                try:
+                    self.agent.on_message(m, self.context)
+                except InterruptError as exc:
+                    interrupt = Interrupt(reason=exc.reason)
+        if interrupt is not None:
+            return interrupt
+        if waiting:
+            return Interrupt(reason="approval_required")
+        return None
+
+    def _execute(self, runnable: list[tuple[ToolCall, Tool | None]]):
+        timeout = settings.TOOL_TIMEOUT
+        done: list[tuple[ToolCall, ToolResult]] = []
+
+        def run_one(call: ToolCall, tool: Tool | None) -> ToolResult:
+            if tool is None:
+                return ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
+            return tool.run(call.arguments or {}, self.context, timeout=timeout)
+
+        concurrent = [(c, t) for c, t in runnable if t is not None and t.concurrent]
+        serial = [(c, t) for c, t in runnable if not (t is not None and t.concurrent)]
+        if len(concurrent) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(concurrent))) as pool:
+                futures = [(c, pool.submit(_in_thread, run_one, c, t)) for c, t in concurrent]
+                interrupt: InterruptError | None = None
+                for c, fut in futures:
+                    try:
+                        done.append((c, fut.result()))
+                    except InterruptError as exc:
+                        interrupt = interrupt or exc
+                if interrupt is not None:
+                    interrupt.partial_results = done
+                    raise interrupt
+        else:
+            serial = concurrent + serial
+        for c, t in serial:
+            try:
+                done.append((c, run_one(c, t)))
+            except InterruptError as exc:
+                exc.partial_results = done
+                raise
+        return done
+
+
+class Blocked(Exception):
+    """A before-guardrail blocked the prompt."""
+
+    def __init__(self, event: GuardrailTripwire):
+        self.event = event
+        super().__init__(event.reason or "blocked")
+
+
+def _in_thread(func, *args):
+    try:
+        return func(*args)
+    finally:
+        close_old_connections()
+
+
+def _open_stream(provider, request, on_retry):
+    try:
+        return provider.stream(request, on_retry=on_retry)
+    except TypeError:
+        return provider.stream(request)
+
+
+def _complete(provider, request, on_retry) -> ProviderResponse:
+    try:
+        return provider.complete(request, on_retry=on_retry)
+    except TypeError as exc:
+        if "on_retry" not in str(exc):
+            raise
+        return provider.complete(request)

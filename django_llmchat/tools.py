@@ -1,0 +1,224 @@
+"""Tools the model may call: typed Python functions decorated with ``@tool``.
+
+The JSON Schema of the arguments comes from the signature (through pydantic), the
+description from the docstring. A tool may take a ``context`` parameter to receive the
+run's :class:`~django_llmchat.context.Context`. Errors never crash a run: they go back to
+the model as a typed error result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+from django.utils.module_loading import import_string
+from pydantic import ConfigDict, ValidationError, create_model
+
+from .errors import ArgumentError, InterruptError
+from .providers.types import ToolSpec
+
+ERROR_TYPES = ("unknown_tool", "validation_error", "timeout_error", "execution_error", "denied")
+
+_registry: dict[str, Tool] = {}
+_registry_lock = threading.Lock()
+_modules_loaded = False
+
+
+@dataclass
+class ToolResult:
+    """What a tool returns when it has more to say than text: content plus attachments
+    (``(filename, bytes)`` or ``(filename, bytes, mime_type)``)."""
+
+    content: Any = ""
+    attachments: list[tuple] = field(default_factory=list)
+    is_error: bool = False
+    error_type: str | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return json.dumps(self.content, ensure_ascii=False, default=str)
+
+    @classmethod
+    def error(cls, error_type: str, message: str) -> ToolResult:
+        payload = {"error": {"type": error_type, "message": message}}
+        return cls(content=payload, is_error=True, error_type=error_type)
+
+
+class Tool:
+    """A callable the model may request, with its name, description and JSON Schema."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        requires_approval: bool = False,
+        concurrent: bool = False,
+    ):
+        self.func = func
+        self.name = name or func.__name__
+        self.description = (description or inspect.getdoc(func) or "").strip()
+        self.timeout = timeout
+        self.requires_approval = requires_approval
+        self.concurrent = concurrent
+        signature = inspect.signature(func)
+        try:
+            hints = get_type_hints(func)
+        except Exception:  # unresolved forward references: fall back to Any
+            hints = {}
+        self.takes_context = "context" in signature.parameters
+        fields: dict[str, Any] = {}
+        for pname, param in signature.parameters.items():
+            if pname == "context" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            annotation = hints.get(pname, Any)
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (annotation, default)
+        self.arguments_model = create_model(
+            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        schema = self.arguments_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        self.parameters = schema
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def run(self, arguments: dict[str, Any], context: Any = None, *, timeout: float | None = None):
+        """Validate ``arguments`` and call the function; every failure becomes a typed error
+        result. ``InterruptError`` propagates (it stops the run on purpose)."""
+        try:
+            validated = self.arguments_model.model_validate(arguments or {})
+        except ValidationError as exc:
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            return ToolResult.error("validation_error", f"invalid arguments for {self.name}: {details}")
+        kwargs = {k: getattr(validated, k) for k in validated.model_fields_set | set(
+            type(validated).model_fields)}
+        if self.takes_context:
+            kwargs["context"] = context
+        limit = self.timeout if self.timeout is not None else timeout
+        try:
+            if limit:
+                value = _call_with_timeout(self.func, kwargs, limit)
+            else:
+                value = self.func(**kwargs)
+        except FutureTimeout:
+            return ToolResult.error("timeout_error", f"{self.name} did not finish within {limit} s")
+        except InterruptError:
+            raise
+        except Exception as exc:  # the model hears about it; the run goes on
+            return ToolResult.error("execution_error", f"{type(exc).__name__}: {exc}")
+        if isinstance(value, ToolResult):
+            return value
+        return ToolResult(content=value if value is not None else "")
+
+
+_timeout_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="llmchat-tool")
+
+
+def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], limit: float) -> Any:
+    from django.db import close_old_connections
+
+    def call() -> Any:
+        try:
+            return func(**kwargs)
+        finally:
+            close_old_connections()
+
+    return _timeout_pool.submit(call).result(timeout=limit)
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
+    concurrent: bool = False,
+):
+    """Turn a typed function into a :class:`Tool` and register it by name.
+
+    ``timeout`` (seconds) overrides ``LLMCHAT["TOOL_TIMEOUT"]``; ``requires_approval``
+    pauses the run until ``chat.approve(call_id)`` / ``chat.deny(call_id)``;
+    ``concurrent=True`` lets several calls of one response run at the same time.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        t = Tool(
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            requires_approval=requires_approval,
+            concurrent=concurrent,
+        )
+        register(t)
+        return t
+
+    return wrap(func) if func is not None else wrap
+
+
+def register(t: Tool) -> Tool:
+    with _registry_lock:
+        _registry[t.name] = t
+    return t
+
+
+def _load_modules() -> None:
+    global _modules_loaded
+    if _modules_loaded:
+        return
+    from importlib import import_module
+
+    from .conf import settings
+
+    for module in settings.TOOL_MODULES:
+        import_module(module)
+    _modules_loaded = True
+
+
+def get_tool(name_or_tool: Any) -> Tool | None:
+    """A registered tool by name (importing ``LLMCHAT["TOOL_MODULES"]`` first), a tool
+    passed as such, or a dotted path to one. ``None`` when unknown."""
+    if isinstance(name_or_tool, Tool):
+        return name_or_tool
+    if callable(name_or_tool):
+        return Tool(name_or_tool)
+    if not isinstance(name_or_tool, str):
+        raise ArgumentError(f"not a tool: {name_or_tool!r}")
+    _load_modules()
+    found = _registry.get(name_or_tool)
+    if found is None and "." in name_or_tool:
+        try:
+            obj = import_string(name_or_tool)
+        except ImportError:
+            return None
+        found = obj if isinstance(obj, Tool) else Tool(obj)
+    return found
+
+
+def registered_tools() -> dict[str, Tool]:
+    _load_modules()
+    return dict(_registry)

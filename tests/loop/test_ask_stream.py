@@ -1,0 +1,161 @@
+"""ask / stream / complete against the loopback server, asserting stored rows and events."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_llmchat.errors import IncompleteStreamError, RateLimitError
+from django_llmchat.events import (
+    FinishReasonDone,
+    ReasoningDone,
+    TextDelta,
+    TextDone,
+    TokenUsageDone,
+    ToolCallDone,
+)
+from django_llmchat.models import Chat, Message, Usage
+from django_llmchat.testing import Fault, Reply, ToolCall
+from django_llmchat.tools import tool
+from django_llmchat.values import Tokens
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROVIDERS = [
+    ("openai", "gpt-4.1-mini", {}),
+    ("openai", "gpt-4.1-mini", {"api": "chat_completions"}),
+    ("anthropic", "claude-haiku-4-5", {}),
+    ("gemini", "gemini-2.5-flash", {}),
+]
+
+
+@tool
+def weather(city: str) -> str:
+    """Gets the current weather for a city"""
+    return f"18C and sunny in {city}"
+
+
+@pytest.fixture(params=PROVIDERS, ids=lambda p: p[0] + ("-cc" if p[2] else ""))
+def chat(request, fake_llm):
+    provider, model, options = request.param
+    fake_llm.configure(provider, model)
+    if options:
+        from django.test import override_settings
+
+        from django_llmchat.conf import settings as llm
+
+        providers = {k: dict(v) for k, v in llm.PROVIDERS.items()}
+        providers[provider].update(options)
+        o = override_settings(LLMCHAT={**llm.user_settings, "PROVIDERS": providers})
+        o.enable()
+        request.addfinalizer(o.disable)
+    return Chat.objects.create(provider=provider, model_id=model)
+
+
+def test_ask_stores_prompt_reply_and_usage(chat, fake_llm):
+    fake_llm.script(Reply("Paris.", usage={"input_tokens": 12, "output_tokens": 3}))
+    reply = chat.ask("What is the capital of France?")
+    assert reply.content == "Paris." and reply.is_stopped
+    assert [m.role for m in chat.transcript()] == ["user", "assistant"]
+    usage = Usage.objects.get()
+    assert usage.status == "succeeded" and usage.message == reply
+    assert (reply.tokens.input_tokens, reply.tokens.output_tokens) == (12, 3)
+    chat.refresh_from_db()
+    assert chat.status == "idle"
+
+
+def test_stream_events_and_one_transaction_per_step(chat, fake_llm):
+    fake_llm.script(
+        Reply(tool_calls=[ToolCall("weather", {"city": "Paris"}),
+                          ToolCall("weather", {"city": "Rome"})],
+              usage={"input_tokens": 20, "output_tokens": 10}),
+        Reply("Sunny in both.", usage={"input_tokens": 40, "output_tokens": 5}),
+    )
+    chat.with_tools(weather)
+    events = list(chat.stream("Weather in Paris and Rome?"))
+    kinds = [type(e) for e in events]
+    done_calls = [e for e in events if isinstance(e, ToolCallDone)]
+    assert [e.name for e in done_calls] == ["weather", "weather"]
+    texts = [e for e in events if isinstance(e, TextDone)]
+    assert len(texts) == 1 and texts[0].content == "Sunny in both."
+    assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "Sunny in both."
+    assert kinds.count(TokenUsageDone) == 2 and kinds.count(FinishReasonDone) == 2
+    assert kinds.index(TextDone) > max(i for i, k in enumerate(kinds) if k is TextDelta)
+    roles = [m.role for m in chat.transcript()]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant"]
+    first = chat.transcript()[1]
+    assert first.is_tool_call_stop
+    results = list(first.tool_results)
+    assert [r.content for r in results] == ["18C and sunny in Paris", "18C and sunny in Rome"]
+    assert [r.tool_call_id for r in results] == [tc.call_id for tc in first.tool_calls.all()]
+    assert Usage.objects.filter(status="succeeded").count() == 2
+    # the second request carried the tool results back
+    assert len(fake_llm.requests) == 2
+
+
+def test_thinking_is_stored(chat, fake_llm):
+    fake_llm.script(Reply("42", thinking="Let me think.", thinking_signature="sig-1",
+                          usage={"input_tokens": 5, "output_tokens": 9, "thinking_tokens": 4}))
+    events = list(chat.stream("Meaning of life?"))
+    assert any(isinstance(e, ReasoningDone) for e in events)
+    reply = chat.messages.get(role="assistant")
+    assert reply.thinking.text == "Let me think."
+
+
+def test_incomplete_stream_stores_nothing_and_retry_adds_no_second_prompt(chat, fake_llm):
+    long = Reply("Once upon a time there was a parser.", chunk_size=2)
+    fake_llm.script(Fault(cut_after=8, reply=long), Reply("Once upon a time."))
+    delivered = []
+    with pytest.raises(IncompleteStreamError):
+        for event in chat.stream("Tell me a story"):
+            delivered.append(event)
+    assert any(isinstance(e, TextDelta) for e in delivered)  # delivered before the cut
+    assert [m.role for m in chat.transcript()] == ["user"]
+    assert Usage.objects.get().status == "failed"
+    events = list(chat.stream())
+    assert any(isinstance(e, TextDone) for e in events)
+    assert [m.role for m in chat.transcript()] == ["user", "assistant"]
+    assert chat.messages.filter(role="user").count() == 1
+    assert list(Usage.objects.values_list("status", flat=True)) == ["failed", "succeeded"]
+
+
+def test_retry_then_success_records_both_attempts(chat, fake_llm):
+    fake_llm.script(Fault(status=429, retry_after=0), Reply("ok"))
+    reply = chat.ask("hi")
+    assert reply.content == "ok"
+    rows = list(Usage.objects.order_by("id").values_list("status", "message_id"))
+    assert rows == [("failed", reply.pk), ("succeeded", reply.pk)]
+
+
+def test_failure_keeps_prompt_and_marks_chat_failed(chat, fake_llm, settings):
+    fake_llm.script(*[Fault(status=429, retry_after=0)] * 5)
+    with pytest.raises(RateLimitError) as info:
+        chat.ask("hi")
+    assert "test-key" not in str(info.value)
+    assert [m.role for m in chat.transcript()] == ["user"]
+    chat.refresh_from_db()
+    assert chat.status == "failed" and chat.error
+    assert "test-key" not in chat.error
+
+
+def test_reply_step_query_count_is_constant(chat, fake_llm):
+    from tests.factories import build_transcript
+
+    def measure(turns):
+        c = Chat.objects.create(provider=chat.provider, model_id=chat.model_id)
+        build_transcript(c, turns, with_attachments=False)
+        c.add_message(role="user", content="next")
+        fake_llm.script(Reply("fine"))
+        with CaptureQueriesContext(connection) as ctx:
+            c.complete()
+        return len(ctx)
+
+    small = measure(1)  # 5 prior messages
+    large = measure(125)  # 501 prior messages
+    assert small == large
+
+
+def test_message_reads_back_from_db(chat, fake_llm):
+    fake_llm.script(Reply("Hi!"))
+    reply = chat.ask("hello")
+    again = Message.objects.transcript().get(pk=reply.pk)
+    assert again.to_dict()["content"] == "Hi!"
