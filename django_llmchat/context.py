@@ -85,6 +85,9 @@ class Context:
     @property
     def token_usage(self) -> Tokens | None:
         """Running token total across the chat's runs, or ``None`` before the first reply."""
+        loader = self.__dict__.pop("_token_usage_loader", None)
+        if loader is not None:
+            self._data["token_usage"] = loader()
         return self._data["token_usage"]
 
     @token_usage.setter
@@ -94,12 +97,22 @@ class Context:
                 f"token_usage must be a django_llmchat.values.Tokens or None, "
                 f"got {type(value).__name__}"
             )
+        self.__dict__.pop("_token_usage_loader", None)
         self._data["token_usage"] = value
+
+    @property
+    def token_usage_deferred(self) -> bool:
+        return "_token_usage_loader" in self.__dict__
+
+    def defer_token_usage(self, loader) -> None:
+        """Compute ``token_usage`` with ``loader()`` on first read (it may query)."""
+        self.__dict__["_token_usage_loader"] = loader
 
     # -- copies ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A copy of the underlying dict (reserved keys included); mutating it changes
         nothing here."""
+        self.token_usage  # resolve a deferred value  # noqa: B018
         return dict(self._data)
 
     def caller_data(self) -> dict[str, Any]:

@@ -40,12 +40,13 @@ from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse,
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
+    load_history,
     provider_message,
     record_failed_attempts,
     save_step,
     save_tool_results,
-    tokens_in,
     usage_row,
+    usage_tokens,
 )
 
 logger = logging.getLogger("django_llmchat.runner")
@@ -103,6 +104,8 @@ class Runner:
                 skills if isinstance(skills, SkillsContext) else load_skills(list(skills))
             )
         self._last_cancel_poll = 0.0
+        self.started = False
+        self._written_status: str | None = None
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -159,11 +162,16 @@ class Runner:
         params = {**(self.agent.params if self.agent else {}), **(self.chat.params or {})}
         return ProviderRequest(
             model_id=self.chat.model_id,
-            messages=system + history,
+            messages=system + _results_after_calls(history),
             tools=specs,
             params=params,
             schema=self.chat.schema,
         )
+
+    @staticmethod
+    def start_updates() -> dict[str, Any]:
+        """Chat columns written when a run starts."""
+        return {"status": "running", "error": "", "updated_at": Now()}
 
     # -- cancellation ---------------------------------------------------------------------
     def _cancel_requested(self, force: bool = False) -> bool:
@@ -185,15 +193,23 @@ class Runner:
 
     def _run(self, *, stream: bool, pre_events: list[StreamEvent]) -> Iterator[StreamEvent]:
         chat = self.chat
-        Chat.objects.filter(pk=chat.pk).update(status="running", error="", updated_at=Now())
+        if not self.started:
+            Chat.objects.filter(pk=chat.pk).update(**self.start_updates())
+            self.started = True
         final_status = "idle"
         error_text = ""
         try:
             yield from pre_events
-            messages = list(chat.transcript())
-            self.context.token_usage = tokens_in(messages) if messages else None
-            history = [provider_message(m) for m in messages]
-            pending = self._unanswered(messages)
+            history, pending_ids, own_tokens = load_history(chat)
+            # read only if a tool or callback asks: the sum is over every usage row
+            self.context.defer_token_usage(
+                lambda: _none_if_empty(usage_tokens(chat) + own_tokens)
+            )
+            pending = (
+                list(ToolCall.objects.filter(pk__in=pending_ids).order_by("id"))
+                if pending_ids
+                else []
+            )
             steps = 0
             while True:
                 if pending:
@@ -204,7 +220,7 @@ class Runner:
                         final_status = "interrupted"
                         return
                     pending = []
-                if self._cancel_requested(force=True):
+                if steps and self._cancel_requested(force=True):
                     raise _Cancelled()
                 if steps >= self.max_steps:
                     event = Interrupt(reason="max_steps")
@@ -243,23 +259,17 @@ class Runner:
             error_text = str(exc)[:4000]
             raise
         finally:
-            updates: dict[str, Any] = {"status": final_status, "error": error_text,
-                                       "cancel_requested": False, "updated_at": Now()}
+            updates: dict[str, Any] = {}
+            if self._written_status != final_status or error_text:
+                updates = {"status": final_status, "error": error_text,
+                           "cancel_requested": False, "updated_at": Now()}
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
                 updates["context"] = caller
                 chat.context = caller
-            Chat.objects.filter(pk=chat.pk).update(**updates)
+            if updates:
+                Chat.objects.filter(pk=chat.pk).update(**updates)
             chat.status, chat.error, chat.cancel_requested = final_status, error_text, False
-
-    @staticmethod
-    def _unanswered(messages: list[Message]) -> list[ToolCall]:
-        answered = {m.parent_tool_call_id for m in messages if m.parent_tool_call_id}
-        pending: list[ToolCall] = []
-        for m in messages:
-            if m.role == "assistant":
-                pending.extend(tc for tc in m.tool_calls.all() if tc.pk not in answered)
-        return pending
 
     # -- one provider response ------------------------------------------------------------
     def _call(self, request: ProviderRequest, *, stream: bool):
@@ -344,12 +354,23 @@ class Runner:
                 content = decision.text
                 modified.append(GuardrailModification(guardrail_id=g.id, phase=AFTER,
                                                       message_indices=[-1]))
+        final = not response.tool_calls
+        chat_updates = (
+            {"status": "idle", "error": "", "cancel_requested": False} if final else {}
+        )
         message = save_step(chat, response, provider=chat.provider, model_id=chat.model_id,
-                            content=content, usages=failed + [succeeded])
+                            content=content, usages=failed + [succeeded],
+                            chat_updates=chat_updates)
+        if final:
+            self._written_status = "idle"
         self.result.message = message
         if not response.tokens.is_empty:
-            usage = self.context.token_usage
-            self.context.token_usage = response.tokens if usage is None else usage + response.tokens
+            # a deferred total is read from the usage rows, which now include this step
+            if not self.context.token_usage_deferred:
+                usage = self.context.token_usage
+                self.context.token_usage = (
+                    response.tokens if usage is None else usage + response.tokens
+                )
         yield from modified
         if not stream:
             for tc in response.tool_calls:
@@ -445,6 +466,34 @@ class Runner:
                 exc.partial_results = done
                 raise
         return done
+
+
+def _none_if_empty(tokens):
+    return None if tokens.is_empty else tokens
+
+
+def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage]:
+    """Providers want each tool result right after the message that called it; a result
+    saved later (a resumed run after a new prompt) is moved up to its call."""
+    results = {m.tool_call_id: m for m in history if m.role == "tool" and m.tool_call_id}
+    if not results:
+        return history
+    ordered: list[ProviderMessage] = []
+    placed: set[str] = set()
+    for m in history:
+        if m.role == "tool" and m.tool_call_id in results:
+            if m.tool_call_id in placed:
+                continue
+            # an orphan result (its call is not in the history) keeps its place
+        ordered.append(m)
+        if m.role == "tool" and m.tool_call_id:
+            placed.add(m.tool_call_id)
+        for call in m.tool_calls:
+            result = results.get(call.call_id)
+            if result is not None and call.call_id not in placed:
+                ordered.append(result)
+                placed.add(call.call_id)
+    return ordered
 
 
 class Blocked(Exception):

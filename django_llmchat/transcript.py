@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 from .models import Attachment, Chat, Message, ToolCall, Usage
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
-from .values import TOKEN_FIELDS
+from .values import TOKEN_FIELDS, Thinking, Tokens
 
 
 def _raw(message: Message) -> dict[str, Any]:
@@ -52,6 +52,95 @@ def provider_message(message: Message) -> ProviderMessage:
         model_id=message.model_id or None,
         provider=message.provider or None,
     )
+
+
+MESSAGE_COLUMNS = (
+    "id",
+    "role",
+    "content",
+    "model_id",
+    "provider",
+    "thinking_text",
+    "thinking_signature",
+    "raw",
+    "cache_boundary",
+    "parent_tool_call_id",
+    *TOKEN_FIELDS,
+)
+
+
+def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
+    """What a run needs from the saved transcript, read as plain rows (no model instances):
+    the provider messages, the ids of tool calls still unanswered, and the token counts
+    written on the messages themselves (hand-built ones). Three queries whatever the
+    length."""
+    rows = list(
+        Message.objects.filter(chat=chat).order_by("created_at", "id").values_list(*MESSAGE_COLUMNS)
+    )
+    calls: dict[int, list[tuple]] = {}
+    by_pk: dict[int, tuple] = {}
+    for row in ToolCall.objects.filter(chat=chat).order_by("id").values_list(
+        "id", "message_id", "call_id", "name", "arguments", "thought_signature"
+    ):
+        calls.setdefault(row[1], []).append(row)
+        by_pk[row[0]] = row
+    attachments: dict[int, list[tuple]] = {}
+    for att in Attachment.objects.filter(message__chat=chat).order_by("id").only(
+        "id", "message_id", "file", "filename", "mime_type"
+    ):
+        attachments.setdefault(att.message_id, []).append(att)
+    answered = set()
+    history: list[ProviderMessage] = []
+    own = Tokens()
+    for row in rows:
+        (pk, role, content, model_id, provider, t_text, t_sig, raw, cache, parent_id,
+         *token_cols) = row
+        raw = raw if isinstance(raw, dict) else {}
+        item_ids = raw.get("item_ids") or {}
+        if any(v is not None for v in token_cols):
+            own = own + Tokens(*token_cols)
+        parent = by_pk.get(parent_id) if parent_id else None
+        if parent_id:
+            answered.add(parent_id)
+        history.append(
+            ProviderMessage(
+                role=role,
+                content=content,
+                attachments=[
+                    AttachmentData(mime_type=a.mime_type, data=a.read(), filename=a.filename)
+                    for a in attachments.get(pk, ())
+                ],
+                tool_calls=[
+                    ToolCallData(
+                        call_id=c[2],
+                        name=c[3],
+                        arguments=c[4] or {},
+                        thought_signature=c[5] or None,
+                        item_id=item_ids.get(c[2]),
+                    )
+                    for c in calls.get(pk, ())
+                ],
+                tool_call_id=parent[2] if parent else None,
+                tool_name=parent[3] if parent else None,
+                is_error=bool(raw.get("error")),
+                thinking=Thinking(t_text, t_sig or None) if (t_text or t_sig) else None,
+                reasoning_items=list(raw.get("reasoning_items") or []),
+                cache_boundary=cache,
+                model_id=model_id or None,
+                provider=provider or None,
+            )
+        )
+    pending = [pk for pk in by_pk if pk not in answered]
+    return history, pending, own
+
+
+def usage_tokens(chat: Chat) -> Tokens:
+    """The token total of every Usage row of the chat (one light query)."""
+    total = Tokens()
+    for row in Usage.objects.filter(chat=chat).values_list(*TOKEN_FIELDS):
+        if any(v is not None for v in row):
+            total = total + Tokens(*row)
+    return total
 
 
 def usage_row(
@@ -94,6 +183,7 @@ def save_step(
     model_id: str,
     content: str,
     usages: list[Usage],
+    chat_updates: dict[str, Any] | None = None,
 ) -> Message:
     """Write one provider response: the assistant message, its tool calls, citations and
     the link to its usage rows, in ONE transaction."""
@@ -135,7 +225,7 @@ def save_step(
         for row in usages:
             row.message = message
         Usage.objects.bulk_create(usages)
-        Chat.objects.filter(pk=chat.pk).update(updated_at=Now())
+        Chat.objects.filter(pk=chat.pk).update(updated_at=Now(), **(chat_updates or {}))
     message._prefetched_objects_cache = {"tool_calls": calls, "attachments": [], "usages": usages}
     return message
 
@@ -179,18 +269,6 @@ def save_tool_results(
     return messages
 
 
-def tokens_in(messages: list[Message]):
-    """Running token total of loaded messages (no queries: uses the prefetch cache)."""
-    from .values import Tokens
-
-    total = Tokens()
-    for m in messages:
-        t = m.tokens
-        if not t.is_empty:
-            total = total + t
-    return total
-
-
 def encode_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
@@ -202,6 +280,6 @@ __all__ = [
     "record_failed_attempts",
     "save_step",
     "save_tool_results",
-    "tokens_in",
+    "load_history",
     "usage_row",
 ]

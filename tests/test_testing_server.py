@@ -222,6 +222,22 @@ def test_responder_answers_from_the_request(server):
     assert body["output"][0]["content"][0]["text"] == "model was fake-model"
 
 
+def test_a_failing_responder_becomes_a_500(server, caplog):
+    def broken(request):
+        raise KeyError("oops")
+
+    server.script(broken)
+    response = post(server, "chat_completions")
+    assert response.status_code == 500
+    assert "KeyError" in response.json()["error"]["message"]
+    assert post(server, "chat_completions").status_code == 200
+
+
+def test_custom_default_reply():
+    with FakeProviderServer(default="fallback") as srv:
+        assert post(srv, "anthropic").json()["content"][0]["text"] == "fallback"
+
+
 def test_reset_forgets_script_and_requests(server):
     server.script("a", "b")
     post(server, "anthropic")
@@ -358,7 +374,7 @@ def test_responses_stream_text_matches_recording(server):
     # The recording starts with an encrypted reasoning item and no summary.
     frames = events(server, "responses", Reply("1, 2, 3", thinking_signature="gAAAA-enc"))
     assert collapse([e for e, _ in frames]) == collapse([e for e, _ in rec_frames])
-    for (event, data) in frames:
+    for event, data in frames:
         assert data["type"] == event
     assert [d["sequence_number"] for _, d in frames] == list(range(len(frames)))
     rec_keys: dict[str, set] = {}
@@ -418,9 +434,7 @@ def test_responses_reasoning_summary_events(server):
         "response.output_item.done",
         "response.output_item.added",
     ]
-    summary = "".join(
-        d["delta"] for e, d in frames if e == "response.reasoning_summary_text.delta"
-    )
+    summary = "".join(d["delta"] for e, d in frames if e == "response.reasoning_summary_text.delta")
     assert summary == "Thinking hard"
     reasoning = frames[-1][1]["response"]["output"][0]
     assert reasoning["summary"] == [{"type": "summary_text", "text": "Thinking hard"}]
@@ -436,9 +450,9 @@ def test_responses_length_is_incomplete(server):
 
 def test_responses_whole_answer_matches_recording_keys(server):
     rec = json.loads(
-        recorded("chat_basic_chat_functionality_openai_gpt-5-nano_can_have_a_basic_conversation.json")[
-            "response"
-        ]["body"]
+        recorded(
+            "chat_basic_chat_functionality_openai_gpt-5-nano_can_have_a_basic_conversation.json"
+        )["response"]["body"]
     )
     server.script(Reply("4", thinking_signature="enc"))
     body = post(server, "responses", body={"input": "2+2?"}).json()
@@ -504,9 +518,9 @@ def test_anthropic_stream_thinking_text_and_tools(server):
 
 def test_anthropic_whole_answer_matches_recording(server):
     rec = json.loads(
-        recorded("chat_function_calling_anthropic_claude-haiku-4-5_can_use_tools.json")[
-            "response"
-        ]["body"]
+        recorded("chat_function_calling_anthropic_claude-haiku-4-5_can_use_tools.json")["response"][
+            "body"
+        ]
     )
     server.script(Reply(tool_calls=[ToolCall("weather", {"latitude": "52.5200"})]))
     body = post(server, "anthropic").json()
@@ -592,7 +606,10 @@ def test_gemini_whole_answer(server):
     (candidate,) = body["candidates"]
     assert candidate["finishReason"] == "STOP"
     (part,) = candidate["content"]["parts"]
-    assert part == {"functionCall": {"name": "weather", "args": {"a": "b"}}, "thoughtSignature": "sig"}
+    assert part == {
+        "functionCall": {"name": "weather", "args": {"a": "b"}},
+        "thoughtSignature": "sig",
+    }
 
 
 def test_gemini_length_finish(server):
@@ -687,8 +704,9 @@ TERMINAL = {
     "chat_completions": lambda frames: frames and frames[-1][1] == "[DONE]",
     "responses": lambda frames: frames and frames[-1][0] == "response.completed",
     "anthropic": lambda frames: frames and frames[-1][0] == "message_stop",
-    "gemini": lambda frames: frames
-    and "finishReason" in json.loads(frames[-1][1])["candidates"][0],
+    "gemini": lambda frames: (
+        frames and "finishReason" in json.loads(frames[-1][1])["candidates"][0]
+    ),
 }
 
 
@@ -828,7 +846,7 @@ def test_head_and_frames_go_out_without_nagle_stalls(server):
             post(server, "responses", stream=True, client=client)
             post(server, "chat_completions", client=client)
         per_exchange = (time.monotonic() - start) / 40
-    assert per_exchange < 0.02
+    assert per_exchange < 0.025
 
 
 def test_fifty_concurrent_streams(server):

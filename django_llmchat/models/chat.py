@@ -145,7 +145,6 @@ class AbstractChat(models.Model):
         ``attachments`` are ``(filename, bytes)`` or ``(filename, bytes, mime_type)``;
         ``cost`` is a supplied USD cost; ``tokens`` fills the token columns.
         """
-        from .attachment import Attachment
         from .message import Message
 
         if role not in Message.ROLES:
@@ -158,14 +157,21 @@ class AbstractChat(models.Model):
         if cost is not None:
             message.supplied_cost = Decimal(str(cost))
         with transaction.atomic():
-            message.save()
-            for item in attachments or []:
-                filename, data, *mime = item
-                Attachment.objects.create_from_bytes(
-                    message=message, data=data, filename=filename, mime_type=mime[0] if mime else None
-                )
-            self.touch()
+            self._insert(message, attachments, updated_at=models.functions.Now())
         return message
+
+    def _insert(self, message, attachments, **chat_updates: Any) -> None:
+        """Save ``message`` with its attachments and update the chat row (in the caller's
+        transaction)."""
+        from .attachment import Attachment
+
+        message.save()
+        for item in attachments or []:
+            filename, data, *mime = item
+            Attachment.objects.create_from_bytes(
+                message=message, data=data, filename=filename, mime_type=mime[0] if mime else None
+            )
+        type(self).objects.filter(pk=self.pk).update(**chat_updates)
 
     def touch(self) -> None:
         type(self).objects.filter(pk=self.pk).update(updated_at=models.functions.Now())
@@ -239,8 +245,15 @@ class AbstractChat(models.Model):
             return []
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
+        from .message import Message
+
         text, events = runner.check_prompt(prompt)
-        self.add_message(role="user", content=text, attachments=_attachment_items(attachments))
+        items = _attachment_items(attachments)
+        message = Message(chat=self, role="user", content=text)
+        with transaction.atomic():
+            # one commit: the prompt is stored and the run marked as started together
+            self._insert(message, items, **runner.start_updates())
+        runner.started = True
         return events
 
     def _runner(self, context=None):
@@ -274,7 +287,6 @@ class AbstractChat(models.Model):
         """Send ``prompt`` (saved now, before the first event) and return an iterator of
         stream events. With no prompt, the saved history is continued (a retry after an
         ``IncompleteStreamError`` adds no second user turn)."""
-        from ..events import GuardrailTripwire
         from ..runner import Blocked
 
         runner = self._runner(context)
@@ -283,12 +295,7 @@ class AbstractChat(models.Model):
         except Blocked as exc:
             runner.result.tripwire = exc.event
             self.last_run = runner.result
-
-            def blocked() -> Any:
-                event: GuardrailTripwire = exc.event
-                yield event
-
-            return blocked()
+            return iter([exc.event])
         self.last_run = runner.result
         return runner.run(stream=True, pre_events=pre)
 

@@ -1,9 +1,10 @@
 """The provider registry: names -> classes, and configured, cached instances.
 
 ``get_provider("anthropic")`` builds the provider from ``LLMCHAT["PROVIDERS"]["anthropic"]``
-(``api_key``, ``base_url``, ``timeout``, ``max_retries``, ``api``, ``class``; any other key
-goes to ``options``), falling back to the vendor's usual environment variables. Instances
-are cached per process and name, and rebuilt when ``LLMCHAT`` changes.
+(``api_key``, ``base_url``, ``timeout``, ``max_retries``, ``api``, ``class``, and an
+``options`` dict, which any other key joins), falling back to the vendor's usual
+environment variables. Instances are cached per process and name, and rebuilt when
+``LLMCHAT`` changes.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ BASE_URL_ENV: dict[str, tuple[str, ...]] = {
     "ollama": ("OLLAMA_BASE_URL", "OLLAMA_HOST"),
 }
 
-_CONFIG_KEYS = ("api_key", "base_url", "timeout", "max_retries", "api", "class")
+_CONFIG_KEYS = ("api_key", "base_url", "timeout", "max_retries", "api", "class", "options")
 
 _lock = threading.Lock()
 _instances: dict[str, Provider] = {}
@@ -173,7 +174,8 @@ def build_provider(name: str) -> Provider:
     if not base_url and name in BASE_URL_ENV:
         found = _env(BASE_URL_ENV[name])
         base_url = _ollama_url(found) if found and name == "ollama" else found
-    options = {k: v for k, v in config.items() if k not in _CONFIG_KEYS}
+    options = dict(config.get("options") or {})
+    options.update((k, v) for k, v in config.items() if k not in _CONFIG_KEYS)
     return cls(
         api_key=api_key,
         base_url=base_url,

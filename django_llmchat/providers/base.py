@@ -188,6 +188,10 @@ def backoff_delay(attempt: int, *, rand: Callable[[], float] = random.random) ->
     return delay * (1.0 - 0.25 * rand())
 
 
+OnRetry = Callable[[ProviderError, int], Any]
+"""``on_retry(error, retry_number)``: told about each failed attempt that will be retried."""
+
+
 # -- clients -----------------------------------------------------------------------------
 
 _CLIENT_LOCK = threading.Lock()
@@ -196,6 +200,8 @@ _ASYNC_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple, httpx.AsyncClient]] =
     weakref.WeakKeyDictionary()
 )
 _SSL_CONTEXT: Any = None
+_GENERATION = 0
+"""Bumped when pooled clients are dropped (fork, close_clients): instances re-fetch theirs."""
 
 
 def _ssl_context() -> Any:
@@ -208,20 +214,23 @@ def _ssl_context() -> Any:
 
 def close_clients() -> None:
     """Close and forget every pooled sync client (async ones are dropped with their loop)."""
+    global _GENERATION
     with _CLIENT_LOCK:
         clients = list(_SYNC_CLIENTS.values())
         _SYNC_CLIENTS.clear()
         _ASYNC_CLIENTS.clear()
+        _GENERATION += 1
     for client in clients:
         client.close()
 
 
 def _forget_clients_after_fork() -> None:
     # A forked worker must not share the parent's sockets; it builds its own clients.
-    global _CLIENT_LOCK
+    global _CLIENT_LOCK, _GENERATION
     _CLIENT_LOCK = threading.Lock()
     _SYNC_CLIENTS.clear()
     _ASYNC_CLIENTS.clear()
+    _GENERATION += 1
 
 
 if hasattr(os, "register_at_fork"):
@@ -495,6 +504,7 @@ class Provider:
         self.options = dict(options or {})
         self._transport = transport
         self._client: httpx.Client | None = None
+        self._generation = _GENERATION
         self._async_clients: weakref.WeakKeyDictionary[Any, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -698,10 +708,14 @@ class Provider:
             return max(0.0, min(error.retry_after, cap))
         return min(backoff_delay(attempt), cap)
 
-    def _log_retry(self, error: ProviderError, delay: float, attempt: int) -> None:
+    def _before_retry(
+        self, error: ProviderError, delay: float, attempt: int, on_retry: OnRetry | None
+    ) -> None:
         logger.info(
             "%s; retrying in %.2fs (retry %d of %d)", error, delay, attempt + 1, self.max_retries
         )
+        if on_retry is not None:
+            on_retry(error, attempt + 1)
 
     # -- plumbing ------------------------------------------------------------------------
     def headers(self) -> dict[str, str]:
@@ -754,9 +768,13 @@ class Provider:
     @property
     def client(self) -> httpx.Client:
         """The pooled sync client for this configuration (created once per process)."""
-        if self._client is not None:
+        if self._client is not None and self._generation == _GENERATION:
             return self._client
         with _CLIENT_LOCK:
+            if self._generation != _GENERATION:
+                self._client = None
+                self._async_clients = weakref.WeakKeyDictionary()
+                self._generation = _GENERATION
             if self._client is None:
                 if self._transport is not None:
                     self._client = httpx.Client(transport=self._transport, **self._client_kwargs())
@@ -776,10 +794,17 @@ class Provider:
             client = self._async_clients.get(loop)
         except TypeError:
             client = None
-        if client is not None:
+        if client is not None and self._generation == _GENERATION:
             return client
         with _CLIENT_LOCK:
-            client = self._async_clients.get(loop)
+            if self._generation != _GENERATION:
+                self._client = None
+                self._async_clients = weakref.WeakKeyDictionary()
+                self._generation = _GENERATION
+            try:
+                client = self._async_clients.get(loop)
+            except TypeError:
+                client = None
             if client is None:
                 if self._transport is not None:
                     client = httpx.AsyncClient(transport=self._transport, **self._client_kwargs())
@@ -819,8 +844,14 @@ class Provider:
             ) from None
         return self.parse_response(data)
 
-    def complete(self, request: ProviderRequest) -> ProviderResponse:
-        """One whole answer, retried on retryable errors."""
+    def complete(
+        self, request: ProviderRequest, *, on_retry: OnRetry | None = None
+    ) -> ProviderResponse:
+        """One whole answer, retried on retryable errors.
+
+        ``on_retry(error, retry_number)`` is called for each failed attempt that will be
+        retried (``retry_number`` counts from 1), before the wait.
+        """
         url = self.url(request, stream=False)
         body = self.encode_payload(self.build_payload(request, stream=False))
         attempt = 0
@@ -836,11 +867,13 @@ class Provider:
                 delay = self.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            self._log_retry(failure, delay, attempt)
+            self._before_retry(failure, delay, attempt, on_retry)
             self.sleep(delay)
             attempt += 1
 
-    async def acomplete(self, request: ProviderRequest) -> ProviderResponse:
+    async def acomplete(
+        self, request: ProviderRequest, *, on_retry: OnRetry | None = None
+    ) -> ProviderResponse:
         """Async twin of :meth:`complete`."""
         url = self.url(request, stream=False)
         body = self.encode_payload(self.build_payload(request, stream=False))
@@ -859,17 +892,21 @@ class Provider:
                 delay = self.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            self._log_retry(failure, delay, attempt)
+            self._before_retry(failure, delay, attempt, on_retry)
             await self.asleep(delay)
             attempt += 1
 
-    def stream(self, request: ProviderRequest) -> ProviderStream:
+    def stream(
+        self, request: ProviderRequest, *, on_retry: OnRetry | None = None
+    ) -> ProviderStream:
         """Events as they arrive (``for``); ``.response`` holds the whole answer after."""
-        return ProviderStream(self, request)
+        return ProviderStream(self, request, on_retry=on_retry)
 
-    def astream(self, request: ProviderRequest) -> ProviderStream:
+    def astream(
+        self, request: ProviderRequest, *, on_retry: OnRetry | None = None
+    ) -> ProviderStream:
         """The same stream, for ``async for``."""
-        return ProviderStream(self, request)
+        return ProviderStream(self, request, on_retry=on_retry)
 
 
 def _frames(decoder: SSEDecoder, chunks: Iterable[bytes]) -> Iterator[tuple[str | None, str]]:
@@ -897,9 +934,16 @@ class ProviderStream:
     the body ended or broke before the vendor's terminal event).
     """
 
-    def __init__(self, provider: Provider, request: ProviderRequest):
+    def __init__(
+        self,
+        provider: Provider,
+        request: ProviderRequest,
+        *,
+        on_retry: OnRetry | None = None,
+    ):
         self.provider = provider
         self.request = request
+        self.on_retry = on_retry
         self.response: ProviderResponse | None = None
 
     def _prepare(self) -> tuple[str, bytes]:
@@ -988,7 +1032,7 @@ class ProviderStream:
                     raise
             finally:
                 events.close()
-            provider._log_retry(failure, delay, attempt)
+            provider._before_retry(failure, delay, attempt, self.on_retry)
             provider.sleep(delay)
             attempt += 1
 
@@ -1048,6 +1092,6 @@ class ProviderStream:
                     raise
             finally:
                 await events.aclose()
-            provider._log_retry(failure, delay, attempt)
+            provider._before_retry(failure, delay, attempt, self.on_retry)
             await provider.asleep(delay)
             attempt += 1

@@ -274,12 +274,20 @@ class GeminiProvider(Provider):
     )
 
     # -- request ---------------------------------------------------------------------
+    def option(self, key: str) -> Any:
+        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
+        given beside the standard settings)."""
+        nested = self.options.get("options")
+        if isinstance(nested, dict) and nested.get(key) is not None:
+            return nested[key]
+        return self.options.get(key)
+
     def auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self.api_key} if self.api_key else {}
 
     @property
     def api_version(self) -> str:
-        return str(self.options.get("api_version") or "v1beta")
+        return str(self.option("api_version") or "v1beta")
 
     def endpoint(self, request: ProviderRequest, *, stream: bool) -> str:
         model = request.model_id.removeprefix("models/")

@@ -163,7 +163,8 @@ class ChatCompletionsProvider(Provider):
     capabilities = Capabilities(vision=True, structured_output=True, thinking=True)
 
     system_role: ClassVar[str] = "system"
-    """Role of the leading instructions message (``"developer"`` for some OpenAI models)."""
+    """Role of the leading instructions message; ``options["system_role"]`` overrides it
+    (``"developer"`` for OpenAI reasoning models behind strict proxies)."""
     max_tokens_param: ClassVar[str] = "max_tokens"
     stream_usage_option: ClassVar[bool] = True
     """Send ``stream_options: {"include_usage": true}`` (servers that reject it: False)."""
@@ -238,7 +239,8 @@ class ChatCompletionsProvider(Provider):
         out: list[dict[str, Any]] = []
         system = [m.content for m in messages if m.role == "system" and m.content]
         if system:
-            out.append({"role": self.system_role, "content": "\n\n".join(system)})
+            role = self.options.get("system_role") or self.system_role
+            out.append({"role": role, "content": "\n\n".join(system)})
         for m in messages:
             if m.role == "system":
                 continue
@@ -376,10 +378,11 @@ class ChatCompletionsStreamParser(StreamParser):
         self.raw_finish: str | None = None
         self.refusal = False
         self.usage: dict[str, Any] | None = None
-        self.citations_seen = False
+        # Only vendors declaring citations put search results on their chunks.
+        self.citations_seen = not provider.capabilities.citations
 
     def feed(self, event: str | None, data: str) -> list[StreamEvent]:
-        if data[:1] == "[" and data.strip() == "[DONE]":
+        if data.startswith("[") and data.strip() == "[DONE]":
             return self._close()
         chunk = json.loads(data)
         if not isinstance(chunk, dict):

@@ -193,14 +193,22 @@ class OpenAIResponsesProvider(Provider):
     """Documents may be sent inline as ``input_file`` parts."""
 
     # -- request ---------------------------------------------------------------------
+    def option(self, key: str) -> Any:
+        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
+        given beside the standard settings)."""
+        nested = self.options.get("options")
+        if isinstance(nested, dict) and nested.get(key) is not None:
+            return nested[key]
+        return self.options.get(key)
+
     def auth_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        if self.options.get("organization"):
-            headers["OpenAI-Organization"] = str(self.options["organization"])
-        if self.options.get("project"):
-            headers["OpenAI-Project"] = str(self.options["project"])
+        if self.option("organization"):
+            headers["OpenAI-Organization"] = str(self.option("organization"))
+        if self.option("project"):
+            headers["OpenAI-Project"] = str(self.option("project"))
         return headers
 
     def endpoint(self, request: ProviderRequest, *, stream: bool) -> str:

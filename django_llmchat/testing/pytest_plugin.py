@@ -69,7 +69,9 @@ class FakeLLM:
         self._overrides.append(override)
         return value
 
-    def _teardown(self) -> None:
+    def restore(self) -> None:
+        """Undo :meth:`configure` and reset the server (the fixture does this after each
+        test)."""
         while self._overrides:
             self._overrides.pop().disable()
         self.server.reset()
@@ -94,4 +96,4 @@ def fake_llm(fake_llm_server: FakeProviderServer) -> Iterator[FakeLLM]:
     try:
         yield handle
     finally:
-        handle._teardown()
+        handle.restore()

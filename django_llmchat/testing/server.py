@@ -9,6 +9,7 @@ encoding, every response head and every SSE frame in a single ``sendall`` on a s
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import threading
@@ -32,6 +33,8 @@ from .wire import (
 
 __all__ = ["FakeProviderServer", "PROVIDER_NAMES", "Responder", "echo"]
 
+logger = logging.getLogger("django_llmchat.testing")
+
 Responder = Callable[[RecordedRequest], Any]
 """A callable that answers one request with a Reply, a Fault or a str."""
 
@@ -44,9 +47,11 @@ PROVIDER_NAMES = (
     "deepseek",
     "mistral",
     "openai_compatible",
+    "perplexity",
     "xai",
 )
-"""Built-in provider names :meth:`FakeProviderServer.provider_settings` covers."""
+"""Built-in provider names :meth:`FakeProviderServer.provider_settings` covers (with any
+other name the provider registry knows)."""
 
 # Base URLs as the vendor SDKs take them: OpenAI-style ones include /v1, these do not.
 _ROOT_BASE_PROVIDERS = frozenset({"anthropic", "gemini"})
@@ -55,7 +60,15 @@ _GEMINI_PATH = re.compile(
     r"^(?:/[^:]*)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
 )
 
-_MISSING = object()
+
+def _known_provider_names() -> tuple[str, ...]:
+    names = list(PROVIDER_NAMES)
+    try:
+        from ..providers import PROVIDERS
+    except Exception:  # the registry is optional here
+        PROVIDERS = {}
+    names += [name for name in PROVIDERS if name not in names]
+    return tuple(names)
 
 
 def echo(request: RecordedRequest) -> Reply:
@@ -97,6 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "django-llmchat-fake"
     sys_version = ""
     server: _Server
+    head_sent = False
     # Idle keep-alive connections are closed after this many seconds.
     timeout = 120
 
@@ -123,7 +137,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_POST(self) -> None:
-        self.server.owner._serve(self)
+        self.head_sent = False
+        try:
+            self.server.owner._serve(self)
+        except OSError:
+            raise
+        except Exception as exc:
+            # A bug in a responder (or here) becomes an HTTP 500 naming it, not a hang-up.
+            logger.exception("django_llmchat.testing: failed to answer %s", self.path)
+            self.close_connection = True
+            if not self.head_sent:
+                message = f"django_llmchat.testing: {type(exc).__name__}: {exc}"
+                self.server.owner._send_json(
+                    self, 500, {"error": {"message": message, "type": "server_error"}}
+                )
 
     do_GET = do_PUT = do_DELETE = do_PATCH = do_POST
 
@@ -164,7 +191,7 @@ class FakeProviderServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        default: Reply | str | None = _MISSING,  # type: ignore[assignment]
+        default: Reply | str | None = "ok",
         responder: Responder | None = None,
         chunk_delay: float = 0.0,
         first_byte_delay: float = 0.0,
@@ -172,9 +199,9 @@ class FakeProviderServer:
     ):
         self.host = host
         self._port = port
-        if default is _MISSING:
-            default = Reply(text="ok")
-        self.default: Reply | None = coerce(default) if default is not None else None  # type: ignore[assignment]
+        self.default: Reply | None = None
+        if default is not None:
+            self.default = default if isinstance(default, Reply) else Reply(text=default)
         self.responder = responder
         self.chunk_delay = chunk_delay
         self.first_byte_delay = first_byte_delay
@@ -259,10 +286,9 @@ class FakeProviderServer:
     ) -> dict[str, dict[str, Any]]:
         """An ``LLMCHAT["PROVIDERS"]`` dict pointing ``names`` (default: every built-in
         provider) at this server with a dummy key; ``options`` are merged into each."""
-        names = names or PROVIDER_NAMES
+        names = names or _known_provider_names()
         return {
-            name: {"api_key": api_key, "base_url": self.base_url(name), **options}
-            for name in names
+            name: {"api_key": api_key, "base_url": self.base_url(name), **options} for name in names
         }
 
     def llmchat_settings(
@@ -272,7 +298,7 @@ class FakeProviderServer:
         (and ``model``) the defaults, no retry waits; ``overrides`` are merged on top."""
         value: dict[str, Any] = {
             "DEFAULT_PROVIDER": provider,
-            "PROVIDERS": self.provider_settings(*{*PROVIDER_NAMES, provider}),
+            "PROVIDERS": self.provider_settings(*_known_provider_names(), provider),
             "MAX_RETRY_WAIT": 0.0,
         }
         if model is not None:
@@ -436,9 +462,7 @@ class FakeProviderServer:
         return headers
 
     @staticmethod
-    def _head(
-        status: int, headers: dict[str, str], *, close: bool, length: int | None
-    ) -> bytes:
+    def _head(status: int, headers: dict[str, str], *, close: bool, length: int | None) -> bytes:
         """The status line and headers. ``length`` None: chunked; -1: ends at close."""
         try:
             reason = HTTPStatus(status).phrase
@@ -473,6 +497,7 @@ class FakeProviderServer:
             close=h.close_connection,
             length=len(data),
         )
+        h.head_sent = True
         h.connection.sendall(head + data)
 
     def _send_fault(
@@ -505,6 +530,7 @@ class FakeProviderServer:
             head = self._head(
                 200, {"Content-Type": content_type, **headers}, close=True, length=len(data)
             )
+            h.head_sent = True
             h.connection.sendall(head + data[: len(data) // 2])
             h.close_connection = True
             self._abort(h)
@@ -515,6 +541,7 @@ class FakeProviderServer:
             close=h.close_connection,
             length=len(data),
         )
+        h.head_sent = True
         h.connection.sendall(head + data)
 
     def _send_stream(
@@ -550,6 +577,7 @@ class FakeProviderServer:
             200, head_headers, close=h.close_connection or cut, length=None if chunked else -1
         )
         sock = h.connection
+        h.head_sent = True
         sock.sendall(head)
         last = len(frames) - 1
         for i, frame in enumerate(frames):
@@ -577,4 +605,3 @@ class FakeProviderServer:
     def __repr__(self) -> str:
         where = self.url if self.running else "stopped"
         return f"<FakeProviderServer {where} queued={self.remaining}>"
-

@@ -22,7 +22,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +151,7 @@ class Fault:
       its announced ``Content-Length``.
     * ``error_event=N``: stream ``N`` frames of ``reply``, then the vendor's mid-stream
       error (``error_message``/``error_type`` override the defaults), then end the body.
+      A non-streaming request gets ``reply`` whole (use ``status`` for errors there).
     * ``chunk_delay``: seconds between frames; ``first_byte_delay``: seconds before the
       response head.
     * ``drop``: close the connection without answering at all.
@@ -259,6 +260,7 @@ def _text_of(content: Any) -> str:
 # --------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------
+
 
 def _rand(n: int = 24) -> str:
     return uuid.uuid4().hex[:n]
@@ -576,8 +578,12 @@ class ResponsesRenderer(Renderer):
                     "type": "message",
                     "status": item_status,
                     "content": [
-                        {"type": "output_text", "annotations": [], "logprobs": [],
-                         "text": reply.text}
+                        {
+                            "type": "output_text",
+                            "annotations": [],
+                            "logprobs": [],
+                            "text": reply.text,
+                        }
                     ],
                     "role": "assistant",
                 }
@@ -632,8 +638,9 @@ class ResponsesRenderer(Renderer):
         final = self.response(
             rid, model, created, status, items, self.usage(reply.tokens), incomplete
         )
-        emit("response.completed" if status == "completed" else "response.incomplete",
-             response=final)
+        emit(
+            "response.completed" if status == "completed" else "response.incomplete", response=final
+        )
         return frames
 
     @staticmethod
@@ -697,8 +704,13 @@ class ResponsesRenderer(Renderer):
     def error_frames(self, fault: Fault, request: RecordedRequest) -> list[bytes]:
         err = self.error_payload(500, fault, None)
         code = err["code"] or err["type"]
-        event = {"type": "error", "code": code, "message": err["message"], "param": None,
-                 "sequence_number": 0}
+        event = {
+            "type": "error",
+            "code": code,
+            "message": err["message"],
+            "param": None,
+            "sequence_number": 0,
+        }
         failed = self.response(
             f"resp_{_rand(40)}",
             request.model or "fake-model",
@@ -765,8 +777,7 @@ class AnthropicRenderer(Renderer):
         blocks: list[dict[str, Any]] = []
         if reply.thinking is not None:
             blocks.append(
-                {"type": "thinking", "thinking": reply.thinking,
-                 "signature": self.signature(reply)}
+                {"type": "thinking", "thinking": reply.thinking, "signature": self.signature(reply)}
             )
         if reply.text or not reply.tool_calls:
             blocks.append({"type": "text", "text": reply.text})
@@ -818,33 +829,46 @@ class AnthropicRenderer(Renderer):
         for index, block in enumerate(self.blocks(reply)):
             kind = block["type"]
             if kind == "thinking":
-                emit("content_block_start", index=index,
-                     content_block={"type": "thinking", "thinking": "", "signature": ""})
+                emit(
+                    "content_block_start",
+                    index=index,
+                    content_block={"type": "thinking", "thinking": "", "signature": ""},
+                )
             elif kind == "text":
-                emit("content_block_start", index=index,
-                     content_block={"type": "text", "text": ""})
+                emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
             else:
-                start = {"type": "tool_use", "id": block["id"], "name": block["name"],
-                         "input": {}}
+                start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
                 emit("content_block_start", index=index, content_block=start)
             if index == 0:
                 frames.append(sse('{"type": "ping"}', "ping"))
             if kind == "thinking":
                 for piece in reply.pieces(block["thinking"]):
-                    emit("content_block_delta", index=index,
-                         delta={"type": "thinking_delta", "thinking": piece})
-                emit("content_block_delta", index=index,
-                     delta={"type": "signature_delta", "signature": block["signature"]})
+                    emit(
+                        "content_block_delta",
+                        index=index,
+                        delta={"type": "thinking_delta", "thinking": piece},
+                    )
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "signature_delta", "signature": block["signature"]},
+                )
             elif kind == "text":
                 for piece in reply.pieces(block["text"]):
-                    emit("content_block_delta", index=index,
-                         delta={"type": "text_delta", "text": piece})
+                    emit(
+                        "content_block_delta",
+                        index=index,
+                        delta={"type": "text_delta", "text": piece},
+                    )
             elif block["input"]:
                 # A call without arguments streams no deltas at all.
                 args = _dumps(block["input"])
                 for piece in [""] + reply.pieces(args):
-                    emit("content_block_delta", index=index,
-                         delta={"type": "input_json_delta", "partial_json": piece})
+                    emit(
+                        "content_block_delta",
+                        index=index,
+                        delta={"type": "input_json_delta", "partial_json": piece},
+                    )
             emit("content_block_stop", index=index)
         emit(
             "message_delta",
@@ -946,8 +970,13 @@ class GeminiRenderer(Renderer):
         return part
 
     def response(
-        self, reply: Reply, request: RecordedRequest, parts: list[dict], usage: dict,
-        rid: str, finish: bool,
+        self,
+        reply: Reply,
+        request: RecordedRequest,
+        parts: list[dict],
+        usage: dict,
+        rid: str,
+        finish: bool,
     ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
         if finish:
@@ -1070,4 +1099,3 @@ def coerce(item: Any) -> Reply | Fault | Callable[[RecordedRequest], Any]:
     if isinstance(item, Mapping):
         return Reply(**item)
     raise TypeError(f"cannot script {item!r}: expected a Reply, a Fault, a str or a callable")
-

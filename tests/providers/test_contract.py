@@ -16,6 +16,7 @@ from django_llmchat.errors import (
     IncompleteStreamError,
     OverloadedError,
     ProviderError,
+    ProviderTimeoutError,
     RateLimitError,
     UnsupportedFeatureError,
 )
@@ -93,15 +94,19 @@ def _params():
 
 USAGE = Tokens(input_tokens=10, cache_read_tokens=4, output_tokens=5, thinking_tokens=2)
 TEXT = "The capital of France is Paris. It sits on the Seine."
-WEATHER = ToolSpec(
-    name="weather",
-    description="Gets current weather for a location",
-    parameters={
-        "type": "object",
-        "properties": {"latitude": {"type": "string"}, "longitude": {"type": "string"}},
-        "required": ["latitude", "longitude"],
-    },
-) if ToolSpec else None
+WEATHER = (
+    ToolSpec(
+        name="weather",
+        description="Gets current weather for a location",
+        parameters={
+            "type": "object",
+            "properties": {"latitude": {"type": "string"}, "longitude": {"type": "string"}},
+            "required": ["latitude", "longitude"],
+        },
+    )
+    if ToolSpec
+    else None
+)
 CLOCK = ToolSpec(name="clock", description="Current time in a zone") if ToolSpec else None
 
 
@@ -443,3 +448,20 @@ def test_cache_write_tokens(server, provider, case, stream, request):
     assert response.tokens.cache_write_tokens == 3
     assert response.tokens.input_tokens == 10
     assert response.tokens.cache_read_tokens == 4
+
+
+@pytest.mark.parametrize("stream", STREAM)
+def test_slow_first_byte_times_out(server, provider, case, stream):
+    provider.timeout = 0.1
+    provider._client = None  # a client built for the shorter timeout
+    provider.max_retries = 0
+    server.script(Fault(first_byte_delay=0.3))
+    with pytest.raises(ProviderTimeoutError):
+        run(provider, request_for(), stream)
+
+
+@pytest.mark.parametrize("stream", STREAM)
+def test_slow_chunks_still_arrive(server, provider, case, stream):
+    server.script(Fault(chunk_delay=0.005, reply=Reply(TEXT, chunk_size=10)))
+    response, _ = run(provider, request_for(), stream)
+    assert response.content == TEXT

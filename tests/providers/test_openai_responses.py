@@ -893,3 +893,63 @@ def test_xai_differences():
     pdf = ProviderMessage("user", "Read", attachments=[AttachmentData("application/pdf", b"%PDF")])
     with pytest.raises(UnsupportedFeatureError):
         XAIProvider().build_payload(ProviderRequest("grok-4.3", [pdf]), stream=False)
+
+
+def test_two_reasoning_items_in_one_stream():
+    def reasoning(item_id: str, text: str, stream_deltas: bool) -> list:
+        item = {"id": item_id, "type": "reasoning", "encrypted_content": "e-" + item_id}
+        events = [
+            ("response.output_item.added", {"type": "response.output_item.added", "item": item})
+        ]
+        if stream_deltas:
+            events.append(
+                (
+                    "response.reasoning_summary_text.delta",
+                    {
+                        "type": "response.reasoning_summary_text.delta",
+                        "item_id": item_id,
+                        "summary_index": 0,
+                        "delta": text,
+                    },
+                )
+            )
+        done = {**item, "summary": [{"type": "summary_text", "text": text}]}
+        events.append(
+            ("response.output_item.done", {"type": "response.output_item.done", "item": done})
+        )
+        return events
+
+    body = sse(
+        *reasoning("rs_1", "Search first.", True),
+        *reasoning("rs_2", "Now answer.", True),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "Done"}),
+        ("response.completed", completed()),
+    )
+    provider, _ = make(OpenAIResponsesProvider, [interaction(body)])
+    events, response = run_stream(provider, simple_request())
+    check_sequence(events, response)
+    assert response.thinking.text == "Search first.\n\nNow answer."
+    assert [i["id"] for i in response.reasoning_items] == ["rs_1", "rs_2"]
+    # The same text as a whole answer gives.
+    whole = provider.parse_response(
+        {
+            "status": "completed",
+            "output": [
+                {
+                    "type": "reasoning",
+                    "summary": [{"type": "summary_text", "text": "Search first."}],
+                },
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Now answer."}]},
+            ],
+        }
+    )
+    assert whole.thinking.text == response.thinking.text
+
+
+def test_organization_and_project_headers():
+    provider = OpenAIResponsesProvider(
+        api_key="sk-test", options={"options": {"organization": "org-1", "project": "proj-1"}}
+    )
+    assert provider.headers()["OpenAI-Organization"] == "org-1"
+    assert provider.headers()["OpenAI-Project"] == "proj-1"
+    assert provider.headers()["Authorization"] == "Bearer sk-test"

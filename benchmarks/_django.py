@@ -1,0 +1,54 @@
+"""Minimal Django setup shared by the benchmarks: a throwaway database, the app, migrations."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def setup(llmchat: dict | None = None) -> None:
+    import dj_database_url
+    import django
+    from django.conf import settings
+
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        database = dj_database_url.parse(url)
+        database["TEST"] = {"NAME": "llmchat_bench"}
+    else:
+        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
+        # WAL with synchronous=NORMAL: commits don't wait for fsync (the usual production
+        # SQLite setting); both sides of every comparison use the same database.
+        database = {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(path),
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+        }
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="benchmarks",
+        USE_TZ=True,
+        INSTALLED_APPS=[
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django_llmchat",
+        ],
+        DATABASES={"default": database},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        LLMCHAT=llmchat or {},
+    )
+    django.setup()
+    from django.core.management import call_command
+
+    if url:
+        from django.db import connection
+
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    else:
+        call_command("migrate", verbosity=0)
