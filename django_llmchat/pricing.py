@@ -214,19 +214,32 @@ def price(
     priced, provider_id = genai_provider_id(provider)
     if not priced or not model_id:
         return Cost()
-    usage = genai_prices.Usage(
-        input_tokens=counts.prompt,
-        cache_read_tokens=counts.cache_read,
-        cache_write_tokens=counts.cache_write,
-        output_tokens=counts.output,
-    )
-    try:
-        calculation = genai_prices.calc_price(
-            usage, model_id, provider_id=provider_id, genai_request_timestamp=at
+    # Prices can depend on the time of day (off-peak rates): cache them per minute.
+    when = at or datetime.now(UTC)
+    key = (model_id, provider_id, when.replace(second=0, microsecond=0))
+    rates = _RATES_CACHE.get(key)
+    if rates is None:
+        usage = genai_prices.Usage(
+            input_tokens=counts.prompt,
+            cache_read_tokens=counts.cache_read,
+            cache_write_tokens=counts.cache_write,
+            output_tokens=counts.output,
         )
-    except (LookupError, ValueError):  # unknown model or provider; data genai-prices rejects
-        return Cost()
-    return _cost(counts, _rates_from_model_price(calculation.model_price))
+        try:
+            calculation = genai_prices.calc_price(
+                usage, model_id, provider_id=provider_id, genai_request_timestamp=at
+            )
+        except (LookupError, ValueError):  # unknown model or provider; data it rejects
+            return Cost()
+        rates = _rates_from_model_price(calculation.model_price)
+        if len(_RATES_CACHE) > 512:
+            _RATES_CACHE.clear()
+        _RATES_CACHE[key] = rates
+    return _cost(counts, rates)
+
+
+# (model, provider, minute) -> rates; tiers are resolved per prompt size in _cost
+_RATES_CACHE: dict[tuple, dict[str, _Rate]] = {}
 
 
 # -- price tables (LLMModel.pricing) ----------------------------------------------------

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from .models import Attachment, Chat, Message, ToolCall, Usage
@@ -72,29 +73,37 @@ MESSAGE_COLUMNS = (
 def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
     """What a run needs from the saved transcript, read as plain rows (no model instances):
     the provider messages, the ids of tool calls still unanswered, and the token counts
-    written on the messages themselves (hand-built ones). Three queries whatever the
-    length."""
+    written on the messages themselves (hand-built ones). One query, plus one for tool
+    calls and one for attachments when the chat has any, whatever the length."""
     rows = list(
-        Message.objects.filter(chat=chat).order_by("created_at", "id").values_list(*MESSAGE_COLUMNS)
+        Message.objects.filter(chat=chat)
+        .annotate(
+            _calls=Exists(ToolCall.objects.filter(message=OuterRef("pk"))),
+            _files=Exists(Attachment.objects.filter(message=OuterRef("pk"))),
+        )
+        .order_by("created_at", "id")
+        .values_list(*MESSAGE_COLUMNS, "_calls", "_files")
     )
     calls: dict[int, list[tuple]] = {}
     by_pk: dict[int, tuple] = {}
-    for row in ToolCall.objects.filter(chat=chat).order_by("id").values_list(
-        "id", "message_id", "call_id", "name", "arguments", "thought_signature"
-    ):
-        calls.setdefault(row[1], []).append(row)
-        by_pk[row[0]] = row
-    attachments: dict[int, list[tuple]] = {}
-    for att in Attachment.objects.filter(message__chat=chat).order_by("id").only(
-        "id", "message_id", "file", "filename", "mime_type"
-    ):
-        attachments.setdefault(att.message_id, []).append(att)
+    if any(row[-2] for row in rows):
+        for row in ToolCall.objects.filter(chat=chat).order_by("id").values_list(
+            "id", "message_id", "call_id", "name", "arguments", "thought_signature"
+        ):
+            calls.setdefault(row[1], []).append(row)
+            by_pk[row[0]] = row
+    attachments: dict[int, list[Attachment]] = {}
+    if any(row[-1] for row in rows):
+        for att in Attachment.objects.filter(message__chat=chat).order_by("id").only(
+            "id", "message_id", "file", "filename", "mime_type"
+        ):
+            attachments.setdefault(att.message_id, []).append(att)
     answered = set()
     history: list[ProviderMessage] = []
     own = Tokens()
     for row in rows:
         (pk, role, content, model_id, provider, t_text, t_sig, raw, cache, parent_id,
-         *token_cols) = row
+         *token_cols) = row[:-2]
         raw = raw if isinstance(raw, dict) else {}
         item_ids = raw.get("item_ids") or {}
         if any(v is not None for v in token_cols):

@@ -1,6 +1,8 @@
 """Every ```python block in the docs runs (blocks of one page share a namespace)."""
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,12 @@ def pages():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path, blocks", list(pages()))
 def test_docs_examples_run(path, blocks):
-    namespace: dict = {"__name__": f"docs_{path.stem}"}
-    for code in blocks:
-        exec(compile(code, str(path), "exec"), namespace)
+    # a real module, so classes defined in the examples (agents) import by dotted path
+    name = "docs_" + re.sub(r"\W", "_", str(path.relative_to(DOCS).with_suffix("")))
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    try:
+        for code in blocks:
+            exec(compile(code, str(path), "exec"), module.__dict__)
+    finally:
+        sys.modules.pop(name, None)

@@ -379,7 +379,7 @@ class ChatCompletionsStreamParser(StreamParser):
         self.refusal = False
         self.usage: dict[str, Any] | None = None
         # Only vendors declaring citations put search results on their chunks.
-        self.citations_seen = not provider.capabilities.citations
+        self.cites = provider.capabilities.citations
 
     def feed(self, event: str | None, data: str) -> list[StreamEvent]:
         if data.startswith("[") and data.strip() == "[DONE]":
@@ -396,9 +396,8 @@ class ChatCompletionsStreamParser(StreamParser):
         builder = self.builder
         if builder.model_id is None:
             builder.model_id = chunk.get("model")
-        if not self.citations_seen and (chunk.get("search_results") or chunk.get("citations")):
-            self.citations_seen = True
-            builder.citations = _citations(chunk)
+        if self.cites and (chunk.get("search_results") or chunk.get("citations")):
+            builder.citations = _citations(chunk)  # each chunk repeats the full list
         choices = chunk.get("choices")
         if not choices:
             return out
