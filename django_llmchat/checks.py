@@ -24,11 +24,15 @@ PROVIDER_KEYS = {"api_key", "base_url", "timeout", "max_retries", "api", "class"
 
 
 def _known_providers() -> set[str]:
-    try:
-        from .providers import PROVIDERS
-    except ImportError:  # pragma: no cover - providers package always ships
-        return set()
+    from .providers import PROVIDERS
+
     return set(PROVIDERS)
+
+
+def _known_apis() -> set[str]:
+    from .providers import APIS
+
+    return set(APIS)
 
 
 @register(Tags.compatibility)
@@ -81,12 +85,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 Error(f"{where} must be a dict of options.", id="llmchat.E003", hint=None)
             )
             continue
-        if name not in known and "class" not in options:
+        api = options.get("api")
+        if api is not None and api not in _known_apis():
+            errors.append(
+                Error(
+                    f"{where}['api'] is {api!r}, which is not a wire protocol.",
+                    hint=f"Use one of {', '.join(sorted(_known_apis()))}.",
+                    id="llmchat.E004",
+                )
+            )
+        elif name not in known and "class" not in options and api is None:
             errors.append(
                 Error(
                     f"{where}: unknown provider {name!r}.",
-                    hint=f"Use one of {', '.join(sorted(known))}, or give a 'class' "
-                    "(dotted path of a Provider subclass).",
+                    hint=f"Use one of {', '.join(sorted(known))}, or give an 'api' "
+                    "(a wire protocol, with a 'base_url') or a 'class' (dotted path of a "
+                    "Provider subclass).",
                     id="llmchat.E004",
                 )
             )

@@ -53,6 +53,17 @@ def test_bad_settings_name_the_setting(value, expected_id, named):
     assert named in error.msg
 
 
+def test_custom_provider_with_api_is_accepted():
+    with override_settings(
+        LLMCHAT={"PROVIDERS": {"vllm": {"api": "chat_completions",
+                                        "base_url": "http://127.0.0.1:8001/v1"}}}
+    ):
+        assert check_settings() == []
+    with override_settings(LLMCHAT={"PROVIDERS": {"vllm": {"api": "soap"}}}):
+        [error] = check_settings()
+    assert error.id == "llmchat.E004" and "LLMCHAT['PROVIDERS']['vllm']['api']" in error.msg
+
+
 def test_custom_provider_class_is_accepted():
     with override_settings(
         LLMCHAT={"PROVIDERS": {"mine": {"class": "x.y.Provider"}}, "DEFAULT_PROVIDER": "mine"}

@@ -106,20 +106,22 @@ def finish_reason(
 
 
 def usage_tokens(usage: dict[str, Any] | None) -> Tokens:
-    """Responses usage -> :class:`Tokens`. Cached input is inside ``input_tokens`` and
-    reasoning inside ``output_tokens``."""
+    """Responses usage -> :class:`Tokens`. Cache reads and writes are inside
+    ``input_tokens`` (taken out here) and reasoning inside ``output_tokens``."""
     if not usage:
         return Tokens()
     input_tokens = usage.get("input_tokens")
     details = usage.get("input_tokens_details") or {}
     cached = details.get("cached_tokens")
-    if input_tokens is not None and cached:
-        input_tokens -= cached
+    written = details.get("cache_write_tokens")
+    if input_tokens is not None:
+        input_tokens -= (cached or 0) + (written or 0)
     out_details = usage.get("output_tokens_details") or {}
     return Tokens(
         input_tokens=input_tokens,
         output_tokens=usage.get("output_tokens"),
         cache_read_tokens=cached,
+        cache_write_tokens=written,
         thinking_tokens=out_details.get("reasoning_tokens"),
     )
 

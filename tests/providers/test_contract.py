@@ -434,14 +434,6 @@ def test_cache_write_tokens(server, provider, case, stream, request):
     """Cache writes, where the wire format has a field for them."""
     if case.format == "gemini":
         pytest.skip("Gemini reports no cache writes")
-    if case.format == "responses":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="openai_responses ignores usage.input_tokens_details.cache_write_tokens "
-                "(present in the recordings): the writes stay inside input_tokens",
-            )
-        )
     usage = Tokens(input_tokens=10, cache_read_tokens=4, cache_write_tokens=3, output_tokens=5)
     server.script(Reply("cached", usage=usage))
     response, _ = run(provider, request_for(), stream)

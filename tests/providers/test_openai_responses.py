@@ -234,7 +234,11 @@ def test_basic_conversation():
     assert response.raw_finish_reason == "completed"
     assert response.message_finish_reason == "stop"
     assert response.tokens == Tokens(
-        input_tokens=13, output_tokens=157, cache_read_tokens=0, thinking_tokens=128
+        input_tokens=13,
+        output_tokens=157,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=128,
     )
     assert response.model_id == "gpt-5-nano-2025-08-07"
     assert response.thinking is None  # the reasoning item has no summary
@@ -260,7 +264,11 @@ def test_streaming(chunk_size):
     assert [e.content for e in events if isinstance(e, TextDelta)] == list("1, 2, 3")
     assert isinstance(events[-1], TextDone)
     assert response.tokens == Tokens(
-        input_tokens=13, output_tokens=284, cache_read_tokens=0, thinking_tokens=256
+        input_tokens=13,
+        output_tokens=284,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=256,
     )
     assert response.finish_reason == "stop"
     assert response.model_id == "gpt-5-nano-2025-08-07"
@@ -298,7 +306,11 @@ def test_tools_round_trip():
     assert call.call_id == "call_R1nRm6zHHaYdJmzUTyHeErE1"
     assert call.item_id == "fc_070b6a5867d3bddf016a85bef0ac3887d29ebf55abf1b738a6"
     assert first.tokens == Tokens(
-        input_tokens=87, output_tokens=211, cache_read_tokens=0, thinking_tokens=128
+        input_tokens=87,
+        output_tokens=211,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=128,
     )
     body = sent_json(sent[0])
     assert body["tools"] == [
@@ -316,7 +328,11 @@ def test_tools_round_trip():
     assert second.finish_reason == "stop"
     assert second.tool_calls == []
     assert second.tokens == Tokens(
-        input_tokens=330, output_tokens=259, cache_read_tokens=0, thinking_tokens=192
+        input_tokens=330,
+        output_tokens=259,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=192,
     )
 
     body = sent_json(sent[1])
@@ -349,7 +365,11 @@ def test_tools_multi_turn_streaming(chunk_size):
     assert len(deltas) == 15 and deltas[0].name == "weather"
     assert first.finish_reason == "tool_calls"
     assert first.tokens == Tokens(
-        input_tokens=87, output_tokens=339, cache_read_tokens=0, thinking_tokens=256
+        input_tokens=87,
+        output_tokens=339,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=256,
     )
 
     follow_up(messages, first, "openai", [weather_result("52.5200", "13.4050")])
@@ -358,7 +378,11 @@ def test_tools_multi_turn_streaming(chunk_size):
     assert second.content == "Berlin (52.5200, 13.4050): 15°C, wind 10 km/h."
     assert second.finish_reason == "stop"
     assert second.tokens == Tokens(
-        input_tokens=458, output_tokens=306, cache_read_tokens=0, thinking_tokens=256
+        input_tokens=458,
+        output_tokens=306,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=256,
     )
 
     follow_up(messages, second, "openai", [])
@@ -369,7 +393,11 @@ def test_tools_multi_turn_streaming(chunk_size):
     assert (call.name, call.call_id) == ("weather", "call_eX5cppckqGeLFEXcFS3pW2cE")
     assert call.arguments == {"latitude": "48.8575", "longitude": "2.3514"}
     assert third.tokens == Tokens(
-        input_tokens=197, output_tokens=224, cache_read_tokens=0, thinking_tokens=192
+        input_tokens=197,
+        output_tokens=224,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=192,
     )
 
     follow_up(messages, third, "openai", [weather_result("48.8575", "2.3514")])
@@ -377,7 +405,11 @@ def test_tools_multi_turn_streaming(chunk_size):
     check_sequence(events, fourth)
     assert fourth.content == "Paris (48.8575, 2.3514): 15°C, wind 10 km/h."
     assert fourth.tokens == Tokens(
-        input_tokens=453, output_tokens=227, cache_read_tokens=0, thinking_tokens=192
+        input_tokens=453,
+        output_tokens=227,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=192,
     )
 
     assert len(sent) == 4
@@ -416,7 +448,11 @@ def test_thinking_request_and_answer():
     assert body["include"] == ["reasoning.encrypted_content"]
     assert response.content.startswith("Ask it:")
     assert response.tokens == Tokens(
-        input_tokens=50, output_tokens=1229, cache_read_tokens=0, thinking_tokens=1016
+        input_tokens=50,
+        output_tokens=1229,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=1016,
     )
     assert response.thinking is None  # recorded without a summary
     assert len(response.reasoning_items) == 1
@@ -438,7 +474,11 @@ def test_thinking_stream_matches_recorded_request_without_summary():
     check_sequence(events, response)
     assert sum(isinstance(e, TextDelta) for e in events) == 145
     assert response.tokens == Tokens(
-        input_tokens=50, output_tokens=667, cache_read_tokens=0, thinking_tokens=516
+        input_tokens=50,
+        output_tokens=667,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=516,
     )
     assert response.finish_reason == "stop"
     assert len(response.reasoning_items) == 1
@@ -453,14 +493,22 @@ def test_thinking_between_turns():
     assert first.content == "8"
     assert first.reasoning_items == []
     assert first.tokens == Tokens(
-        input_tokens=14, output_tokens=5, cache_read_tokens=0, thinking_tokens=0
+        input_tokens=14,
+        output_tokens=5,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=0,
     )
     follow_up(messages, first, "openai", [])
     messages.append(ProviderMessage("user", "Now multiply that by 2"))
     second = provider.complete(ProviderRequest("gpt-5.4", list(messages), params=params))
     assert second.content == "16"
     assert second.tokens == Tokens(
-        input_tokens=31, output_tokens=16, cache_read_tokens=0, thinking_tokens=9
+        input_tokens=31,
+        output_tokens=16,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        thinking_tokens=9,
     )
     for request, recorded in zip(sent, fixture["interactions"], strict=True):
         assert sent_json(request) == request_body(recorded)
@@ -512,7 +560,10 @@ def test_reasoning_summary_stream_events():
     assert response.thinking.text == "First part.\n\nSecond."
     assert response.reasoning_items[0]["encrypted_content"] == "enc"
     assert response.tokens == Tokens(
-        input_tokens=6, output_tokens=5, cache_read_tokens=4, thinking_tokens=0
+        input_tokens=6,
+        output_tokens=5,
+        cache_read_tokens=4,
+        thinking_tokens=0,
     )
 
 
