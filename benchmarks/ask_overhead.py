@@ -25,21 +25,29 @@ def main() -> None:
 
     from django_llmchat.testing import FakeProviderServer, Reply
 
-    server = FakeProviderServer(default=Reply("The capital of France is Paris.",
-                                              usage={"input_tokens": 20, "output_tokens": 8}))
+    server = FakeProviderServer(
+        default=Reply(
+            "The capital of France is Paris.", usage={"input_tokens": 20, "output_tokens": 8}
+        )
+    )
     server.start()
-    setup({
-        "DEFAULT_PROVIDER": args.provider,
-        "PROVIDERS": server.provider_settings(api_key="bench-key"),
-    })
+    setup(
+        {
+            "DEFAULT_PROVIDER": args.provider,
+            "PROVIDERS": server.provider_settings(api_key="bench-key"),
+        }
+    )
     import httpx
 
     from django_llmchat.models import Chat, Message
     from django_llmchat.providers import get_provider
 
     provider = get_provider(args.provider)
-    model = {"openai": "gpt-4.1-mini", "anthropic": "claude-haiku-4-5",
-             "gemini": "gemini-2.5-flash"}.get(args.provider, "gpt-4.1-mini")
+    model = {
+        "openai": "gpt-4.1-mini",
+        "anthropic": "claude-haiku-4-5",
+        "gemini": "gemini-2.5-flash",
+    }.get(args.provider, "gpt-4.1-mini")
 
     # warm both paths (client pools, prepared caches)
     chat = Chat.objects.create(provider=args.provider, model_id=model)

@@ -6,15 +6,20 @@ For each provider whose module imports, a large body is built from a recorded st
 fixture (``tests/fixtures/wire/``) by repeating its text-delta frames. The same bytes are
 then read, in the same run, by:
 
+* ``http lines``: the headline baseline, plain line iteration over the HTTP response:
+  ``for line in response.iter_lines(): pass`` through an in-memory httpx transport that
+  delivers the body one SSE frame per read, as a streaming server sends it;
 * ``lines``: ``for line in body.splitlines(): pass``, the cheapest possible pass;
 * ``lines+json``: the same plus ``json.loads`` of every ``data:`` line, the least any
   decoder must do;
 * ``parser``: the real path minus the network: SSEDecoder over 16 KiB chunks +
   ``parser.feed`` + ``ResponseBuilder``;
-* ``stream``: ``provider.stream(request)`` end to end through an in-memory httpx transport.
+* ``stream``: ``provider.stream(request)`` end to end through the same transport as
+  ``http lines``.
 
-Figures are events per second (best of ``--repeat`` interleaved runs), and the time of
-``parser`` and ``stream`` relative to ``lines`` and to ``lines+json``.
+Figures are events per second (best of ``--repeat`` interleaved runs). The headline
+ratio is ``stream`` against ``http lines`` (target: at most 2); the time of ``parser``
+and ``stream`` relative to ``lines`` and ``lines+json`` is printed too.
 """
 
 from __future__ import annotations
@@ -142,11 +147,37 @@ def run_parser(provider, request: ProviderRequest, raw: bytes) -> int:
     return count
 
 
-def run_stream(cls, request: ProviderRequest, raw: bytes) -> int:
-    transport = httpx.MockTransport(
-        lambda req: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=raw)
+class _FrameStream(httpx.SyncByteStream):
+    """The body one SSE frame per read, as a server writing each frame at once sends it."""
+
+    def __init__(self, frames: list[bytes]):
+        self.frames = frames
+
+    def __iter__(self):
+        yield from self.frames
+
+
+def frame_transport(raw: bytes) -> httpx.MockTransport:
+    text = raw.decode("utf-8")
+    frames = [f.encode("utf-8") for f in _frames(text)]
+    return httpx.MockTransport(
+        lambda req: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_FrameStream(frames)
+        )
     )
-    provider = cls(api_key="bench-key", base_url="http://bench.invalid/v1", transport=transport)
+
+
+def run_http_lines(raw: bytes) -> None:
+    with httpx.Client(transport=frame_transport(raw)) as client:
+        with client.stream("POST", "http://bench.invalid/v1/stream") as response:
+            for _line in response.iter_lines():
+                pass
+
+
+def run_stream(cls, request: ProviderRequest, raw: bytes) -> int:
+    provider = cls(
+        api_key="bench-key", base_url="http://bench.invalid/v1", transport=frame_transport(raw)
+    )
     count = sum(1 for _ in provider.stream(request))
     return count
 
@@ -159,9 +190,9 @@ def main() -> None:
 
     classes = provider_classes()
     header = (
-        f"{'provider':<12} {'events':>7} {'MB':>6} | {'lines ev/s':>11} {'lines+json':>11} "
-        f"{'parser ev/s':>11} {'stream ev/s':>11} | {'parser/lines':>12} {'parser/json':>11} "
-        f"{'stream/lines':>12} {'stream/json':>11}"
+        f"{'provider':<12} {'events':>7} {'MB':>6} | {'http lines':>11} {'stream ev/s':>11} "
+        f"{'RATIO':>6} | {'lines ev/s':>11} {'lines+json':>11} {'parser ev/s':>11} | "
+        f"{'parser/lines':>12} {'parser/json':>11} {'stream/json':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -181,6 +212,7 @@ def main() -> None:
         events = run_parser(provider, request, raw)
         t = timed(
             {
+                "http": lambda raw=raw: run_http_lines(raw),
                 "lines": lambda raw=raw: run_lines(raw),
                 "json": lambda raw=raw: run_lines_json(raw),
                 "parser": lambda p=provider, q=request, raw=raw: run_parser(p, q, raw),
@@ -188,13 +220,16 @@ def main() -> None:
             },
             opts.repeat,
         )
-        t_lines, t_json, t_parser, t_stream = t["lines"], t["json"], t["parser"], t["stream"]
+        t_http, t_lines, t_json = t["http"], t["lines"], t["json"]
+        t_parser, t_stream = t["parser"], t["stream"]
         print(
-            f"{label:<12} {events:>7} {len(raw) / 1e6:>6.1f} | {events / t_lines:>11,.0f} "
-            f"{events / t_json:>11,.0f} {events / t_parser:>11,.0f} {events / t_stream:>11,.0f} | "
-            f"{t_parser / t_lines:>12.1f} {t_parser / t_json:>11.2f} {t_stream / t_lines:>12.1f} "
-            f"{t_stream / t_json:>11.2f}"
+            f"{label:<12} {events:>7} {len(raw) / 1e6:>6.1f} | {events / t_http:>11,.0f} "
+            f"{events / t_stream:>11,.0f} {t_stream / t_http:>6.2f} | {events / t_lines:>11,.0f} "
+            f"{events / t_json:>11,.0f} {events / t_parser:>11,.0f} | "
+            f"{t_parser / t_lines:>12.1f} {t_parser / t_json:>11.2f} {t_stream / t_json:>11.2f}"
         )
+    print("\nRATIO = stream / http lines: time to read events through provider.stream() over")
+    print("the time to iterate the same response's lines with httpx (target: at most 2).")
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ class Context:
             raise ArgumentError(f"context data must be a dict, got {type(data).__name__}")
         reserved = [k for k in data if k in self.RESERVED_KEYS]
         if reserved:
-            raise ArgumentError(
-                f"Reserved keys cannot be passed in context: {', '.join(reserved)}"
-            )
+            raise ArgumentError(f"Reserved keys cannot be passed in context: {', '.join(reserved)}")
         self._data: dict[str, Any] = dict(data)
         self._data["skills"] = None
         self._data["token_usage"] = None

@@ -84,9 +84,7 @@ class Runner:
         self.chat = chat
         self.agent: Agent | None = load_agent(chat.agent) if chat.agent else None
         self._provider = provider
-        self.context = Context(
-            {**(chat.context or {}), **(context or {})}
-        )
+        self.context = Context({**(chat.context or {}), **(context or {})})
         self.result = RunResult()
         self.keep_events = keep_events
         self.max_steps = (
@@ -125,12 +123,14 @@ class Runner:
                 continue
             decision = g.check(text, phase=BEFORE, context=self.context) or GuardrailResult()
             if decision.action == "block":
-                raise Blocked(GuardrailTripwire(guardrail_id=g.id, reason=decision.reason,
-                                                phase=BEFORE))
+                raise Blocked(
+                    GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=BEFORE)
+                )
             if decision.action == "transform" and decision.text is not None:
                 text = decision.text
-                events.append(GuardrailModification(guardrail_id=g.id, phase=BEFORE,
-                                                    message_indices=[-1]))
+                events.append(
+                    GuardrailModification(guardrail_id=g.id, phase=BEFORE, message_indices=[-1])
+                )
         return text, events
 
     def _request(self, history: list[ProviderMessage]) -> ProviderRequest:
@@ -202,9 +202,7 @@ class Runner:
             yield from pre_events
             history, pending_ids, own_tokens = load_history(chat)
             # read only if a tool or callback asks: the sum is over every usage row
-            self.context.defer_token_usage(
-                lambda: _none_if_empty(usage_tokens(chat) + own_tokens)
-            )
+            self.context.defer_token_usage(lambda: _none_if_empty(usage_tokens(chat) + own_tokens))
             pending = (
                 list(ToolCall.objects.filter(pk__in=pending_ids).order_by("id"))
                 if pending_ids
@@ -261,8 +259,12 @@ class Runner:
         finally:
             updates: dict[str, Any] = {}
             if self._written_status != final_status or error_text:
-                updates = {"status": final_status, "error": error_text,
-                           "cancel_requested": False, "updated_at": Now()}
+                updates = {
+                    "status": final_status,
+                    "error": error_text,
+                    "cancel_requested": False,
+                    "updated_at": Now(),
+                }
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
                 updates["context"] = caller
@@ -280,8 +282,14 @@ class Runner:
 
         def on_retry(error: ProviderError, attempt: int) -> None:
             failed.append(
-                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
-                          status=Usage.FAILED, started=started, error=str(error))
+                usage_row(
+                    chat,
+                    provider=chat.provider,
+                    model_id=chat.model_id,
+                    status=Usage.FAILED,
+                    started=started,
+                    error=str(error),
+                )
             )
 
         try:
@@ -307,16 +315,28 @@ class Runner:
                 first_token = time.monotonic()
         except _Cancelled:
             failed.append(
-                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
-                          status=Usage.CANCELLED, started=started, first_token=first_token)
+                usage_row(
+                    chat,
+                    provider=chat.provider,
+                    model_id=chat.model_id,
+                    status=Usage.CANCELLED,
+                    started=started,
+                    first_token=first_token,
+                )
             )
             record_failed_attempts(failed)
             raise
         except (ProviderError, IncompleteStreamError) as exc:
             failed.append(
-                usage_row(chat, provider=chat.provider, model_id=chat.model_id,
-                          status=Usage.FAILED, started=started, first_token=first_token,
-                          error=str(exc))
+                usage_row(
+                    chat,
+                    provider=chat.provider,
+                    model_id=chat.model_id,
+                    status=Usage.FAILED,
+                    started=started,
+                    first_token=first_token,
+                    error=str(exc),
+                )
             )
             record_failed_attempts(failed)
             raise
@@ -326,18 +346,31 @@ class Runner:
                 json.loads(content)
             except ValueError as exc:
                 failed.append(
-                    usage_row(chat, provider=chat.provider, model_id=chat.model_id,
-                              status=Usage.FAILED, tokens=response.tokens, started=started,
-                              first_token=first_token, error="invalid JSON for the schema")
+                    usage_row(
+                        chat,
+                        provider=chat.provider,
+                        model_id=chat.model_id,
+                        status=Usage.FAILED,
+                        tokens=response.tokens,
+                        started=started,
+                        first_token=first_token,
+                        error="invalid JSON for the schema",
+                    )
                 )
                 record_failed_attempts(failed)
                 raise StructuredOutputError(
                     f"{chat.provider} returned content that is not valid JSON for the "
                     f"chat's schema: {exc}"
                 ) from exc
-        succeeded = usage_row(chat, provider=chat.provider, model_id=chat.model_id,
-                              status=Usage.SUCCEEDED, tokens=response.tokens, started=started,
-                              first_token=first_token)
+        succeeded = usage_row(
+            chat,
+            provider=chat.provider,
+            model_id=chat.model_id,
+            status=Usage.SUCCEEDED,
+            tokens=response.tokens,
+            started=started,
+            first_token=first_token,
+        )
         # after-guardrails
         modified: list[StreamEvent] = []
         for g in self.guardrails:
@@ -352,15 +385,20 @@ class Runner:
                 return None
             if decision.action == "transform" and decision.text is not None:
                 content = decision.text
-                modified.append(GuardrailModification(guardrail_id=g.id, phase=AFTER,
-                                                      message_indices=[-1]))
+                modified.append(
+                    GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
+                )
         final = not response.tool_calls
-        chat_updates = (
-            {"status": "idle", "error": "", "cancel_requested": False} if final else {}
+        chat_updates = {"status": "idle", "error": "", "cancel_requested": False} if final else {}
+        message = save_step(
+            chat,
+            response,
+            provider=chat.provider,
+            model_id=chat.model_id,
+            content=content,
+            usages=failed + [succeeded],
+            chat_updates=chat_updates,
         )
-        message = save_step(chat, response, provider=chat.provider, model_id=chat.model_id,
-                            content=content, usages=failed + [succeeded],
-                            chat_updates=chat_updates)
         if final:
             self._written_status = "idle"
         self.result.message = message
@@ -374,13 +412,18 @@ class Runner:
         yield from modified
         if not stream:
             for tc in response.tool_calls:
-                yield ToolCallDone(item_id=tc.item_id or tc.call_id, call_id=tc.call_id,
-                                   name=tc.name, arguments=json.dumps(tc.arguments))
+                yield ToolCallDone(
+                    item_id=tc.item_id or tc.call_id,
+                    call_id=tc.call_id,
+                    name=tc.name,
+                    arguments=json.dumps(tc.arguments),
+                )
             if content:
                 yield TextDone(content)
             yield TokenUsageDone(token_usage=response.tokens)
-            yield FinishReasonDone(finish_reason=response.finish_reason,
-                                   raw_finish_reason=response.raw_finish_reason)
+            yield FinishReasonDone(
+                finish_reason=response.finish_reason, raw_finish_reason=response.raw_finish_reason
+            )
         elif content and self.guardrails:
             yield TextDone(content)
         return message, list(message.tool_calls.all())
@@ -398,15 +441,18 @@ class Runner:
                 name = (call.arguments or {}).get("name")
                 skill = self.context.skills.get(name) if isinstance(name, str) else None
                 if skill is None:
-                    results.append((call, ToolResult.error(
-                        "validation_error", f"no skill named {name!r}")))
+                    results.append(
+                        (call, ToolResult.error("validation_error", f"no skill named {name!r}"))
+                    )
                 else:
                     self.context.skills.activate(skill.name)
                     yield SkillActivation(skill.name)
                     results.append((call, ToolResult(content=skill.body)))
                 continue
             if call.approval == "denied":
-                results.append((call, ToolResult.error("denied", "The user denied this tool call.")))
+                results.append(
+                    (call, ToolResult.error("denied", "The user denied this tool call."))
+                )
                 continue
             if tool is not None and tool.requires_approval and call.approval != "approved":
                 waiting = True

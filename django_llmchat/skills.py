@@ -74,8 +74,8 @@ def load_skills(paths: list[str | Path]) -> SkillsContext:
     found: dict[str, Skill] = {}
     for base in paths:
         base = Path(base)
-        candidates = [base / "SKILL.md"] if (base / "SKILL.md").exists() else sorted(
-            base.glob("*/SKILL.md")
+        candidates = (
+            [base / "SKILL.md"] if (base / "SKILL.md").exists() else sorted(base.glob("*/SKILL.md"))
         )
         if not base.exists():
             raise ArgumentError(f"skills folder {str(base)!r} does not exist")

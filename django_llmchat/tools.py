@@ -112,9 +112,13 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
                 for e in exc.errors()
             )
-            return ToolResult.error("validation_error", f"invalid arguments for {self.name}: {details}")
-        kwargs = {k: getattr(validated, k) for k in validated.model_fields_set | set(
-            type(validated).model_fields)}
+            return ToolResult.error(
+                "validation_error", f"invalid arguments for {self.name}: {details}"
+            )
+        kwargs = {
+            k: getattr(validated, k)
+            for k in validated.model_fields_set | set(type(validated).model_fields)
+        }
         if self.takes_context:
             kwargs["context"] = context
         limit = self.timeout if self.timeout is not None else timeout

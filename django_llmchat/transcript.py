@@ -87,23 +87,38 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
     calls: dict[int, list[tuple]] = {}
     by_pk: dict[int, tuple] = {}
     if any(row[-2] for row in rows):
-        for row in ToolCall.objects.filter(chat=chat).order_by("id").values_list(
-            "id", "message_id", "call_id", "name", "arguments", "thought_signature"
+        for row in (
+            ToolCall.objects.filter(chat=chat)
+            .order_by("id")
+            .values_list("id", "message_id", "call_id", "name", "arguments", "thought_signature")
         ):
             calls.setdefault(row[1], []).append(row)
             by_pk[row[0]] = row
     attachments: dict[int, list[Attachment]] = {}
     if any(row[-1] for row in rows):
-        for att in Attachment.objects.filter(message__chat=chat).order_by("id").only(
-            "id", "message_id", "file", "filename", "mime_type"
+        for att in (
+            Attachment.objects.filter(message__chat=chat)
+            .order_by("id")
+            .only("id", "message_id", "file", "filename", "mime_type")
         ):
             attachments.setdefault(att.message_id, []).append(att)
     answered = set()
     history: list[ProviderMessage] = []
     own = Tokens()
     for row in rows:
-        (pk, role, content, model_id, provider, t_text, t_sig, raw, cache, parent_id,
-         *token_cols) = row[:-2]
+        (
+            pk,
+            role,
+            content,
+            model_id,
+            provider,
+            t_text,
+            t_sig,
+            raw,
+            cache,
+            parent_id,
+            *token_cols,
+        ) = row[:-2]
         raw = raw if isinstance(raw, dict) else {}
         item_ids = raw.get("item_ids") or {}
         if any(v is not None for v in token_cols):
@@ -239,9 +254,7 @@ def save_step(
     return message
 
 
-def save_tool_results(
-    chat: Chat, results: list[tuple[ToolCall, ToolResult]]
-) -> list[Message]:
+def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) -> list[Message]:
     """Write the tool messages answering ``results``' calls, in one transaction."""
     if not results:
         return []

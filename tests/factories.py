@@ -32,9 +32,7 @@ def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -
     ToolCall.objects.bulk_create(tool_calls)
     results, answers = [], []
     for i, tc in enumerate(tool_calls):
-        results.append(
-            Message(chat=chat, role="tool", content=f"sunny {i}", parent_tool_call=tc)
-        )
+        results.append(Message(chat=chat, role="tool", content=f"sunny {i}", parent_tool_call=tc))
         answers.append(
             Message(
                 chat=chat,
@@ -72,8 +70,12 @@ def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -
         Attachment.objects.bulk_create(
             [
                 Attachment(
-                    message=u, file="llmchat/x/doc.txt", filename="doc.txt",
-                    mime_type="text/plain", size=3, sha256="0" * 64,
+                    message=u,
+                    file="llmchat/x/doc.txt",
+                    filename="doc.txt",
+                    mime_type="text/plain",
+                    size=3,
+                    sha256="0" * 64,
                 )
                 for u in users
             ]

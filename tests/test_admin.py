@@ -40,7 +40,7 @@ def test_chat_page_renders_transcript_in_order(admin_client):
     first_call = html.index("call_0")
     assert first_call < html.index("sunny 0") < html.index("It is sunny (0).")
     assert html.index("question 0") < first_call < html.index("question 1")
-    assert "<details class=\"llmchat-thinking\"><summary>Thinking</summary>" in html
+    assert '<details class="llmchat-thinking"><summary>Thinking</summary>' in html
     assert "llmchat-badge-user" in html and "llmchat-badge-assistant" in html
     # the tool messages are shown beneath their calls, not again on their own
     assert html.count("sunny 0") == 1
@@ -59,7 +59,7 @@ def test_transcript_loading_query_count(django_assert_num_queries):
             data = arrange(chat)
             for entry in data["entries"]:
                 entry["message"].to_dict()
-                entry["message"].tool_call_id
+                _ = entry["message"].tool_call_id
         counts.append(len(ctx))
         assert data["message_count"] == turns * 4
     assert counts[0] == counts[1]
@@ -99,8 +99,12 @@ def test_usage_and_model_admin_pages(admin_client):
 
     chat = Chat.objects.create(title="x")
     build_transcript(chat, 1)
-    LLMModel.objects.create(provider="openai", model_id="gpt-4.1", name="GPT-4.1",
-                            pricing={"input_mtok": "2", "output_mtok": "8"})
+    LLMModel.objects.create(
+        provider="openai",
+        model_id="gpt-4.1",
+        name="GPT-4.1",
+        pricing={"input_mtok": "2", "output_mtok": "8"},
+    )
     assert admin_client.get(reverse("admin:django_llmchat_usage_changelist")).status_code == 200
     html = admin_client.get(reverse("admin:django_llmchat_llmmodel_changelist")).content.decode()
     assert "$2/M" in html and "$8/M" in html

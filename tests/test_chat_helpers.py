@@ -100,12 +100,25 @@ def test_cache_until_here(chat):
 
 def test_chat_tokens_and_cost(chat):
     m = chat.add_message(role="assistant", content="a")
-    Usage.objects.create(chat=chat, message=m, status="failed", input_tokens=5,
-                         total_cost=Decimal("0.001"), input_cost=Decimal("0.001"))
-    Usage.objects.create(chat=chat, message=m, status="succeeded", input_tokens=10,
-                         output_tokens=4, total_cost=Decimal("0.002"))
-    chat.add_message(role="assistant", content="hand-built", tokens=Tokens(1, 1),
-                     cost=Decimal("0.5"))
+    Usage.objects.create(
+        chat=chat,
+        message=m,
+        status="failed",
+        input_tokens=5,
+        total_cost=Decimal("0.001"),
+        input_cost=Decimal("0.001"),
+    )
+    Usage.objects.create(
+        chat=chat,
+        message=m,
+        status="succeeded",
+        input_tokens=10,
+        output_tokens=4,
+        total_cost=Decimal("0.002"),
+    )
+    chat.add_message(
+        role="assistant", content="hand-built", tokens=Tokens(1, 1), cost=Decimal("0.5")
+    )
     assert chat.tokens == Tokens(16, 5)
     assert chat.cost().total == Decimal("0.503")
     assert Chat.objects.create().cost() == Cost()

@@ -20,7 +20,7 @@ def test_conf_reloads_on_override_settings():
         assert llm_settings.MAX_STEPS == 3
     assert llm_settings.MAX_STEPS == 16
     with pytest.raises(AttributeError, match="NOPE"):
-        llm_settings.NOPE
+        _ = llm_settings.NOPE
 
 
 @pytest.mark.parametrize(
@@ -31,18 +31,30 @@ def test_conf_reloads_on_override_settings():
         ({"MAX_RETRIES": "3"}, "llmchat.E002", "LLMCHAT['MAX_RETRIES']"),
         ({"PROVIDERS": []}, "llmchat.E003", "LLMCHAT['PROVIDERS']"),
         ({"PROVIDERS": {"nope": {}}}, "llmchat.E004", "LLMCHAT['PROVIDERS']['nope']"),
-        ({"PROVIDERS": {"openai": {"base_url": "ftp://x"}}}, "llmchat.E005",
-         "LLMCHAT['PROVIDERS']['openai']['base_url']"),
-        ({"PROVIDERS": {"openai": {"api_key": 123}}}, "llmchat.E006",
-         "LLMCHAT['PROVIDERS']['openai']['api_key']"),
+        (
+            {"PROVIDERS": {"openai": {"base_url": "ftp://x"}}},
+            "llmchat.E005",
+            "LLMCHAT['PROVIDERS']['openai']['base_url']",
+        ),
+        (
+            {"PROVIDERS": {"openai": {"api_key": 123}}},
+            "llmchat.E006",
+            "LLMCHAT['PROVIDERS']['openai']['api_key']",
+        ),
         ({"DEFAULT_PROVIDER": "acme"}, "llmchat.E007", "LLMCHAT['DEFAULT_PROVIDER']"),
         ({"DEFAULT_MODEL": ""}, "llmchat.E008", "LLMCHAT['DEFAULT_MODEL']"),
         ({"EVENTS_URL": "http://x"}, "llmchat.E009", "LLMCHAT['EVENTS_URL']"),
-        ({"ALLOWED_ATTACHMENT_TYPES": "image/png"}, "llmchat.E010",
-         "LLMCHAT['ALLOWED_ATTACHMENT_TYPES']"),
+        (
+            {"ALLOWED_ATTACHMENT_TYPES": "image/png"},
+            "llmchat.E010",
+            "LLMCHAT['ALLOWED_ATTACHMENT_TYPES']",
+        ),
         ({"TYPO": 1}, "llmchat.W001", "LLMCHAT['TYPO']"),
-        ({"PROVIDERS": {"openai": {"apikey": "x"}}}, "llmchat.W002",
-         "LLMCHAT['PROVIDERS']['openai']['apikey']"),
+        (
+            {"PROVIDERS": {"openai": {"apikey": "x"}}},
+            "llmchat.W002",
+            "LLMCHAT['PROVIDERS']['openai']['apikey']",
+        ),
     ],
 )
 def test_bad_settings_name_the_setting(value, expected_id, named):
@@ -55,8 +67,11 @@ def test_bad_settings_name_the_setting(value, expected_id, named):
 
 def test_custom_provider_with_api_is_accepted():
     with override_settings(
-        LLMCHAT={"PROVIDERS": {"vllm": {"api": "chat_completions",
-                                        "base_url": "http://127.0.0.1:8001/v1"}}}
+        LLMCHAT={
+            "PROVIDERS": {
+                "vllm": {"api": "chat_completions", "base_url": "http://127.0.0.1:8001/v1"}
+            }
+        }
     ):
         assert check_settings() == []
     with override_settings(LLMCHAT={"PROVIDERS": {"vllm": {"api": "soap"}}}):
@@ -72,8 +87,9 @@ def test_custom_provider_class_is_accepted():
 
 
 def test_key_value_never_in_check_messages():
-    with override_settings(LLMCHAT={"PROVIDERS": {"openai": {"api_key": "sk-secret-123",
-                                                             "base_url": "bad"}}}):
+    with override_settings(
+        LLMCHAT={"PROVIDERS": {"openai": {"api_key": "sk-secret-123", "base_url": "bad"}}}
+    ):
         errors = check_settings()
     assert errors and all("sk-secret-123" not in (e.msg + (e.hint or "")) for e in errors)
 

@@ -28,41 +28,96 @@ from django_llmchat.values import Tokens
 
 CASES = [
     (TextDelta("Hello "), {"role": "assistant", "content": "Hello "}),
-    (TextDone("Hello, how can I help you?"),
-     {"role": "assistant", "content": "Hello, how can I help you?"}),
-    (ToolCallDelta(item_id="item_123", name="weather_tool", arguments_delta='{"city":'),
-     {"role": "assistant", "item_id": "item_123", "name": "weather_tool",
-      "arguments_delta": '{"city":'}),
-    (ToolCallDone(item_id="item_123", call_id="call_456", name="weather_tool",
-                  arguments='{"city":"Tokyo"}'),
-     {"role": "assistant", "item_id": "item_123", "call_id": "call_456",
-      "name": "weather_tool", "arguments": '{"city":"Tokyo"}'}),
-    (ReasoningDelta("Let me think about "), {"role": "assistant", "content": "Let me think about "}),
-    (ReasoningDone(ReasoningPart(type="text", text="step by step", format="mock-v1")),
-     {"role": "assistant", "part": {"type": "text", "text": "step by step", "format": "mock-v1"}}),
-    (WebSearchStatus("searching", query="Ruby language"),
-     {"role": "assistant", "status": "searching", "query": "Ruby language"}),
-    (WebSearchStatus("open_page", url="https://example.com"),
-     {"role": "assistant", "status": "open_page", "url": "https://example.com"}),
-    (WebSearchDone("Ruby language",
-                   sources=[{"title": "Ruby Programming", "url": "https://ruby-lang.org"}]),
-     {"role": "assistant", "query": "Ruby language",
-      "sources": [{"title": "Ruby Programming", "url": "https://ruby-lang.org"}]}),
-    (GuardrailTripwire(guardrail_id="pii", reason="contains an email", phase="before"),
-     {"role": "assistant", "guardrail_id": "pii", "reason": "contains an email",
-      "phase": "before"}),
-    (GuardrailModification(guardrail_id="redact", phase="after", message_indices=[0, 2]),
-     {"role": "assistant", "guardrail_id": "redact", "phase": "after",
-      "message_indices": [0, 2]}),
+    (
+        TextDone("Hello, how can I help you?"),
+        {"role": "assistant", "content": "Hello, how can I help you?"},
+    ),
+    (
+        ToolCallDelta(item_id="item_123", name="weather_tool", arguments_delta='{"city":'),
+        {
+            "role": "assistant",
+            "item_id": "item_123",
+            "name": "weather_tool",
+            "arguments_delta": '{"city":',
+        },
+    ),
+    (
+        ToolCallDone(
+            item_id="item_123",
+            call_id="call_456",
+            name="weather_tool",
+            arguments='{"city":"Tokyo"}',
+        ),
+        {
+            "role": "assistant",
+            "item_id": "item_123",
+            "call_id": "call_456",
+            "name": "weather_tool",
+            "arguments": '{"city":"Tokyo"}',
+        },
+    ),
+    (
+        ReasoningDelta("Let me think about "),
+        {"role": "assistant", "content": "Let me think about "},
+    ),
+    (
+        ReasoningDone(ReasoningPart(type="text", text="step by step", format="mock-v1")),
+        {
+            "role": "assistant",
+            "part": {"type": "text", "text": "step by step", "format": "mock-v1"},
+        },
+    ),
+    (
+        WebSearchStatus("searching", query="Ruby language"),
+        {"role": "assistant", "status": "searching", "query": "Ruby language"},
+    ),
+    (
+        WebSearchStatus("open_page", url="https://example.com"),
+        {"role": "assistant", "status": "open_page", "url": "https://example.com"},
+    ),
+    (
+        WebSearchDone(
+            "Ruby language", sources=[{"title": "Ruby Programming", "url": "https://ruby-lang.org"}]
+        ),
+        {
+            "role": "assistant",
+            "query": "Ruby language",
+            "sources": [{"title": "Ruby Programming", "url": "https://ruby-lang.org"}],
+        },
+    ),
+    (
+        GuardrailTripwire(guardrail_id="pii", reason="contains an email", phase="before"),
+        {
+            "role": "assistant",
+            "guardrail_id": "pii",
+            "reason": "contains an email",
+            "phase": "before",
+        },
+    ),
+    (
+        GuardrailModification(guardrail_id="redact", phase="after", message_indices=[0, 2]),
+        {
+            "role": "assistant",
+            "guardrail_id": "redact",
+            "phase": "after",
+            "message_indices": [0, 2],
+        },
+    ),
     (SkillActivation("code-review"), {"role": "system", "name": "code-review"}),
-    (Interrupt(reason="needs approval"),
-     {"role": "system", "interrupt": True, "reason": "needs approval"}),
+    (
+        Interrupt(reason="needs approval"),
+        {"role": "system", "interrupt": True, "reason": "needs approval"},
+    ),
     (Interrupt(reason="max_steps"), {"role": "system", "interrupt": True, "reason": "max_steps"}),
     (Interrupt(), {"role": "system", "interrupt": True, "reason": None}),
-    (TokenUsageDone(token_usage=Tokens(input_tokens=100, output_tokens=50)),
-     {"role": "assistant", "token_usage": {"input_tokens": 100, "output_tokens": 50}}),
-    (FinishReasonDone(finish_reason="length", raw_finish_reason="max_tokens"),
-     {"role": "assistant", "finish_reason": "length", "raw_finish_reason": "max_tokens"}),
+    (
+        TokenUsageDone(token_usage=Tokens(input_tokens=100, output_tokens=50)),
+        {"role": "assistant", "token_usage": {"input_tokens": 100, "output_tokens": 50}},
+    ),
+    (
+        FinishReasonDone(finish_reason="length", raw_finish_reason="max_tokens"),
+        {"role": "assistant", "finish_reason": "length", "raw_finish_reason": "max_tokens"},
+    ),
 ]
 
 

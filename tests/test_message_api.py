@@ -25,11 +25,20 @@ def test_roles():
 
 
 def test_basic_fields(chat):
-    m = chat.add_message(role="assistant", content="Paris.", model_id="gpt-4.1-mini",
-                         finish_reason="stop", raw={"id": "resp_1"})
+    m = chat.add_message(
+        role="assistant",
+        content="Paris.",
+        model_id="gpt-4.1-mini",
+        finish_reason="stop",
+        raw={"id": "resp_1"},
+    )
     m = reload(m)
     assert (m.role, m.content, m.model_id, m.finish_reason, m.raw) == (
-        "assistant", "Paris.", "gpt-4.1-mini", "stop", {"id": "resp_1"}
+        "assistant",
+        "Paris.",
+        "gpt-4.1-mini",
+        "stop",
+        {"id": "resp_1"},
     )
 
 
@@ -54,16 +63,22 @@ def test_citations_and_server_tool_calls_are_values(chat):
         server_tool_calls=[ServerToolCall(name="web_search", id="srv_1", arguments={"q": "x"})],
     )
     m = reload(m)
-    assert m.citations == [Citation(url="https://a.example", title="A"),
-                           Citation(url="https://b.example")]
-    assert m.server_tool_calls == [ServerToolCall(name="web_search", id="srv_1",
-                                                  arguments={"q": "x"})]
+    assert m.citations == [
+        Citation(url="https://a.example", title="A"),
+        Citation(url="https://b.example"),
+    ]
+    assert m.server_tool_calls == [
+        ServerToolCall(name="web_search", id="srv_1", arguments={"q": "x"})
+    ]
 
 
 def _tool_exchange(chat, finish="tool_calls"):
-    a = chat.add_message(role="assistant", content="", finish_reason=finish, model_id="gpt-4.1-mini")
-    tc1 = ToolCall.objects.create(chat=chat, message=a, call_id="call_1", name="weather",
-                                  arguments={"city": "Paris"})
+    a = chat.add_message(
+        role="assistant", content="", finish_reason=finish, model_id="gpt-4.1-mini"
+    )
+    tc1 = ToolCall.objects.create(
+        chat=chat, message=a, call_id="call_1", name="weather", arguments={"city": "Paris"}
+    )
     tc2 = ToolCall.objects.create(chat=chat, message=a, call_id="call_2", name="time", arguments={})
     r1 = chat.add_message(role="tool", content="sunny", parent_tool_call=tc1)
     r2 = chat.add_message(role="tool", content="noon", parent_tool_call=tc2)
@@ -99,8 +114,9 @@ def test_tool_calls_tool_call_id_and_results(chat):
         ("pause_turn", False, False, False, False, False),
     ],
 )
-def test_finish_reason_predicates(chat, finish, with_calls, stopped, tool_call_stop,
-                                  max_tokens, filtered):
+def test_finish_reason_predicates(
+    chat, finish, with_calls, stopped, tool_call_stop, max_tokens, filtered
+):
     if with_calls:
         m, _, _ = _tool_exchange(chat, finish=finish)
     else:
@@ -128,26 +144,38 @@ def test_parsed(chat):
     assert chat.add_message(role="assistant", content="").parsed is None
     bad = chat.add_message(role="assistant", content="not json")
     with pytest.raises(StructuredOutputError, match="not valid JSON"):
-        bad.parsed
+        _ = bad.parsed
 
 
 def test_tokens_hand_built_vs_usage_rows(chat):
     m = chat.add_message(role="assistant", content="x", tokens=Tokens(10, 5))
     assert reload(m).tokens == Tokens(10, 5)
     Usage.objects.create(chat=chat, message=m, status="failed", input_tokens=7)
-    Usage.objects.create(chat=chat, message=m, status="succeeded", input_tokens=100,
-                         output_tokens=50, cache_read_tokens=20, thinking_tokens=10)
+    Usage.objects.create(
+        chat=chat,
+        message=m,
+        status="succeeded",
+        input_tokens=100,
+        output_tokens=50,
+        cache_read_tokens=20,
+        thinking_tokens=10,
+    )
     t = reload(m).tokens
     assert t == Tokens(107, 50, 20, None, 10)
     assert t.total_tokens == 177
 
 
 def test_cost_precedence(chat):
-    LLMModel.objects.create(provider="openai", model_id="gpt-4.1-mini", name="GPT-4.1 mini",
-                            pricing={"input_mtok": "0.4", "output_mtok": "1.6"})
+    LLMModel.objects.create(
+        provider="openai",
+        model_id="gpt-4.1-mini",
+        name="GPT-4.1 mini",
+        pricing={"input_mtok": "0.4", "output_mtok": "1.6"},
+    )
     # 1. priced from model_info when nothing was recorded or supplied
-    m = chat.add_message(role="assistant", content="x", model_id="gpt-4.1-mini",
-                         tokens=Tokens(1_000_000, 1_000_000))
+    m = chat.add_message(
+        role="assistant", content="x", model_id="gpt-4.1-mini", tokens=Tokens(1_000_000, 1_000_000)
+    )
     assert reload(m).cost().total == Decimal("2.0")
     # 2. a supplied cost wins over pricing
     m.supplied_cost = Decimal("0.5")
@@ -155,22 +183,40 @@ def test_cost_precedence(chat):
     assert reload(m).cost() == Cost(total=Decimal("0.5"))
     assert reload(m).to_dict()["cost"] == {"total": "0.5000000000"}
     # 3. recorded attempt costs win over both
-    Usage.objects.create(chat=chat, message=m, status="failed", total_cost=Decimal("0.01"),
-                         input_cost=Decimal("0.01"), input_tokens=10)
-    Usage.objects.create(chat=chat, message=m, status="succeeded", total_cost=Decimal("0.02"),
-                         input_cost=Decimal("0.015"), output_cost=Decimal("0.005"),
-                         input_tokens=10, output_tokens=5)
+    Usage.objects.create(
+        chat=chat,
+        message=m,
+        status="failed",
+        total_cost=Decimal("0.01"),
+        input_cost=Decimal("0.01"),
+        input_tokens=10,
+    )
+    Usage.objects.create(
+        chat=chat,
+        message=m,
+        status="succeeded",
+        total_cost=Decimal("0.02"),
+        input_cost=Decimal("0.015"),
+        output_cost=Decimal("0.005"),
+        input_tokens=10,
+        output_tokens=5,
+    )
     c = reload(m).cost()
     assert c.total == Decimal("0.03") and c.input == Decimal("0.025")
     # 4. an explicit model reprices the tokens
-    other = LLMModel.objects.create(provider="x", model_id="cheap", name="Cheap",
-                                    pricing={"input_mtok": "1", "output_mtok": "1"})
+    other = LLMModel.objects.create(
+        provider="x",
+        model_id="cheap",
+        name="Cheap",
+        pricing={"input_mtok": "1", "output_mtok": "1"},
+    )
     assert reload(m).cost(model=other).total == Decimal("25") / Decimal(1_000_000)
 
 
 def test_cost_unknown_is_none(chat):
-    m = chat.add_message(role="assistant", content="x", model_id="no-such-model-xyz",
-                         tokens=Tokens(10, 5))
+    m = chat.add_message(
+        role="assistant", content="x", model_id="no-such-model-xyz", tokens=Tokens(10, 5)
+    )
     assert reload(m).cost().total is None
     assert chat.add_message(role="user", content="q").cost() == Cost()
 
@@ -187,8 +233,13 @@ def test_to_dict_shape(chat):
     m = chat.add_message(role="user", content="Hello")
     assert m.to_dict() == {"role": "user", "content": "Hello"}
     a = chat.add_message(
-        role="assistant", content="", model_id="gpt-4.1-mini", finish_reason="stop",
-        thinking_text="hmm", thinking_signature="s", tokens=Tokens(3, 4),
+        role="assistant",
+        content="",
+        model_id="gpt-4.1-mini",
+        finish_reason="stop",
+        thinking_text="hmm",
+        thinking_signature="s",
+        tokens=Tokens(3, 4),
         citations=[Citation(url="https://x.example")],
     )
     d = reload(a).to_dict()

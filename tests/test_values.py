@@ -4,8 +4,13 @@ from django_llmchat.values import Citation, Cost, ServerToolCall, Thinking, Toke
 
 
 def test_tokens_total_and_add():
-    t = Tokens(input_tokens=10, output_tokens=5, cache_read_tokens=3, cache_write_tokens=2,
-               thinking_tokens=4)
+    t = Tokens(
+        input_tokens=10,
+        output_tokens=5,
+        cache_read_tokens=3,
+        cache_write_tokens=2,
+        thinking_tokens=4,
+    )
     assert t.total_tokens == 20  # thinking is inside output
     assert Tokens().total_tokens is None
     assert Tokens(1) + Tokens(None, 2) == Tokens(1, 2)

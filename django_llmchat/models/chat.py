@@ -317,8 +317,8 @@ class AbstractChat(models.Model):
     def cancel(self) -> bool:
         """Ask the running loop (in any process) to stop between chunks or steps; it ends
         with ``Interrupt(reason="cancelled")``. Returns whether a run was running."""
-        updated = type(self).objects.filter(pk=self.pk, status="running").update(
-            cancel_requested=True
+        updated = (
+            type(self).objects.filter(pk=self.pk, status="running").update(cancel_requested=True)
         )
         return bool(updated)
 
@@ -334,9 +334,7 @@ class AbstractChat(models.Model):
         call.approval = approval
         call.save(update_fields=["approval"])
         if resume:
-            pending = ToolCall.objects.filter(
-                chat=self, approval="", result__isnull=True
-            ).exists()
+            pending = ToolCall.objects.filter(chat=self, approval="", result__isnull=True).exists()
             if not pending:
                 return self.complete()
         return None

@@ -142,8 +142,8 @@ class AbstractMessage(models.Model):
     @property
     def tool_results(self) -> models.QuerySet:
         """The tool messages answering this message's tool calls."""
-        return type(self).objects.filter(parent_tool_call__message=self).order_by(
-            "created_at", "id"
+        return (
+            type(self).objects.filter(parent_tool_call__message=self).order_by("created_at", "id")
         )
 
     # -- structured output ----------------------------------------------------------------

@@ -16,6 +16,7 @@ USAGE_COST_COLUMNS = {
     "total": "total_cost",
 }
 
+
 class UsageQuerySet(models.QuerySet):
     def tokens(self) -> Tokens:
         """Token totals over these rows, in one query."""
@@ -29,6 +30,7 @@ class UsageQuerySet(models.QuerySet):
 
     def succeeded(self):
         return self.filter(status=AbstractUsage.SUCCEEDED)
+
 
 class AbstractUsage(models.Model):
     """One provider attempt (retries, failures and cancellations included) with its
@@ -87,14 +89,15 @@ class AbstractUsage(models.Model):
         """Price this attempt's tokens now and store the result on the row (unsaved)."""
         from ..pricing import price
 
-        cost = price(self.tokens, self.model_id, self.provider) if not self.tokens.is_empty else Cost()
+        cost = (
+            price(self.tokens, self.model_id, self.provider) if not self.tokens.is_empty else Cost()
+        )
         self.cost = cost
         return cost
 
+
 class Usage(AbstractUsage):
-    chat = models.ForeignKey(
-        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages"
-    )
+    chat = models.ForeignKey("django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages")
     message = models.ForeignKey(
         "django_llmchat.Message",
         on_delete=models.SET_NULL,
@@ -112,4 +115,3 @@ class Usage(AbstractUsage):
             models.Index(fields=["message"], name="llmchat_usage_msg_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_usage_model_idx"),
         ]
-

@@ -16,7 +16,6 @@ from django_llmchat.events import (
 from django_llmchat.models import Chat, Message, Usage
 from django_llmchat.testing import Fault, Reply, ToolCall
 from django_llmchat.tools import tool
-from django_llmchat.values import Tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,9 +64,13 @@ def test_ask_stores_prompt_reply_and_usage(chat, fake_llm):
 
 def test_stream_events_and_one_transaction_per_step(chat, fake_llm):
     fake_llm.script(
-        Reply(tool_calls=[ToolCall("weather", {"city": "Paris"}),
-                          ToolCall("weather", {"city": "Rome"})],
-              usage={"input_tokens": 20, "output_tokens": 10}),
+        Reply(
+            tool_calls=[
+                ToolCall("weather", {"city": "Paris"}),
+                ToolCall("weather", {"city": "Rome"}),
+            ],
+            usage={"input_tokens": 20, "output_tokens": 10},
+        ),
         Reply("Sunny in both.", usage={"input_tokens": 40, "output_tokens": 5}),
     )
     chat.with_tools(weather)
@@ -93,8 +96,14 @@ def test_stream_events_and_one_transaction_per_step(chat, fake_llm):
 
 
 def test_thinking_is_stored(chat, fake_llm):
-    fake_llm.script(Reply("42", thinking="Let me think.", thinking_signature="sig-1",
-                          usage={"input_tokens": 5, "output_tokens": 9, "thinking_tokens": 4}))
+    fake_llm.script(
+        Reply(
+            "42",
+            thinking="Let me think.",
+            thinking_signature="sig-1",
+            usage={"input_tokens": 5, "output_tokens": 9, "thinking_tokens": 4},
+        )
+    )
     events = list(chat.stream("Meaning of life?"))
     assert any(isinstance(e, ReasoningDone) for e in events)
     reply = chat.messages.get(role="assistant")

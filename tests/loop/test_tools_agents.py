@@ -90,8 +90,10 @@ def chat(fake_llm):
 
 
 def results(chat):
-    return [json.loads(m.content) if m.content.startswith("{") else m.content
-            for m in chat.messages.filter(role="tool").order_by("id")]
+    return [
+        json.loads(m.content) if m.content.startswith("{") else m.content
+        for m in chat.messages.filter(role="tool").order_by("id")
+    ]
 
 
 def test_tool_schema_from_signature():
@@ -108,8 +110,15 @@ def test_tool_schema_from_signature():
 
 def test_tool_errors_go_back_to_the_model(chat, fake_llm):
     fake_llm.script(
-        Reply(tool_calls=[Call("add", {"a": "not a number"}), Call("nope", {}), Call("boom"),
-                          Call("slow"), Call("add", {"a": 2})]),
+        Reply(
+            tool_calls=[
+                Call("add", {"a": "not a number"}),
+                Call("nope", {}),
+                Call("boom"),
+                Call("slow"),
+                Call("add", {"a": 2}),
+            ]
+        ),
         Reply("done"),
     )
     chat.with_tools(add, boom, slow)
@@ -127,17 +136,19 @@ def test_tool_errors_go_back_to_the_model(chat, fake_llm):
 
 
 def test_concurrent_tools_run_at_the_same_time(chat, fake_llm):
-    fake_llm.script(Reply(tool_calls=[Call("meet", {"name": "a"}), Call("meet", {"name": "b"})]),
-                    Reply("ok"))
+    fake_llm.script(
+        Reply(tool_calls=[Call("meet", {"name": "a"}), Call("meet", {"name": "b"})]), Reply("ok")
+    )
     chat.with_tools(meet)
     chat.ask("meet")
     assert results(chat) == ["met a", "met b"]
 
 
 def test_tool_receives_context_and_it_persists(chat, fake_llm):
-    fake_llm.script(Reply(tool_calls=[Call("whoami")], usage={"input_tokens": 7,
-                                                              "output_tokens": 1}),
-                    Reply("ok"))
+    fake_llm.script(
+        Reply(tool_calls=[Call("whoami")], usage={"input_tokens": 7, "output_tokens": 1}),
+        Reply("ok"),
+    )
     chat.context = {"user_id": 42}
     chat.save()
     chat.with_tools(whoami)
@@ -203,8 +214,9 @@ def test_agent_instructions_tools_and_max_steps(fake_llm):
 
 
 def test_tool_interrupt_then_complete_resumes(chat, fake_llm):
-    fake_llm.script(Reply(tool_calls=[Call("add", {"a": 1}),
-                                      Call("stop_here", {"reason": "needs a human"})]))
+    fake_llm.script(
+        Reply(tool_calls=[Call("add", {"a": 1}), Call("stop_here", {"reason": "needs a human"})])
+    )
     chat.with_tools(stop_here, add)
     events = list(chat.stream("go"))
     assert events[-1] == Interrupt(reason="needs a human")
@@ -237,8 +249,9 @@ def test_guardrails(fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     chat = Guarded.start_chat()
     events = list(chat.stream("my password is hunter2"))
-    assert events == [GuardrailTripwire(guardrail_id="no-secrets", reason="mentions a password",
-                                        phase="before")]
+    assert events == [
+        GuardrailTripwire(guardrail_id="no-secrets", reason="mentions a password", phase="before")
+    ]
     assert chat.messages.count() == 0 and not fake_llm.requests
     fake_llm.script(Reply("damn right"))
     events = list(chat.stream("damn it"))
@@ -266,8 +279,9 @@ def test_skills(fake_llm, tmp_path):
     chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
     from django_llmchat.runner import Runner
 
-    fake_llm.script(Reply(tool_calls=[Call("skill_activate", {"name": "code-review"})]),
-                    Reply("Reviewed."))
+    fake_llm.script(
+        Reply(tool_calls=[Call("skill_activate", {"name": "code-review"})]), Reply("Reviewed.")
+    )
     chat.add_message(role="user", content="review this")
     runner = Runner(chat)
     runner.agent = Reviewer()
@@ -282,7 +296,12 @@ def test_skills(fake_llm, tmp_path):
 
 
 def test_cancel_mid_stream(chat, fake_llm):
-    fake_llm.script(Reply("word " * 200, chunk_size=5, ))
+    fake_llm.script(
+        Reply(
+            "word " * 200,
+            chunk_size=5,
+        )
+    )
     fake_llm.server.script  # noqa: B018
     from django_llmchat.testing import Fault
 
@@ -319,10 +338,11 @@ def test_structured_output(chat, fake_llm):
 
 
 def test_token_usage_runs_across_runs(chat, fake_llm):
-    fake_llm.script(Reply("a", usage={"input_tokens": 5, "output_tokens": 1}),
-                    Reply(tool_calls=[Call("whoami")], usage={"input_tokens": 10,
-                                                              "output_tokens": 2}),
-                    Reply("b"))
+    fake_llm.script(
+        Reply("a", usage={"input_tokens": 5, "output_tokens": 1}),
+        Reply(tool_calls=[Call("whoami")], usage={"input_tokens": 10, "output_tokens": 2}),
+        Reply("b"),
+    )
     chat.context = {"user_id": 1}
     chat.save()
     chat.ask("first")
@@ -367,14 +387,18 @@ def test_results_move_up_to_their_calls_in_requests():
 
     history = [
         ProviderMessage(role="user", content="q"),
-        ProviderMessage(role="assistant", tool_calls=[ToolCallData("c1", "t"),
-                                                      ToolCallData("c2", "t")]),
+        ProviderMessage(
+            role="assistant", tool_calls=[ToolCallData("c1", "t"), ToolCallData("c2", "t")]
+        ),
         ProviderMessage(role="user", content="new question"),
         ProviderMessage(role="tool", content="r2", tool_call_id="c2"),
         ProviderMessage(role="tool", content="r1", tool_call_id="c1"),
     ]
     ordered = _results_after_calls(history)
     assert [(m.role, m.content) for m in ordered] == [
-        ("user", "q"), ("assistant", ""), ("tool", "r1"), ("tool", "r2"),
+        ("user", "q"),
+        ("assistant", ""),
+        ("tool", "r1"),
+        ("tool", "r2"),
         ("user", "new question"),
     ]
