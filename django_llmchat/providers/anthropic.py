@@ -32,6 +32,7 @@ from ..events import (
     WebSearchStatus,
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
+from ._json import loads
 from .base import Provider, StreamParser, parse_arguments
 from .types import (
     AttachmentData,
@@ -486,7 +487,7 @@ class AnthropicStreamParser(StreamParser):
     def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
         if event == "ping":
             return ()
-        payload = json.loads(data)  # the base turns a decoding error into a ProviderError
+        payload = loads(data)  # the base turns a decoding error into a ProviderError
         if not isinstance(payload, dict):
             return ()
         kind = payload.get("type") or event
@@ -525,6 +526,8 @@ class AnthropicStreamParser(StreamParser):
         reason = finish_reason(raw_reason)
         if self.structured and raw_reason == "tool_use" and not self.builder.tool_calls:
             reason = "stop"
+        for index in self.blocks:
+            self.join_parts(index)
         self.message["content"] = [self.blocks[i] for i in sorted(self.blocks)]
         self.message["usage"] = dict(self.usage)
         self.builder.raw = self.message
@@ -569,11 +572,13 @@ class AnthropicStreamParser(StreamParser):
         kind = delta.get("type")
         if kind == "text_delta":
             piece = delta.get("text") or ""
-            block["text"] = block.get("text", "") + piece
+            if piece:  # joined at content_block_stop: no quadratic concatenation
+                state.setdefault("parts", []).append(piece)
             return [self.text(piece)] if piece else []
         if kind == "thinking_delta":
             piece = delta.get("thinking") or ""
-            block["thinking"] = block.get("thinking", "") + piece
+            if piece:
+                state.setdefault("parts", []).append(piece)
             return [ReasoningDelta(piece)] if piece else []
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
@@ -601,8 +606,18 @@ class AnthropicStreamParser(StreamParser):
             ]
         return []
 
+    def join_parts(self, index: int) -> None:
+        """Fold a block's streamed text or thinking pieces into the block."""
+        block = self.blocks.get(index)
+        parts = (self.state.get(index) or {}).pop("parts", None)
+        if block is None or not parts:
+            return
+        key = "thinking" if block.get("type") == "thinking" else "text"
+        block[key] = block.get(key, "") + "".join(parts)
+
     def on_content_block_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
         index = payload.get("index", 0)
+        self.join_parts(index)
         block = self.blocks.get(index) or {}
         state = self.state.get(index) or {"json": [], "emitted": False, "offset": 0}
         kind = block.get("type")

@@ -355,10 +355,11 @@ class SSEDecoder:
     text holding those characters stays intact. Comment lines (``: ping``) are skipped.
     """
 
-    __slots__ = ("_utf8", "_tail", "_cr", "_event", "_data")
+    __slots__ = ("_utf8", "_pending", "_tail", "_cr", "_event", "_data")
 
     def __init__(self) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = False  # the incremental decoder holds part of a character
         self._tail: list[str] = []
         self._cr = False
         self._event: str | None = None
@@ -388,7 +389,18 @@ class SSEDecoder:
         return lines
 
     def feed(self, chunk: bytes | str) -> list[tuple[str | None, str]]:
-        text = self._utf8.decode(chunk) if isinstance(chunk, bytes) else chunk
+        if isinstance(chunk, bytes):
+            text = None
+            if not self._pending:
+                try:  # a chunk holding whole characters: the fast, common case
+                    text = chunk.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+            if text is None:
+                text = self._utf8.decode(chunk)
+                self._pending = bool(self._utf8.getstate()[0])
+        else:
+            text = chunk
         if not text:
             return []
         return self._lines(self._split(text))
@@ -909,12 +921,6 @@ class Provider:
         return ProviderStream(self, request, on_retry=on_retry)
 
 
-def _frames(decoder: SSEDecoder, chunks: Iterable[bytes]) -> Iterator[tuple[str | None, str]]:
-    for chunk in chunks:
-        yield from decoder.feed(chunk)
-    yield from decoder.flush()
-
-
 async def _aframes(
     decoder: SSEDecoder, chunks: AsyncIterator[bytes]
 ) -> AsyncIterator[tuple[str | None, str]]:
@@ -954,16 +960,19 @@ class ProviderStream:
     def _decoder(self) -> SSEDecoder:
         return SSEDecoder() if self.provider.stream_framing == "sse" else NDJSONDecoder()
 
+    def _bad_json(self, exc: json.JSONDecodeError, data: str) -> ProviderError:
+        return ProviderError(
+            f"a stream event is not valid JSON ({exc.msg})",
+            provider=self.provider.name,
+            body=data[:2000],
+            retryable=True,
+        )
+
     def _feed(self, parser: StreamParser, name: str | None, data: str) -> Iterable[StreamEvent]:
         try:
             return parser.feed(name, data)
         except json.JSONDecodeError as exc:
-            raise ProviderError(
-                f"a stream event is not valid JSON ({exc.msg})",
-                provider=self.provider.name,
-                body=data[:2000],
-                retryable=True,
-            ) from None
+            raise self._bad_json(exc, data) from None
 
     def _ending(self, parser: StreamParser) -> Iterator[StreamEvent]:
         """What follows the last frame: end-of-stream events, the check, TextDone."""
@@ -1000,15 +1009,31 @@ class ProviderStream:
                 except httpx.HTTPError:
                     pass
                 raise provider.error_from_response(http)
+            decoder = self._decoder()
+            feed_frames = decoder.feed
+            feed = parser.feed
+            data = ""
             try:
-                for name, data in _frames(self._decoder(), http.iter_bytes()):
-                    for event in self._feed(parser, name, data):
-                        add(event)
-                        yield event
+                for chunk in http.iter_bytes():
+                    for name, data in feed_frames(chunk):
+                        for event in feed(name, data):
+                            add(event)
+                            yield event
+                        if parser.done:
+                            break
                     if parser.done:
                         break
+                else:
+                    for name, data in decoder.flush():
+                        for event in feed(name, data):
+                            add(event)
+                            yield event
+                        if parser.done:
+                            break
             except httpx.HTTPError as exc:
                 raise provider._midstream_error(exc) from None
+            except json.JSONDecodeError as exc:
+                raise self._bad_json(exc, data) from None
             yield from self._ending(parser)
         finally:
             http.close()
@@ -1018,20 +1043,28 @@ class ProviderStream:
         url, body = self._prepare()
         attempt = 0
         while True:
-            delivered = False
             events = self._attempt(url, body)
             try:
-                for event in events:
-                    delivered = True
-                    yield event
+                first = next(events)
+            except StopIteration:
                 return
             except ProviderError as err:
+                events.close()
                 failure = provider._finish_error(err)
-                delay = None if delivered else provider.retry_delay(failure, attempt)
+                delay = provider.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            finally:
-                events.close()
+            else:
+                # delivered: from here on a failure propagates, never a retry
+                try:
+                    yield first
+                    yield from events
+                except ProviderError as err:
+                    provider._finish_error(err)
+                    raise
+                finally:
+                    events.close()
+                return
             provider._before_retry(failure, delay, attempt, self.on_retry)
             provider.sleep(delay)
             attempt += 1

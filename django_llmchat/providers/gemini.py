@@ -32,6 +32,7 @@ from ..events import (
     WebSearchDone,
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
+from ._json import loads
 from .base import Provider, StreamParser
 from .types import (
     AttachmentData,
@@ -565,10 +566,7 @@ class GeminiStreamParser(StreamParser):
         self.last_chunk: dict[str, Any] = {}
 
     def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
-        try:
-            payload = json.loads(data)
-        except ValueError:
-            return []
+        payload = loads(data)  # the base turns a decoding error into a ProviderError
         if isinstance(payload, list):  # tolerate the array framing of non-SSE streams
             return [e for chunk in payload for e in self.chunk(chunk)]
         return self.chunk(payload)

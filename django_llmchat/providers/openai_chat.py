@@ -25,6 +25,7 @@ from ..events import (
     ToolCallDone,
 )
 from ..values import Citation, Thinking, Tokens
+from ._json import loads
 from .base import Provider, StreamParser, parse_arguments
 from .types import (
     AttachmentData,
@@ -384,7 +385,7 @@ class ChatCompletionsStreamParser(StreamParser):
     def feed(self, event: str | None, data: str) -> list[StreamEvent]:
         if data.startswith("[") and data.strip() == "[DONE]":
             return self._close()
-        chunk = json.loads(data)
+        chunk = loads(data)
         if not isinstance(chunk, dict):
             return []
         if chunk.get("error"):

@@ -31,6 +31,7 @@ from ..events import (
     WebSearchStatus,
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
+from ._json import loads
 from .base import Provider, StreamParser, parse_arguments
 from .types import (
     AttachmentData,
@@ -495,7 +496,7 @@ class ResponsesStreamParser(StreamParser):
 
     def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
         try:
-            payload = json.loads(data)
+            payload = loads(data)
         except ValueError:
             return []
         if not isinstance(payload, dict):
