@@ -8,26 +8,24 @@ A vendor module subclasses :class:`Provider` and only builds requests and reads 
 * ``parse_response(data)``: a whole JSON answer -> :class:`ProviderResponse`;
 * ``new_stream_parser(request)``: a :class:`StreamParser` for one streamed answer.
 
-Everything else lives here: one pooled httpx client per configuration and process,
-timeouts, the User-Agent, SSE / NDJSON decoding, translation of HTTP and network failures
-into :mod:`django_llmchat.errors`, and bounded retries with backoff. Sync and async calls
-share the parsers and the retry rules.
+Everything else lives here and beside it: one pooled httpx client per configuration and
+process, timeouts, the User-Agent, translation of HTTP and network failures into
+:mod:`django_llmchat.errors` (this module), SSE / NDJSON decoding (``framing``), the
+response builder vendor parsers feed (``parsing``), retry hints and backoff (``retry``)
+and the streamed call (``stream``). Sync and async calls share the parsers and the retry
+rules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
-import email.utils
 import json
 import logging
 import os
-import random
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import httpx
@@ -42,18 +40,11 @@ from ..errors import (
     ProviderTimeoutError,
     RateLimitError,
 )
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    StreamEvent,
-    TextDelta,
-    TextDone,
-    TokenUsageDone,
-    ToolCallDone,
-)
-from ..values import Thinking, Tokens
-from .types import Capabilities, ProviderRequest, ProviderResponse, ToolCallData
+from .framing import NDJSONDecoder, SSEDecoder, iter_ndjson, iter_sse
+from .parsing import ResponseBuilder, StreamParser, parse_arguments
+from .retry import OnRetry, backoff_delay, parse_duration, parse_retry_after
+from .stream import ProviderStream
+from .types import Capabilities, ProviderRequest, ProviderResponse
 
 __all__ = [
     "USER_AGENT",
@@ -83,26 +74,12 @@ CONNECT_TIMEOUT = 10.0
 # Many concurrent streams share one pool per configuration; each holds a connection.
 POOL_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
 
-BACKOFF_BASE = 0.5
-BACKOFF_FACTOR = 2.0
-BACKOFF_CAP = 8.0
 
 # Response headers never copied onto an error.
 _PRIVATE_HEADERS = frozenset({"set-cookie", "authorization", "x-api-key", "x-goog-api-key"})
 
 
 # -- small helpers -----------------------------------------------------------------------
-
-
-def parse_arguments(text: str | None) -> dict[str, Any]:
-    """Tool-call arguments arrive as JSON text; an empty string means no arguments."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"_raw": text}
-    return value if isinstance(value, dict) else {"_value": value}
 
 
 def _setting(name: str) -> Any:
@@ -113,83 +90,6 @@ def _setting(name: str) -> Any:
         return getattr(settings, name)
     except Exception:  # ImproperlyConfigured outside a Django project
         return DEFAULTS[name]
-
-
-def parse_duration(value: Any) -> float | None:
-    """Seconds from ``"48s"``, ``"1.5s"``, ``"250ms"`` or a bare number; ``None`` if unreadable."""
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str):
-        return None
-    text = value.strip().lower()
-    scale = 1.0
-    if text.endswith("ms"):
-        text, scale = text[:-2], 0.001
-    elif text.endswith("s"):
-        text = text[:-1]
-    try:
-        return float(text) * scale
-    except ValueError:
-        return None
-
-
-def _body_retry_delay(body: Any) -> float | None:
-    """Gemini-style ``RetryInfo.retryDelay`` found in an error body (text or parsed)."""
-    if isinstance(body, str):
-        if "retryDelay" not in body:
-            return None
-        try:
-            body = json.loads(body)
-        except ValueError:
-            return None
-    if isinstance(body, list) and body:
-        body = body[0]
-    if not isinstance(body, dict):
-        return None
-    err = body.get("error", body)
-    details = err.get("details") if isinstance(err, dict) else None
-    for item in details if isinstance(details, list) else ():
-        if isinstance(item, dict) and "retryDelay" in item:
-            return parse_duration(item["retryDelay"])
-    return None
-
-
-def parse_retry_after(headers: Mapping[str, str] | None, body: Any = None) -> float | None:
-    """The server's wait hint in seconds: ``retry-after-ms``, then ``retry-after`` (seconds
-    or an HTTP date), then a ``RetryInfo.retryDelay`` in the body. ``None`` when absent."""
-    if headers:
-        value = headers.get("retry-after-ms")
-        if value:
-            try:
-                return max(0.0, float(value) / 1000.0)
-            except ValueError:
-                pass
-        value = headers.get("retry-after")
-        if value:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                try:
-                    when = email.utils.parsedate_to_datetime(value)
-                except (TypeError, ValueError):
-                    when = None
-                if when is not None:
-                    if when.tzinfo is None:
-                        when = when.replace(tzinfo=UTC)
-                    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    if body is not None:
-        return _body_retry_delay(body)
-    return None
-
-
-def backoff_delay(attempt: int, *, rand: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with jitter: 0.5 s, 1 s, 2 s... capped, minus up to 25 %."""
-    delay = min(BACKOFF_BASE * BACKOFF_FACTOR**attempt, BACKOFF_CAP)
-    return delay * (1.0 - 0.25 * rand())
-
-
-OnRetry = Callable[[ProviderError, int], Any]
-"""``on_retry(error, retry_number)``: told about each failed attempt that will be retried."""
 
 
 # -- clients -----------------------------------------------------------------------------
@@ -235,244 +135,6 @@ def _forget_clients_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_clients_after_fork)
-
-
-# -- responses ---------------------------------------------------------------------------
-
-
-class ResponseBuilder:
-    """Accumulates one streamed response from the events a parser yields.
-
-    The base feeds it every event; vendor parsers set what events do not carry
-    (``citations``, ``server_tool_calls``, ``raw``, ``model_id``, ``reasoning_items``,
-    tool-call extras such as Gemini thought signatures) directly.
-    """
-
-    def __init__(self) -> None:
-        self.text_parts: list[str] = []
-        self.text_done = False
-        self.tool_calls: list[ToolCallData] = []
-        self.reasoning_parts: list[str] = []
-        self.reasoning_signature: str | None = None
-        self.reasoning_items: list[dict[str, Any]] = []
-        self.citations: list = []
-        self.server_tool_calls: list = []
-        self.finish_reason: str | None = None
-        self.raw_finish_reason: str | None = None
-        self.tokens = Tokens()
-        self.model_id: str | None = None
-        self.raw: dict[str, Any] = {}
-        self.tool_call_extras: dict[str, dict[str, Any]] = {}
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
-
-    def add(self, event: StreamEvent) -> None:
-        kind = type(event)
-        if kind is TextDelta:
-            self.text_parts.append(event.content)
-        elif kind is ReasoningDelta:
-            pass
-        elif kind is ToolCallDone:
-            extras = self.tool_call_extras.get(event.call_id, {})
-            self.tool_calls.append(
-                ToolCallData(
-                    call_id=event.call_id,
-                    name=event.name,
-                    arguments=parse_arguments(event.arguments),
-                    thought_signature=extras.get("thought_signature"),
-                    item_id=event.item_id,
-                )
-            )
-        elif kind is ReasoningDone:
-            self.reasoning_parts.append(event.part.text)
-            if event.part.signature:
-                self.reasoning_signature = event.part.signature
-        elif kind is TokenUsageDone:
-            self.tokens = event.token_usage
-        elif kind is FinishReasonDone:
-            self.finish_reason = event.finish_reason
-            self.raw_finish_reason = event.raw_finish_reason
-        elif kind is TextDone:
-            self.text_done = True
-
-    def build(self) -> ProviderResponse:
-        thinking = None
-        if self.reasoning_parts or self.reasoning_signature:
-            thinking = Thinking("".join(self.reasoning_parts), self.reasoning_signature)
-        finish = self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
-        return ProviderResponse(
-            content=self.text,
-            tool_calls=self.tool_calls,
-            thinking=thinking,
-            reasoning_items=self.reasoning_items,
-            citations=self.citations,
-            server_tool_calls=self.server_tool_calls,
-            finish_reason=finish,
-            raw_finish_reason=self.raw_finish_reason,
-            tokens=self.tokens,
-            model_id=self.model_id,
-            raw=self.raw or None,
-        )
-
-
-class StreamParser:
-    """Reads one streamed answer, one decoded SSE event (or NDJSON line) at a time.
-
-    ``feed()`` returns the events that input produced and raises a ``ProviderError`` for
-    an error event; it sets ``done`` when the vendor's terminal event arrives. When the
-    body ends without it, the base calls ``end_of_stream()`` once: a vendor whose stream
-    has no terminator may emit its last events there and set ``done``; otherwise the
-    stream raises :class:`IncompleteStreamError`.
-    """
-
-    def __init__(self, provider: Provider, request: ProviderRequest):
-        self.provider = provider
-        self.request = request
-        self.builder = ResponseBuilder()
-        self.done = False
-
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
-        raise NotImplementedError
-
-    def end_of_stream(self) -> Iterable[StreamEvent]:
-        return ()
-
-    def finish(self) -> ProviderResponse:
-        return self.builder.build()
-
-
-# -- framing -----------------------------------------------------------------------------
-
-
-class SSEDecoder:
-    """Incremental Server-Sent Events decoder over raw body chunks.
-
-    ``feed(chunk)`` returns the complete ``(event, data)`` pairs the chunk finished;
-    ``flush()`` returns what is left at the end of the body. Lines end with LF, CRLF or
-    CR only (never at U+2028 or the other separators ``str.splitlines`` knows), so JSON
-    text holding those characters stays intact. Comment lines (``: ping``) are skipped.
-    """
-
-    __slots__ = ("_utf8", "_pending", "_tail", "_cr", "_event", "_data")
-
-    def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = False  # the incremental decoder holds part of a character
-        self._tail: list[str] = []
-        self._cr = False
-        self._event: str | None = None
-        self._data: list[str] = []
-
-    def _split(self, text: str) -> list[str]:
-        if self._cr:
-            text = "\r" + text
-            self._cr = False
-        if "\r" in text:
-            if text[-1] == "\r":  # may be the first half of a CRLF
-                self._cr = True
-                text = text[:-1]
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if "\n" not in text:
-            if text:
-                self._tail.append(text)
-            return []
-        lines = text.split("\n")
-        if self._tail:
-            self._tail.append(lines[0])
-            lines[0] = "".join(self._tail)
-            self._tail = []
-        last = lines.pop()
-        if last:
-            self._tail.append(last)
-        return lines
-
-    def feed(self, chunk: bytes | str) -> list[tuple[str | None, str]]:
-        if isinstance(chunk, bytes):
-            text = None
-            if not self._pending:
-                try:  # a chunk holding whole characters: the fast, common case
-                    text = chunk.decode("utf-8")
-                except UnicodeDecodeError:
-                    pass
-            if text is None:
-                text = self._utf8.decode(chunk)
-                self._pending = bool(self._utf8.getstate()[0])
-        else:
-            text = chunk
-        if not text:
-            return []
-        return self._lines(self._split(text))
-
-    def flush(self) -> list[tuple[str | None, str]]:
-        text = self._utf8.decode(b"", final=True)
-        lines = self._split(text) if text else []
-        self._cr = False
-        if self._tail:
-            lines.append("".join(self._tail))
-            self._tail = []
-        lines.append("")  # the body's end dispatches a pending event
-        return self._lines(lines)
-
-    def _lines(self, lines: list[str]) -> list[tuple[str | None, str]]:
-        out: list[tuple[str | None, str]] = []
-        data = self._data
-        for line in lines:
-            if not line:
-                if data:
-                    out.append((self._event, data[0] if len(data) == 1 else "\n".join(data)))
-                    data = self._data = []
-                self._event = None
-            elif line[0] == "d" and line[:5] == "data:":
-                data.append(line[6:] if line[5:6] == " " else line[5:])
-            elif line[0] == ":":
-                continue
-            else:
-                name, _, value = line.partition(":")
-                if name == "event":
-                    self._event = value[1:] if value[:1] == " " else value
-                elif name == "data":  # "data" with no colon
-                    data.append("")
-        return out
-
-
-class NDJSONDecoder(SSEDecoder):
-    """One JSON document per line (Ollama's native API); blank lines are skipped."""
-
-    __slots__ = ()
-
-    def _lines(self, lines: list[str]) -> list[tuple[str | None, str]]:
-        return [(None, line) for line in lines if line and not line.isspace()]
-
-
-def iter_sse(lines: Iterable[str]) -> Iterator[tuple[str | None, str]]:
-    """Decode Server-Sent Events from text lines into ``(event, data)`` pairs."""
-    event: str | None = None
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = None, []
-            continue
-        if line[0] == ":":
-            continue
-        name, _, value = line.partition(":")
-        if value[:1] == " ":
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-    if data:
-        yield event, "\n".join(data)
-
-
-def iter_ndjson(lines: Iterable[str]) -> Iterator[tuple[str | None, str]]:
-    for line in lines:
-        if line.strip():
-            yield None, line
 
 
 # -- the provider ------------------------------------------------------------------------
@@ -919,212 +581,3 @@ class Provider:
     ) -> ProviderStream:
         """The same stream, for ``async for``."""
         return ProviderStream(self, request, on_retry=on_retry)
-
-
-async def _aframes(
-    decoder: SSEDecoder, chunks: AsyncIterator[bytes]
-) -> AsyncIterator[tuple[str | None, str]]:
-    async for chunk in chunks:
-        for frame in decoder.feed(chunk):
-            yield frame
-    for frame in decoder.flush():
-        yield frame
-
-
-class ProviderStream:
-    """Iterate (``for`` or ``async for``) for events; after the last one, ``response``
-    holds the whole answer.
-
-    A retryable failure before the first event is retried like :meth:`Provider.complete`;
-    after an event has been yielded it propagates (an :class:`IncompleteStreamError` when
-    the body ended or broke before the vendor's terminal event).
-    """
-
-    def __init__(
-        self,
-        provider: Provider,
-        request: ProviderRequest,
-        *,
-        on_retry: OnRetry | None = None,
-    ):
-        self.provider = provider
-        self.request = request
-        self.on_retry = on_retry
-        self.response: ProviderResponse | None = None
-
-    def _prepare(self) -> tuple[str, bytes]:
-        provider, request = self.provider, self.request
-        url = provider.url(request, stream=True)
-        return url, provider.encode_payload(provider.build_payload(request, stream=True))
-
-    def _decoder(self) -> SSEDecoder:
-        return SSEDecoder() if self.provider.stream_framing == "sse" else NDJSONDecoder()
-
-    def _bad_json(self, exc: json.JSONDecodeError, data: str) -> ProviderError:
-        return ProviderError(
-            f"a stream event is not valid JSON ({exc.msg})",
-            provider=self.provider.name,
-            body=data[:2000],
-            retryable=True,
-        )
-
-    def _feed(self, parser: StreamParser, name: str | None, data: str) -> Iterable[StreamEvent]:
-        try:
-            return parser.feed(name, data)
-        except json.JSONDecodeError as exc:
-            raise self._bad_json(exc, data) from None
-
-    def _ending(self, parser: StreamParser) -> Iterator[StreamEvent]:
-        """What follows the last frame: end-of-stream events, the check, TextDone."""
-        builder = parser.builder
-        if not parser.done:
-            for event in parser.end_of_stream():
-                builder.add(event)
-                yield event
-        if not parser.done:
-            raise IncompleteStreamError(provider=self.provider.name)
-        if builder.text_parts and not builder.text_done:
-            event = TextDone(builder.text)
-            builder.add(event)
-            yield event
-        self.response = parser.finish()
-
-    # -- sync ----------------------------------------------------------------------------
-    def _attempt(self, url: str, body: bytes) -> Iterator[StreamEvent]:
-        provider = self.provider
-        client = provider.client
-        parser = provider.new_stream_parser(self.request)
-        add = parser.builder.add
-        try:
-            http = client.send(
-                client.build_request("POST", url, content=body, headers=provider.headers()),
-                stream=True,
-            )
-        except httpx.HTTPError as exc:
-            raise provider._transport_error(exc) from None
-        try:
-            if http.status_code >= 400:
-                try:
-                    http.read()
-                except httpx.HTTPError:
-                    pass
-                raise provider.error_from_response(http)
-            decoder = self._decoder()
-            feed_frames = decoder.feed
-            feed = parser.feed
-            data = ""
-            try:
-                for chunk in http.iter_bytes():
-                    for name, data in feed_frames(chunk):
-                        for event in feed(name, data):
-                            add(event)
-                            yield event
-                        if parser.done:
-                            break
-                    if parser.done:
-                        break
-                else:
-                    for name, data in decoder.flush():
-                        for event in feed(name, data):
-                            add(event)
-                            yield event
-                        if parser.done:
-                            break
-            except httpx.HTTPError as exc:
-                raise provider._midstream_error(exc) from None
-            except json.JSONDecodeError as exc:
-                raise self._bad_json(exc, data) from None
-            yield from self._ending(parser)
-        finally:
-            http.close()
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        provider = self.provider
-        url, body = self._prepare()
-        attempt = 0
-        while True:
-            events = self._attempt(url, body)
-            try:
-                first = next(events)
-            except StopIteration:
-                return
-            except ProviderError as err:
-                events.close()
-                failure = provider._finish_error(err)
-                delay = provider.retry_delay(failure, attempt)
-                if delay is None:
-                    raise
-            else:
-                # delivered: from here on a failure propagates, never a retry
-                try:
-                    yield first
-                    yield from events
-                except ProviderError as err:
-                    provider._finish_error(err)
-                    raise
-                finally:
-                    events.close()
-                return
-            provider._before_retry(failure, delay, attempt, self.on_retry)
-            provider.sleep(delay)
-            attempt += 1
-
-    # -- async ---------------------------------------------------------------------------
-    async def _aattempt(self, url: str, body: bytes) -> AsyncIterator[StreamEvent]:
-        provider = self.provider
-        client = provider.async_client
-        parser = provider.new_stream_parser(self.request)
-        add = parser.builder.add
-        try:
-            http = await client.send(
-                client.build_request("POST", url, content=body, headers=provider.headers()),
-                stream=True,
-            )
-        except httpx.HTTPError as exc:
-            raise provider._transport_error(exc) from None
-        try:
-            if http.status_code >= 400:
-                try:
-                    await http.aread()
-                except httpx.HTTPError:
-                    pass
-                raise provider.error_from_response(http)
-            frames = _aframes(self._decoder(), http.aiter_bytes())
-            try:
-                async for name, data in frames:
-                    for event in self._feed(parser, name, data):
-                        add(event)
-                        yield event
-                    if parser.done:
-                        break
-            except httpx.HTTPError as exc:
-                raise provider._midstream_error(exc) from None
-            finally:
-                await frames.aclose()
-            for event in self._ending(parser):
-                yield event
-        finally:
-            await http.aclose()
-
-    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        provider = self.provider
-        url, body = self._prepare()
-        attempt = 0
-        while True:
-            delivered = False
-            events = self._aattempt(url, body)
-            try:
-                async for event in events:
-                    delivered = True
-                    yield event
-                return
-            except ProviderError as err:
-                failure = provider._finish_error(err)
-                delay = None if delivered else provider.retry_delay(failure, attempt)
-                if delay is None:
-                    raise
-            finally:
-                await events.aclose()
-            provider._before_retry(failure, delay, attempt, self.on_retry)
-            await provider.asleep(delay)
-            attempt += 1

@@ -25,7 +25,7 @@ from django_llmchat.errors import (
     RateLimitError,
 )
 from django_llmchat.events import FinishReasonDone, TextDelta, TextDone
-from django_llmchat.providers import base
+from django_llmchat.providers import base, retry
 from django_llmchat.providers.base import (
     NDJSONDecoder,
     Provider,
@@ -239,7 +239,7 @@ def test_retry_after_is_parsed_on_every_error():
 def test_backoff_and_hint_helpers():
     assert backoff_delay(0, rand=lambda: 0.0) == 0.5
     assert backoff_delay(2, rand=lambda: 1.0) == 1.5
-    assert backoff_delay(30, rand=lambda: 0.0) == base.BACKOFF_CAP
+    assert backoff_delay(30, rand=lambda: 0.0) == retry.BACKOFF_CAP
     assert parse_duration("48s") == 48.0
     assert parse_duration("1.5s") == 1.5
     assert parse_duration("250ms") == 0.25
