@@ -12,6 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from .models import Attachment, Chat, Message, ToolCall, Usage
+from .prepared import PreparedQuery, json_value
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
 from .values import TOKEN_FIELDS, Thinking, Tokens
@@ -70,13 +71,10 @@ MESSAGE_COLUMNS = (
 )
 
 
-def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
-    """What a run needs from the saved transcript, read as plain rows (no model instances):
-    the provider messages, the ids of tool calls still unanswered, and the token counts
-    written on the messages themselves (hand-built ones). One query, plus one for tool
-    calls and one for attachments when the chat has any, whatever the length."""
-    rows = list(
-        Message.objects.filter(chat=chat)
+# The hot-path reads, compiled once per database (see django_llmchat.prepared).
+_HISTORY = PreparedQuery(
+    lambda chat_id: (
+        Message.objects.filter(chat_id=chat_id)
         .annotate(
             _calls=Exists(ToolCall.objects.filter(message=OuterRef("pk"))),
             _files=Exists(Attachment.objects.filter(message=OuterRef("pk"))),
@@ -84,14 +82,27 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
         .order_by("created_at", "id")
         .values_list(*MESSAGE_COLUMNS, "_calls", "_files")
     )
+)
+_CALLS = PreparedQuery(
+    lambda chat_id: (
+        ToolCall.objects.filter(chat_id=chat_id)
+        .order_by("id")
+        .values_list("id", "message_id", "call_id", "name", "arguments", "thought_signature")
+    )
+)
+
+
+def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
+    """What a run needs from the saved transcript, read as plain rows (no model instances):
+    the provider messages, the ids of tool calls still unanswered, and the token counts
+    written on the messages themselves (hand-built ones). One query, plus one for tool
+    calls and one for attachments when the chat has any, whatever the length."""
+    rows = _HISTORY.rows(chat.pk)
     calls: dict[int, list[tuple]] = {}
     by_pk: dict[int, tuple] = {}
     if any(row[-2] for row in rows):
-        for row in (
-            ToolCall.objects.filter(chat=chat)
-            .order_by("id")
-            .values_list("id", "message_id", "call_id", "name", "arguments", "thought_signature")
-        ):
+        for row in _CALLS.rows(chat.pk):
+            row = (*row[:4], json_value(row[4]), row[5])
             calls.setdefault(row[1], []).append(row)
             by_pk[row[0]] = row
     attachments: dict[int, list[Attachment]] = {}
@@ -119,6 +130,7 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
             parent_id,
             *token_cols,
         ) = row[:-2]
+        raw = json_value(raw)
         raw = raw if isinstance(raw, dict) else {}
         item_ids = raw.get("item_ids") or {}
         if any(v is not None for v in token_cols):

@@ -3,9 +3,16 @@
 SQLite and in-process tasks by default. Environment variables switch it up:
 ``DATABASE_URL`` (PostgreSQL), ``CELERY_BROKER_URL`` (Redis or RabbitMQ workers),
 ``LLMCHAT_EVENTS_URL`` (Redis fan-out of live events).
+
+The model: ``LLMCHAT_PROVIDER`` / ``LLMCHAT_MODEL`` when set; else the first provider with
+a key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``), else a local Ollama
+server if one answers; else the offline demo model (``demo`` / ``demo-model``), which
+makes up its answers.
 """
 
+import json
 import os
+import urllib.request
 from pathlib import Path
 
 import dj_database_url
@@ -25,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
     "django_llmchat",
 ]
 
@@ -72,12 +80,57 @@ STATIC_URL = "static/"
 MEDIA_URL = "media/"
 MEDIA_ROOT = BASE_DIR / "media"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "/admin/login/"
+STATICFILES_DIRS = [BASE_DIR / "example_project" / "static"]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat-page"
+LOGOUT_REDIRECT_URL = "login"
+
+# -- which model answers ------------------------------------------------------------------
+
+# Providers the chat page offers, with the model a new chat starts on.
+KEYED_PROVIDERS = {
+    "openai": ("OPENAI_API_KEY", "gpt-4.1-mini"),
+    "anthropic": ("ANTHROPIC_API_KEY", "claude-haiku-4-5"),
+    "gemini": ("GEMINI_API_KEY", "gemini-2.5-flash"),
+}
+OLLAMA_URL = os.environ.get("OLLAMA_BASE_URL", "http://localhost:11434").removesuffix("/v1")
+
+
+def _ollama_model() -> str | None:
+    """The first model of a local Ollama server, or None when none answers quickly."""
+    try:
+        with urllib.request.urlopen(OLLAMA_URL.rstrip("/") + "/api/tags", timeout=0.3) as r:
+            models = json.load(r).get("models") or []
+    except (OSError, ValueError):
+        return None
+    names = [m.get("name") for m in models if isinstance(m, dict) and m.get("name")]
+    return names[0] if names else None
+
+
+EXAMPLE_PROVIDERS = {
+    name: model for name, (env, model) in KEYED_PROVIDERS.items() if os.environ.get(env)
+}
+_asked = os.environ.get("LLMCHAT_PROVIDER", "")
+if _asked == "ollama" or (not EXAMPLE_PROVIDERS and _asked in ("", "ollama")):
+    _ollama = _ollama_model()  # a short probe: nothing listening fails at once
+    if _ollama:
+        EXAMPLE_PROVIDERS["ollama"] = _ollama
+EXAMPLE_PROVIDERS["demo"] = "demo-model"  # always there, offline
+
+_provider = _asked or next(iter(EXAMPLE_PROVIDERS))
+_model = os.environ.get("LLMCHAT_MODEL") or EXAMPLE_PROVIDERS.get(_provider, "llama3.2")
+EXAMPLE_PROVIDERS.setdefault(_provider, _model)
+DEMO_MODE = _provider == "demo"
 
 LLMCHAT = {
-    "DEFAULT_PROVIDER": os.environ.get("LLMCHAT_PROVIDER", "openai"),
-    "DEFAULT_MODEL": os.environ.get("LLMCHAT_MODEL", "gpt-4.1-mini"),
+    "DEFAULT_PROVIDER": _provider,
+    "DEFAULT_MODEL": _model,
     "EVENTS_URL": os.environ.get("LLMCHAT_EVENTS_URL") or None,
+    "PROVIDERS": {"demo": {"class": "django_llmchat.testing.demo.DemoProvider"}},
+    # the demo tools (weather, clock, booking with approval), importable by any worker
+    "TOOL_MODULES": ["django_llmchat.testing.demo"],
 }
+if "ollama" in EXAMPLE_PROVIDERS:
+    LLMCHAT["PROVIDERS"]["ollama"] = {"base_url": OLLAMA_URL.rstrip("/") + "/v1"}
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or None

@@ -49,10 +49,10 @@ __all__ = [
 DEMO_MODEL = "demo-model"
 """The model id the demo answers as (any other id works too)."""
 
-CHUNK_SIZE = 6
+CHUNK_SIZE = 12
 """Characters per streamed delta."""
 
-CHUNK_DELAY = 0.03
+CHUNK_DELAY = 0.025
 """Seconds between streamed frames, so that the reply visibly streams."""
 
 _server: FakeProviderServer | None = None

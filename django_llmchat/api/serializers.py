@@ -1,0 +1,489 @@
+"""Serializers: strict input (unknown fields are errors), complete output (messages with
+their tool calls, results, citations, attachments, tokens and cost)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..conf import settings
+from ..context import Context
+from ..models import Attachment, Chat, LLMModel, Message, ToolCall
+from ..values import COST_FIELDS
+from .uploads import check_upload
+
+__all__ = [
+    "AttachmentSerializer",
+    "ChatSerializer",
+    "LLMModelSerializer",
+    "MessageCreateSerializer",
+    "MessageSerializer",
+    "RunSerializer",
+    "ToolCallSerializer",
+    "UsageSerializer",
+]
+
+MAX_JSON_DEPTH = 16
+MAX_TOOLS = 128
+
+
+# -- strict input ---------------------------------------------------------------------------
+class StrictFieldsMixin:
+    """Reject keys that are not writable fields of the serializer, naming them."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            writable = {name for name, field in self.fields.items() if not field.read_only}
+            unknown = sorted(str(key) for key in data.keys() if key not in writable)
+            if unknown:
+                raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """A string and nothing else (DRF's ``CharField`` turns numbers into strings)."""
+
+    default_error_messages = {"invalid": "must be a string"}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def check_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Reject what JSON columns cannot store everywhere: non-finite numbers, NUL
+    characters (PostgreSQL), nesting deeper than ``max_depth``."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            raise serializers.ValidationError(f"nested deeper than {max_depth} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str) or "\x00" in key:
+                    raise serializers.ValidationError("keys must be strings without NUL")
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                raise serializers.ValidationError("strings must not contain NUL characters")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise serializers.ValidationError("numbers must be finite")
+        elif item is not None and not isinstance(item, bool | int):
+            raise serializers.ValidationError(f"unsupported value {type(item).__name__}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """Types of the request parameters the providers read; others pass through."""
+    from ..providers import PROVIDERS
+
+    errors: list[str] = []
+
+    def number(key: str, low: float, high: float) -> None:
+        value = params.get(key)
+        if value is not None and (not _is_number(value) or not low <= value <= high):
+            errors.append(f"{key} must be a number between {low:g} and {high:g}")
+
+    number("temperature", 0, 2)
+    number("top_p", 0, 1)
+    max_tokens = params.get("max_tokens")
+    if max_tokens is not None and (
+        type(max_tokens) is not int or not 1 <= max_tokens <= 10_000_000
+    ):
+        errors.append("max_tokens must be an integer between 1 and 10000000")
+    for key in ("stop", "stop_sequences"):
+        value = params.get(key)
+        if value is not None and not (
+            isinstance(value, str)
+            or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
+            errors.append(f"{key} must be a string or a list of strings")
+    thinking = params.get("thinking")
+    if thinking is not None and not isinstance(thinking, dict | bool):
+        errors.append("thinking must be an object")
+    ptc = params.get("parallel_tool_calls")
+    if ptc is not None and not isinstance(ptc, bool):
+        errors.append("parallel_tool_calls must be a boolean")
+    for name in sorted(set(PROVIDERS) | set(settings.PROVIDERS or {})):
+        if name in params and not isinstance(params[name], dict):
+            errors.append(f"{name} (provider options) must be an object")
+    if errors:
+        raise serializers.ValidationError(errors)
+
+
+def provider_names() -> list[str]:
+    """Provider names a chat may use: the built-in ones and those in ``LLMCHAT``."""
+    from ..providers import PROVIDERS
+
+    return sorted(set(PROVIDERS) | set(settings.PROVIDERS or {}))
+
+
+# -- output pieces ------------------------------------------------------------------------
+class TokensSerializer(serializers.Serializer):
+    input_tokens = serializers.IntegerField(required=False, allow_null=True)
+    output_tokens = serializers.IntegerField(required=False, allow_null=True)
+    cache_read_tokens = serializers.IntegerField(required=False, allow_null=True)
+    cache_write_tokens = serializers.IntegerField(required=False, allow_null=True)
+    thinking_tokens = serializers.IntegerField(required=False, allow_null=True)
+    total_tokens = serializers.IntegerField(required=False, allow_null=True)
+
+
+class CostSerializer(serializers.Serializer):
+    """USD as decimal strings; a missing part means the price is unknown."""
+
+    input = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+    output = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+    cache_read = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+    cache_write = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+    thinking = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+    total = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
+
+
+def tokens_dict(tokens) -> dict[str, int]:
+    out = tokens.to_dict()
+    if tokens.total_tokens is not None:
+        out["total_tokens"] = tokens.total_tokens
+    return out
+
+
+def cost_dict(cost) -> dict[str, str]:
+    return {part: str(getattr(cost, part)) for part in COST_FIELDS if getattr(cost, part) is not None}
+
+
+class AttachmentSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Attachment
+        fields = ("id", "filename", "mime_type", "size", "sha256", "url")
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_url(self, obj: Attachment) -> str | None:
+        return attachment_url(obj, self.context.get("request"))
+
+
+def attachment_url(att: Attachment, request) -> str | None:
+    if not att.file:
+        return None
+    try:
+        url = att.file.url
+    except (ValueError, NotImplementedError):
+        return None
+    return request.build_absolute_uri(url) if request is not None else url
+
+
+class ToolResultSerializer(serializers.Serializer):
+    message_id = serializers.IntegerField()
+    content = serializers.CharField()
+
+
+class ToolCallSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="call_id", help_text="The provider's tool call id.")
+    result = ToolResultSerializer(
+        allow_null=True, read_only=True, help_text="The tool message answering this call."
+    )
+
+    class Meta:
+        model = ToolCall
+        fields = ("id", "name", "arguments", "approval", "result")
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    """A transcript message as the API shows it (read only)."""
+
+    thinking = serializers.CharField(allow_null=True, help_text="The model's reasoning text.")
+    tool_calls = ToolCallSerializer(many=True)
+    tool_call_id = serializers.CharField(
+        allow_null=True, help_text="For a tool message: the call it answers."
+    )
+    citations = serializers.ListField(child=serializers.DictField())
+    server_tool_calls = serializers.ListField(child=serializers.DictField())
+    attachments = AttachmentSerializer(many=True)
+    tokens = TokensSerializer()
+    cost = CostSerializer()
+    cache_until_here = serializers.BooleanField(source="cache_boundary")
+
+    class Meta:
+        model = Message
+        fields = (
+            "id",
+            "role",
+            "content",
+            "model_id",
+            "provider",
+            "finish_reason",
+            "thinking",
+            "tool_calls",
+            "tool_call_id",
+            "citations",
+            "server_tool_calls",
+            "attachments",
+            "tokens",
+            "cost",
+            "cache_until_here",
+            "created_at",
+        )
+        read_only_fields = fields
+
+    def to_representation(self, m: Message) -> dict[str, Any]:
+        request = self.context.get("request")
+        calls = []
+        for call in m.tool_calls.all():
+            result = call.get_result()
+            calls.append(
+                {
+                    "id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "approval": call.approval,
+                    "result": (
+                        {"message_id": result.pk, "content": result.content}
+                        if result is not None
+                        else None
+                    ),
+                }
+            )
+        tokens = m.tokens
+        cost = m.cost() if (m.role == "assistant" or not tokens.is_empty) else None
+        return {
+            "id": m.pk,
+            "role": m.role,
+            "content": m.content,
+            "model_id": m.model_id,
+            "provider": m.provider,
+            "finish_reason": m.finish_reason,
+            "thinking": m.thinking_text or None,
+            "tool_calls": calls,
+            "tool_call_id": m.parent_tool_call.call_id if m.parent_tool_call_id else None,
+            "citations": [c.to_dict() for c in m.citations or []],
+            "server_tool_calls": [s.to_dict() for s in m.server_tool_calls or []],
+            "attachments": [
+                {
+                    "id": a.pk,
+                    "filename": a.filename,
+                    "mime_type": a.mime_type,
+                    "size": a.size,
+                    "sha256": a.sha256,
+                    "url": attachment_url(a, request),
+                }
+                for a in m.attachments.all()
+            ],
+            "tokens": tokens_dict(tokens),
+            "cost": cost_dict(cost) if cost is not None else {},
+            "cache_until_here": m.cache_boundary,
+            "created_at": serializers.DateTimeField().to_representation(m.created_at),
+        }
+
+
+class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
+    """A user message: ``content`` and, in a multipart body, ``attachments`` files."""
+
+    content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
+    attachments = serializers.ListField(
+        child=serializers.FileField(allow_empty_file=False),
+        required=False,
+        help_text="Files (multipart/form-data only); types are sniffed from the content.",
+    )
+
+    def validate_content(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be empty")
+        limit = settings.MAX_CONTENT_LENGTH
+        if limit and len(value) > limit:
+            raise serializers.ValidationError(
+                f"is too long ({len(value)} characters; at most {limit})"
+            )
+        return value
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping) and "attachments" in data and not hasattr(data, "getlist"):
+            raise serializers.ValidationError(
+                {"attachments": ["send attachments as files in a multipart/form-data body"]}
+            )
+        return super().to_internal_value(data)
+
+    def validate_attachments(self, files: list) -> list[tuple[str, bytes, str]]:
+        limit = settings.MAX_ATTACHMENTS
+        if limit is not None and len(files) > limit:
+            raise serializers.ValidationError(
+                f"too many files ({len(files)}; at most {limit})"
+            )
+        return [check_upload(f) for f in files]
+
+
+class RunSerializer(serializers.Serializer):
+    """The run a new message started."""
+
+    chat = serializers.IntegerField()
+    status = serializers.CharField(help_text="The chat's status: idle, running, failed...")
+    events_url = serializers.URLField(help_text="Follow the run live (Server-Sent Events).")
+    messages_url = serializers.URLField()
+
+
+class MessageAcceptedSerializer(serializers.Serializer):
+    message = MessageSerializer()
+    run = RunSerializer()
+
+
+# -- chats --------------------------------------------------------------------------------
+class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
+    title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    model_id = StrictCharField(max_length=255, required=False)
+    provider = StrictCharField(max_length=64, required=False)
+    params = serializers.JSONField(required=False, help_text="Request parameters (an object).")
+    tools = serializers.ListField(
+        child=StrictCharField(max_length=255),
+        required=False,
+        help_text="Names of registered tools.",
+    )
+    context = serializers.JSONField(required=False, help_text="Context keys (an object).")
+    message_count = serializers.IntegerField(read_only=True)
+    total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
+    total_cost = serializers.DecimalField(
+        max_digits=20, decimal_places=10, read_only=True, allow_null=True
+    )
+    url = serializers.SerializerMethodField()
+    messages_url = serializers.SerializerMethodField()
+    events_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Chat
+        fields = (
+            "id",
+            "url",
+            "title",
+            "model_id",
+            "provider",
+            "agent",
+            "params",
+            "tools",
+            "context",
+            "schema",
+            "status",
+            "error",
+            "message_count",
+            "total_tokens",
+            "total_cost",
+            "messages_url",
+            "events_url",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields = ("agent", "schema", "status", "error", "created_at", "updated_at")
+
+    def _url(self, name: str, obj: Chat) -> str:
+        path = reverse(f"llmchat-api:{name}", kwargs={"pk": obj.pk})
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_url(self, obj: Chat) -> str:
+        return self._url("chat-detail", obj)
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_messages_url(self, obj: Chat) -> str:
+        return self._url("chat-messages", obj)
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_events_url(self, obj: Chat) -> str:
+        return self._url("chat-events", obj)
+
+    def to_representation(self, instance: Chat) -> dict[str, Any]:
+        for name in ("message_count", "total_tokens", "total_cost"):
+            if not hasattr(instance, name):
+                setattr(instance, name, 0 if name == "message_count" else None)
+        return super().to_representation(instance)
+
+    def validate_model_id(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be empty")
+        return value
+
+    def validate_provider(self, value: str) -> str:
+        names = provider_names()
+        if value not in names:
+            raise serializers.ValidationError(
+                f"unknown provider {value[:64]!r}; one of: {', '.join(names)}"
+            )
+        return value
+
+    def validate_params(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be an object")
+        check_json(value)
+        _check_params(value)
+        return value
+
+    def validate_context(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be an object")
+        check_json(value)
+        reserved = sorted(set(value) & set(Context.RESERVED_KEYS))
+        if reserved:
+            raise serializers.ValidationError(f"reserved keys: {', '.join(reserved)}")
+        return value
+
+    def validate_tools(self, value: list[str]) -> list[str]:
+        from ..tools import registered_tools
+
+        if len(value) > MAX_TOOLS:
+            raise serializers.ValidationError(f"at most {MAX_TOOLS} tools")
+        known = registered_tools()
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown tools: {', '.join(repr(n[:64]) for n in unknown[:5])}"
+            )
+        return list(dict.fromkeys(value))
+
+
+class ChatUsageModelSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    model_id = serializers.CharField()
+    attempts = serializers.IntegerField(help_text="Provider attempts (retries included).")
+    tokens = TokensSerializer()
+    cost = CostSerializer()
+
+
+class UsageSerializer(serializers.Serializer):
+    """Token and cost totals of a chat, and per model."""
+
+    chat = serializers.IntegerField()
+    tokens = TokensSerializer()
+    cost = CostSerializer()
+    attempts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Provider attempts by status."
+    )
+    by_model = ChatUsageModelSerializer(many=True)
+
+
+class LLMModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LLMModel
+        fields = (
+            "id",
+            "provider",
+            "model_id",
+            "name",
+            "family",
+            "context_window",
+            "max_output_tokens",
+            "modalities",
+            "capabilities",
+            "pricing",
+        )
+        read_only_fields = fields
+
