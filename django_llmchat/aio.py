@@ -7,7 +7,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import connections
 
 _END = object()
 
@@ -40,7 +40,7 @@ async def stream_in_thread(make: Callable[[], Iterator[Any]]) -> AsyncIterator[A
             if not stop.is_set():
                 put(exc)
         finally:
-            close_old_connections()
+            connections.close_all()  # this thread's connections
 
     thread = threading.Thread(target=work, name="llmchat-astream", daemon=True)
     thread.start()

@@ -30,8 +30,16 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_URL": None,
     "EVENTS_MAXLEN": 10_000,
     "EVENTS_TTL": 24 * 3600,
-    # Run tasks in-process when no Celery broker is configured.
+    # Prefix of the Redis keys of the event streams (``<prefix>:chat:<id>:events``).
+    "EVENTS_KEY_PREFIX": "llmchat",
+    # Run tasks in-process when no Celery broker is configured: True runs them in a
+    # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,
+    # Retries of the whole task on a retryable provider error (after the provider's own
+    # MAX_RETRIES), and the longest wait between two, in seconds (Retry-After is honoured
+    # up to it).
+    "TASK_MAX_RETRIES": 3,
+    "TASK_RETRY_MAX_WAIT": 300.0,
     # REST API.
     "STAFF_SEES_ALL_CHATS": False,
     "MAX_CONTENT_LENGTH": 100_000,

@@ -31,6 +31,8 @@ __all__ = [
     "Interrupt",
     "TokenUsageDone",
     "FinishReasonDone",
+    "RunStarted",
+    "RunFinished",
     "event_type",
     "event_from_dict",
     "to_sse",
@@ -298,6 +300,42 @@ class FinishReasonDone(StreamEvent):
             "finish_reason": self.finish_reason,
             "raw_finish_reason": self.raw_finish_reason,
         }
+
+
+@dataclass(eq=True)
+class RunStarted(StreamEvent):
+    """A run of the loop began (published by the task that runs it). ``message_id`` is the
+    user message being answered, when there is one. A second ``RunStarted`` before the
+    ``RunFinished`` of a run means its worker died and the run started over: drop the
+    partial text."""
+
+    run_id: str = ""
+    message_id: int | None = None
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "run_id": self.run_id}
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        return out
+
+
+@dataclass(eq=True)
+class RunFinished(StreamEvent):
+    """A run ended: ``status`` is ``"completed"``, ``"interrupted"``, ``"blocked"``,
+    ``"failed"`` or ``"retrying"`` (a retryable provider error; a new run follows);
+    ``error`` is the error text (no secrets), ``None`` when there was none."""
+
+    run_id: str = ""
+    status: str = "completed"
+    error: str | None = None
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "run_id": self.run_id, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 def event_type(event: StreamEvent) -> str:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import connections
 from django.db.models.functions import Now
 
 from .agents import Agent, load_agent
@@ -554,7 +554,7 @@ def _in_thread(func, *args):
     try:
         return func(*args)
     finally:
-        close_old_connections()
+        connections.close_all()  # this thread's connections
 
 
 def _open_stream(provider, request, on_retry):

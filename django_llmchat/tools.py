@@ -142,13 +142,13 @@ _timeout_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="llmchat-t
 
 
 def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], limit: float) -> Any:
-    from django.db import close_old_connections
+    from django.db import connections
 
     def call() -> Any:
         try:
             return func(**kwargs)
         finally:
-            close_old_connections()
+            connections.close_all()  # this thread's connections
 
     return _timeout_pool.submit(call).result(timeout=limit)
 

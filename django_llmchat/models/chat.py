@@ -302,10 +302,15 @@ class AbstractChat(models.Model):
     async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`ask` for ASGI views."""
         from asgiref.sync import sync_to_async
+        from django.db import connections
 
-        return await sync_to_async(self.ask, thread_sensitive=False)(
-            prompt, attachments, context=context
-        )
+        def ask_in_thread():
+            try:
+                return self.ask(prompt, attachments, context=context)
+            finally:
+                connections.close_all()  # the worker thread's own connections
+
+        return await sync_to_async(ask_in_thread, thread_sensitive=False)()
 
     def astream(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`stream`: an async iterator of events. The loop runs in a

@@ -185,6 +185,8 @@ def _describe(name: str, result: str) -> str:
             f"It is {data.get('temperature_c')}°C and {data.get('conditions')} in "
             f"{data.get('city')} right now (made-up demo data)."
         )
+    if name == "demo_book_table" and isinstance(data, str):
+        return f"Done. {data}"
     if name == "demo_clock" and isinstance(data, dict):
         return f"It is {data.get('time')} in {data.get('timezone')} on {data.get('date')}."
     return f"The {name} tool answered: {data}"

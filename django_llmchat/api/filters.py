@@ -1,0 +1,59 @@
+"""Filters of the model registry endpoint (django-filter)."""
+
+from __future__ import annotations
+
+import re
+
+import django_filters
+from django.db import connection
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
+from rest_framework.exceptions import ValidationError
+
+from ..models import LLMModel
+
+__all__ = ["LLMModelFilter"]
+
+_WORD = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class LLMModelFilter(django_filters.FilterSet):
+    """``?provider=openai&family=gpt-4.1&capability=tools&search=mini``"""
+
+    provider = django_filters.CharFilter(field_name="provider", help_text="Provider name.")
+    family = django_filters.CharFilter(field_name="family", help_text="Model family.")
+    capability = django_filters.CharFilter(
+        method="filter_capability",
+        help_text="A capability the model has (tools, vision, streaming...); repeat "
+        "the parameter to require several.",
+    )
+    search = django_filters.CharFilter(
+        method="filter_search", help_text="Part of the model id or name (case-insensitive)."
+    )
+    min_context_window = django_filters.NumberFilter(
+        field_name="context_window", lookup_expr="gte", help_text="At least this many tokens."
+    )
+
+    class Meta:
+        model = LLMModel
+        fields = ["provider", "family", "capability", "search", "min_context_window"]
+
+    def filter_capability(self, queryset, name, value):
+        values = self.data.getlist(name) if hasattr(self.data, "getlist") else [value]
+        for item in values:
+            if not _WORD.match(item):
+                raise ValidationError({name: ["must be a capability name like 'tools'"]})
+            if connection.vendor == "postgresql":
+                queryset = queryset.filter(capabilities__contains=[item])
+            else:
+                # JSON containment is not portable: match the quoted name in the JSON text
+                queryset = queryset.alias(_caps=Cast("capabilities", TextField())).filter(
+                    _caps__contains=f'"{item}"'
+                )
+        return queryset
+
+    def filter_search(self, queryset, name, value):
+        value = value.strip()[:255]
+        if not value:
+            return queryset
+        return queryset.filter(Q(model_id__icontains=value) | Q(name__icontains=value))
