@@ -63,7 +63,37 @@ class SSEDecoder:
             text = chunk
         if not text:
             return []
+        if not self._tail and not self._cr and not self._data:
+            event = self._one_event(text)
+            if event is not None:
+                return event
         return self._lines(self._split(text))
+
+    @staticmethod
+    def _one_event(text: str) -> list[tuple[str | None, str]] | None:
+        """The common case, decoded without the line machinery: a chunk holding exactly
+        one event, ``data: ...`` or ``event: ...`` + ``data: ...``, ended by a blank line
+        (LF or CRLF). ``None`` for anything else."""
+        if text[-2:] == "\n\n":
+            if "\r" in text:
+                return None
+            body = text[:-2]
+        elif text[-4:] == "\r\n\r\n":
+            body = text[:-4]
+            if body.count("\r") != body.count("\r\n"):
+                return None
+            body = body.replace("\r\n", "\n")
+        else:
+            return None
+        name = None
+        if body[:6] == "event:":
+            head, sep, body = body.partition("\n")
+            if not sep:
+                return None
+            name = head[7:] if head[6:7] == " " else head[6:]
+        if body[:5] != "data:" or "\n" in body:
+            return None
+        return [(name, body[6:] if body[5:6] == " " else body[5:])]
 
     def flush(self) -> list[tuple[str | None, str]]:
         text = self._utf8.decode(b"", final=True)

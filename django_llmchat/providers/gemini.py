@@ -574,38 +574,47 @@ class GeminiStreamParser(StreamParser):
     def chunk(self, payload: Any) -> list[StreamEvent]:
         if not isinstance(payload, dict):
             return []
-        if "error" in payload and not payload.get("candidates"):
+        candidates = payload.get("candidates")
+        if not candidates and "error" in payload:
             raise self.provider.error_from_payload(payload)
         if self.ids is None:
             self.ids = CallIds(payload.get("responseId"))
-        if payload.get("modelVersion"):
-            self.builder.model_id = payload["modelVersion"]
-        if payload.get("usageMetadata"):
-            self.usage = payload["usageMetadata"]
-        candidate = (payload.get("candidates") or [{}])[0]
+        version = payload.get("modelVersion")
+        if version:
+            self.builder.model_id = version
+        usage = payload.get("usageMetadata")
+        if usage:
+            self.usage = usage
+        candidate = candidates[0] if candidates else {}
         events: list[StreamEvent] = []
-        for part in (candidate.get("content") or {}).get("parts") or []:
+        content = candidate.get("content")
+        for part in (content.get("parts") if content else None) or ():
             if "functionCall" in part:
-                events.extend(self.close_thinking())
+                if self.thinking_open:
+                    events.extend(self.close_thinking())
                 events.extend(self.function_call(part))
                 continue
-            if part.get("thoughtSignature"):
-                self.signature = part["thoughtSignature"]
+            signature = part.get("thoughtSignature")
+            if signature:
+                self.signature = signature
             text = part.get("text")
-            if not isinstance(text, str) or not text:
+            if not text or not isinstance(text, str):
                 continue
             if part.get("thought"):
                 self.thoughts.append(text)
                 self.thinking_open = True
                 events.append(ReasoningDelta(text))
             else:
-                events.extend(self.close_thinking())
+                if self.thinking_open:
+                    events.extend(self.close_thinking())
                 events.append(TextDelta(text))
-        if candidate.get("groundingMetadata"):
-            self.grounding = candidate["groundingMetadata"]
+        grounding = candidate.get("groundingMetadata")
+        if grounding:
+            self.grounding = grounding
         raw = candidate.get("finishReason")
-        block = (payload.get("promptFeedback") or {}).get("blockReason")
-        if raw is not None or (block and not payload.get("candidates")):
+        feedback = payload.get("promptFeedback")
+        block = feedback.get("blockReason") if feedback else None
+        if raw is not None or (block and not candidates):
             events.extend(self.close_thinking())
             self.finished = (raw, block)
         self.last_chunk = payload
