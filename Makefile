@@ -20,7 +20,8 @@ run: $(STAMP)
 	@DJANGO_SUPERUSER_USERNAME=admin DJANGO_SUPERUSER_PASSWORD=admin DJANGO_SUPERUSER_EMAIL=admin@example.com \
 		$(BIN)/python manage.py createsuperuser --noinput >/dev/null 2>&1 || true
 	@echo ""
-	@echo "  Admin:  http://127.0.0.1:8000/admin/   user: admin   password: admin"
+	@echo "  Chat:   http://127.0.0.1:8000/         user: admin   password: admin"
+	@echo "  Admin:  http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/api/docs/"
 	@echo ""
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 

@@ -5,8 +5,9 @@ SIGKILL (or a lost machine) never leaves a chat locked.
 
 * PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) taken on ONE dedicated
   connection per worker process, shared by all its threads (a 50-thread worker holds one
-  extra connection, not 50). PostgreSQL releases the locks when that connection drops,
-  which the kernel does the moment the process dies (TCP keepalives cover a lost host).
+  extra connection, not 50, and none while it runs nothing). PostgreSQL releases the
+  locks when that connection drops, which the kernel does the moment the process dies
+  (TCP keepalives cover a lost host).
 * SQLite (and other databases): an exclusive ``flock`` on a file under the temporary
   directory, named after the database and the chat, which the kernel releases when the
   process dies. An in-memory database is private to its process, so a lock inside the
@@ -126,6 +127,14 @@ class _PostgresSession:
             self.run("SELECT pg_advisory_unlock(%s, %s)", key)
         except Exception:
             logger.exception("could not release the chat lock %s", key)
+        with self.mutex:
+            if not self.keys and self.conn is not None:
+                # idle: hold no connection between runs (closing also drops any lock)
+                conn, self.conn = self.conn, None
+                try:
+                    conn.close()
+                except Exception:
+                    pass
 
 
 def _is_connection_error(exc: Exception) -> bool:
@@ -223,9 +232,7 @@ class ChatLock:
                 return None
             return lambda: session.unlock(key)
         name = str(wrapper.settings_dict.get("NAME") or "")
-        if wrapper.vendor == "sqlite" and (
-            not name or ":memory:" in name or "mode=memory" in name
-        ):
+        if wrapper.vendor == "sqlite" and (not name or ":memory:" in name or "mode=memory" in name):
             return lambda: None  # a private in-memory database: this process is all there is
         return _file_lock(f"{wrapper.vendor}:{os.path.abspath(name)}", self.namespace, self.pk)
 

@@ -104,6 +104,9 @@ class Runner:
         self._last_cancel_poll = 0.0
         self.started = False
         self._written_status: str | None = None
+        # the run sees only the first ``history_limit`` messages (``None``: all); prompts
+        # queued behind this run (``tasks.complete_chat``) wait for their own turn
+        self.history_limit: int | None = None
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -201,6 +204,8 @@ class Runner:
         try:
             yield from pre_events
             history, pending_ids, own_tokens = load_history(chat)
+            if self.history_limit is not None:
+                del history[self.history_limit :]
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(usage_tokens(chat) + own_tokens))
             pending = (

@@ -47,8 +47,8 @@ class LLMModelFilter(django_filters.FilterSet):
                 queryset = queryset.filter(capabilities__contains=[item])
             else:
                 # JSON containment is not portable: match the quoted name in the JSON text
-                queryset = queryset.alias(_caps=Cast("capabilities", TextField())).filter(
-                    _caps__contains=f'"{item}"'
+                queryset = queryset.alias(caps_text=Cast("capabilities", TextField())).filter(
+                    caps_text__contains=f'"{item}"'
                 )
         return queryset
 

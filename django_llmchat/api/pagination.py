@@ -149,9 +149,7 @@ class KeysetPagination(BasePagination):
 
     def get_paginated_response(self, data) -> Response:
         return Response(
-            OrderedDict(
-                [("next", self._next), ("previous", self._previous), ("results", data)]
-            )
+            OrderedDict([("next", self._next), ("previous", self._previous), ("results", data)])
         )
 
     def get_paginated_response_schema(self, schema):
@@ -178,8 +176,7 @@ class KeysetPagination(BasePagination):
                 "name": self.page_size_query_param,
                 "required": False,
                 "in": "query",
-                "description": f"Rows per page (1-{self.max_page_size}, "
-                f"default {self.page_size}).",
+                "description": f"Rows per page (1-{self.max_page_size}, default {self.page_size}).",
                 "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
             },
             {
@@ -212,4 +209,3 @@ class ModelPagination(PageNumberPagination):
     page_size = 100
     page_size_query_param = "page_size"
     max_page_size = 500
-

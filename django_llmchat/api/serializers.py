@@ -57,6 +57,29 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class ProviderField(StrictCharField):
+    """A provider name: built-in or configured in ``LLMCHAT["PROVIDERS"]`` (the schema
+    lists them)."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        names = provider_names()
+        if value not in names:
+            raise serializers.ValidationError(
+                f"unknown provider {value[:64]!r}; one of: {', '.join(names)}"
+            )
+        return value
+
+
+class ToolNameField(StrictCharField):
+    """The name of a registered tool (the schema lists them)."""
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (checked by the serializer's ``validate_<field>``)."""
+
+
 def check_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Reject what JSON columns cannot store everywhere: non-finite numbers, NUL
     characters (PostgreSQL), nesting deeper than ``max_depth``."""
@@ -160,7 +183,9 @@ def tokens_dict(tokens) -> dict[str, int]:
 
 
 def cost_dict(cost) -> dict[str, str]:
-    return {part: str(getattr(cost, part)) for part in COST_FIELDS if getattr(cost, part) is not None}
+    return {
+        part: str(getattr(cost, part)) for part in COST_FIELDS if getattr(cost, part) is not None
+    }
 
 
 class AttachmentSerializer(serializers.ModelSerializer):
@@ -293,7 +318,7 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
     content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
     attachments = serializers.ListField(
-        child=serializers.FileField(allow_empty_file=False),
+        child=serializers.FileField(allow_empty_file=True),  # emptiness: check_upload
         required=False,
         help_text="Files (multipart/form-data only); types are sniffed from the content.",
     )
@@ -318,9 +343,7 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     def validate_attachments(self, files: list) -> list[tuple[str, bytes, str]]:
         limit = settings.MAX_ATTACHMENTS
         if limit is not None and len(files) > limit:
-            raise serializers.ValidationError(
-                f"too many files ({len(files)}; at most {limit})"
-            )
+            raise serializers.ValidationError(f"too many files ({len(files)}; at most {limit})")
         return [check_upload(f) for f in files]
 
 
@@ -329,7 +352,10 @@ class RunSerializer(serializers.Serializer):
 
     chat = serializers.IntegerField()
     status = serializers.CharField(help_text="The chat's status: idle, running, failed...")
-    events_url = serializers.URLField(help_text="Follow the run live (Server-Sent Events).")
+    events_url = serializers.URLField(
+        help_text="Follow the run live (Server-Sent Events); it carries the position to "
+        "resume from, so a run that ends before the client connects is still seen."
+    )
     messages_url = serializers.URLField()
 
 
@@ -340,16 +366,25 @@ class MessageAcceptedSerializer(serializers.Serializer):
 
 # -- chats --------------------------------------------------------------------------------
 class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
+    """A chat: its model and provider, parameters, tools and context, its run status, and
+    totals over its messages and provider attempts."""
+
     title = StrictCharField(max_length=255, required=False, allow_blank=True)
     model_id = StrictCharField(max_length=255, required=False)
-    provider = StrictCharField(max_length=64, required=False)
-    params = serializers.JSONField(required=False, help_text="Request parameters (an object).")
+    provider = ProviderField(max_length=64, required=False)
+    params = JSONObjectField(
+        required=False,
+        help_text="Request parameters: temperature, max_tokens, top_p, stop, thinking, "
+        "parallel_tool_calls, and vendor options under the provider's name.",
+    )
     tools = serializers.ListField(
-        child=StrictCharField(max_length=255),
+        child=ToolNameField(max_length=255),
         required=False,
         help_text="Names of registered tools.",
     )
-    context = serializers.JSONField(required=False, help_text="Context keys (an object).")
+    context = JSONObjectField(
+        required=False, help_text="Context keys the chat's tools and agent can read."
+    )
     message_count = serializers.IntegerField(read_only=True)
     total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
     total_cost = serializers.DecimalField(
@@ -410,14 +445,6 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     def validate_model_id(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("must not be empty")
-        return value
-
-    def validate_provider(self, value: str) -> str:
-        names = provider_names()
-        if value not in names:
-            raise serializers.ValidationError(
-                f"unknown provider {value[:64]!r}; one of: {', '.join(names)}"
-            )
         return value
 
     def validate_params(self, value: Any) -> dict[str, Any]:
@@ -486,4 +513,3 @@ class LLMModelSerializer(serializers.ModelSerializer):
             "pricing",
         )
         read_only_fields = fields
-

@@ -28,11 +28,16 @@ __all__ = [
     "EventStreamRenderer",
     "InlineRun",
     "error_payload",
+    "follow_frames",
     "frame",
     "sse_response",
 ]
 
 logger = logging.getLogger("django_llmchat.api")
+
+# Keep-alive comment after this long without an event; below redis-py's default socket
+# timeout (5 s), which a longer blocking read would hit.
+FOLLOW_BLOCK_MS = 3000
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -147,6 +152,7 @@ class InlineRun:
         self._owned = False  # the loop took over the chat's status
         self._released = False
         self._error: dict[str, Any] | None = None
+        self.asynchronous = asynchronous
         self._frames: Any = self._aframes() if asynchronous else self._sframes()
 
     # -- driving the run ------------------------------------------------------------------
@@ -222,20 +228,10 @@ class InlineRun:
         finished = await sync_to_async(self._finished)()
         yield to_sse(finished, n + 1)
 
-    # -- iterator protocols ---------------------------------------------------------------
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> str:
-        self._begun = True
-        return next(self._frames)
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> str:
-        self._begun = True
-        return await self._frames.__anext__()
+    def frames(self):
+        """The iterator to give ``StreamingHttpResponse``: Django tells sync from async
+        content by the protocol it has, so each gets an object with only one."""
+        return _AsyncFrames(self) if self.asynchronous else _SyncFrames(self)
 
     def close(self) -> None:
         """Called by Django when the response ends (or the client went away)."""
@@ -244,3 +240,82 @@ class InlineRun:
         close = getattr(self._frames, "close", None)
         if close is not None:
             close()
+
+
+class _SyncFrames:
+    def __init__(self, run: InlineRun):
+        self.run = run
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        self.run._begun = True
+        return next(self.run._frames)
+
+    def close(self) -> None:
+        self.run.close()
+
+
+class _AsyncFrames:
+    def __init__(self, run: InlineRun):
+        self.run = run
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        self.run._begun = True
+        return await self.run._frames.__anext__()
+
+    def close(self) -> None:
+        self.run.close()
+
+
+# -- following a chat's event stream ------------------------------------------------------
+def follow_frames(chat_id: int, last_id: str | None, *, until_end: bool, asynchronous: bool):
+    """SSE frames of the chat's event stream after ``last_id``: a comment first (so
+    proxies and browsers see the stream open at once), keep-alive comments while idle,
+    an ``error`` event if the event store fails."""
+    from .. import streams
+
+    options = {
+        "last_id": last_id,
+        "stop_at_run_end": until_end,
+        "heartbeat": True,
+        "block_ms": FOLLOW_BLOCK_MS,
+    }
+    if asynchronous:
+
+        async def aframes():
+            yield comment("connected")
+            try:
+                async for event_id, event in streams.afollow(chat_id, **options):
+                    yield _follow_frame(event_id, event)
+            except Exception as exc:
+                yield _follow_failure(chat_id, exc)
+
+        return aframes()
+
+    def frames():
+        yield comment("connected")
+        try:
+            for event_id, event in streams.follow(chat_id, **options):
+                yield _follow_frame(event_id, event)
+        except Exception as exc:
+            yield _follow_failure(chat_id, exc)
+
+    return frames()
+
+
+def _follow_frame(event_id, event) -> str:
+    if event is None:  # nothing for a while: keep the connection alive
+        return comment()
+    return to_sse(event, event_id)
+
+
+def _follow_failure(chat_id: int, exc: BaseException) -> str:
+    logger.exception("following the events of chat %s failed", chat_id, exc_info=exc)
+    return frame(
+        "error", {"type": "events_unavailable", "message": "The event stream is unavailable."}
+    )

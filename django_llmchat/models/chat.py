@@ -237,8 +237,9 @@ class AbstractChat(models.Model):
         return self
 
     # -- running the loop -----------------------------------------------------------------
-    def _save_prompt(self, runner, prompt: str | None, attachments=None):
-        """Run the before-guardrails on the prompt, then save it (it stays if the run fails)."""
+    def _save_prompt(self, runner, prompt: str | None, attachments=None, *, raw=None):
+        """Run the before-guardrails on the prompt, then save it (it stays if the run fails);
+        the saved message is ``runner.prompt_message``."""
         if prompt is None:
             if attachments:
                 raise ArgumentError("attachments need a prompt")
@@ -249,11 +250,12 @@ class AbstractChat(models.Model):
 
         text, events = runner.check_prompt(prompt)
         items = _attachment_items(attachments)
-        message = Message(chat=self, role="user", content=text)
+        message = Message(chat=self, role="user", content=text, raw=raw)
         with transaction.atomic():
             # one commit: the prompt is stored and the run marked as started together
             self._insert(message, items, **runner.start_updates())
         runner.started = True
+        runner.prompt_message = message
         return events
 
     def _runner(self, context=None):
@@ -298,6 +300,35 @@ class AbstractChat(models.Model):
             return iter([exc.event])
         self.last_run = runner.result
         return runner.run(stream=True, pre_events=pre)
+
+    def ask_later(self, prompt: str, attachments=None):
+        """Save ``prompt`` now (before-guardrails applied) and let a worker fill in the reply:
+        ``tasks.complete_chat`` is queued when the current transaction commits. Returns the
+        user Message (``None`` when a before-guardrail blocked the prompt: nothing is saved,
+        ``chat.last_run.tripwire`` says why).
+
+        Prompts asked while an earlier one is still being answered each get their own reply,
+        in order. With no Celery broker configured, the task runs in this process (see
+        ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``)."""
+        from ..runner import Blocked
+        from ..tasks import QUEUED, complete_chat
+
+        if not isinstance(prompt, str):
+            raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
+        runner = self._runner()
+        try:
+            self._save_prompt(runner, prompt, attachments, raw={QUEUED: True})
+        except Blocked as exc:
+            runner.result.tripwire = exc.event
+            self.last_run = runner.result
+            return None
+        message = runner.prompt_message
+        self.status, self.error = "running", ""
+        chat_id, message_id = self.pk, message.pk
+        transaction.on_commit(
+            lambda: complete_chat.delay(chat_id, reply_to=message_id), using=self._state.db
+        )
+        return message
 
     async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`ask` for ASGI views."""

@@ -157,7 +157,9 @@ class Command(BaseCommand):
                 self._line(HELP)
                 continue
             if text == "/usage":
-                self._line(f"chat {chat.pk}: {_tokens_text(chat.tokens)}, {_cost_text(chat.cost())}")
+                self._line(
+                    f"chat {chat.pk}: {_tokens_text(chat.tokens)}, {_cost_text(chat.cost())}"
+                )
                 continue
             if text.startswith("/"):
                 self._line(f"Unknown command {text.split()[0]}; /help lists them.")
@@ -181,7 +183,9 @@ class Command(BaseCommand):
             self._out(self._paint("assistant> ", BOLD))
             interrupt = self._stream(chat, None, pending=decided)
         usage = chat.usages.filter(pk__gt=last_usage)
-        self._line(self._paint(f"[{_tokens_text(usage.tokens())}, {_cost_text(usage.cost())}]", DIM))
+        self._line(
+            self._paint(f"[{_tokens_text(usage.tokens())}, {_cost_text(usage.cost())}]", DIM)
+        )
 
     def _stream(
         self, chat: Chat, prompt: str | None, pending: list[str] | None = None

@@ -1,0 +1,109 @@
+"""OpenAPI 3 schema settings (drf-spectacular) for the ``schema/`` endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import extend_schema
+
+from .. import __version__
+
+__all__ = [
+    "SCHEMA_SETTINGS",
+    "closed_request_bodies",
+    "describe_path_parameters",
+    "document",
+    "only_llmchat_endpoints",
+]
+
+
+def document(**kwargs: Any):
+    """``extend_schema`` based on drf-spectacular's ``AutoSchema`` whatever the project's
+    ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]`` is (the API's views carry their own)."""
+
+    def decorate(func):
+        if getattr(func, "schema", None) is None and "schema" not in getattr(func, "kwargs", {}):
+            func.schema = AutoSchema
+        return extend_schema(**kwargs)(func)
+
+    return decorate
+
+
+def only_llmchat_endpoints(endpoints: list[tuple], **kwargs: Any) -> list[tuple]:
+    """Keep this app's endpoints: the project's other DRF views are not part of it."""
+    out = []
+    for endpoint in endpoints:
+        callback = endpoint[3]
+        cls = getattr(callback, "cls", None)
+        if cls is not None and cls.__module__.startswith("django_llmchat.api"):
+            out.append(endpoint)
+    return out
+
+
+def closed_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Request bodies accept their listed fields only (an unknown field is a 400)."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    return result
+
+
+_PATH_PARAMETERS = {
+    ("chats", "id"): "The chat's id.",
+    ("chats", "call_id"): "The tool call's id, as the provider gave it.",
+    ("models", "id"): "The registry row's id.",
+}
+
+
+def describe_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Say what each path parameter is (the views' querysets cannot tell)."""
+    for path, operations in result.get("paths", {}).items():
+        kind = "models" if "/models/" in path else "chats"
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                text = _PATH_PARAMETERS.get((kind, parameter["name"]))
+                if parameter.get("in") == "path" and text:
+                    parameter["description"] = text
+    return result
+
+
+SCHEMA_SETTINGS: dict[str, Any] = {
+    "TITLE": "django-llmchat API",
+    "DESCRIPTION": (
+        "Chats, messages with tool calls and their results, live events (Server-Sent "
+        "Events), tool-call approvals, usage and cost, and the model registry."
+    ),
+    "VERSION": __version__,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["django_llmchat.api.schema.only_llmchat_endpoints"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "django_llmchat.api.schema.closed_request_bodies",
+        "django_llmchat.api.schema.describe_path_parameters",
+    ],
+}
+
+
+class ProviderFieldSchema(OpenApiSerializerFieldExtension):
+    """Provider names as an enum, read when the schema is generated."""
+
+    target_class = "django_llmchat.api.serializers.ProviderField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from .serializers import provider_names
+
+        return {"type": "string", "enum": provider_names()}
+
+
+class ToolNameFieldSchema(OpenApiSerializerFieldExtension):
+    """Registered tool names as an enum (a plain string when none is registered)."""
+
+    target_class = "django_llmchat.api.serializers.ToolNameField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from ..tools import registered_tools
+
+        names = sorted(registered_tools())
+        return {"type": "string", "enum": names} if names else {"type": "string"}

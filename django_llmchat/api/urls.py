@@ -1,0 +1,41 @@
+"""``path("api/", include("django_llmchat.api.urls"))`` mounts the API (namespace
+``llmchat-api``)."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from .schema import SCHEMA_SETTINGS
+from .views import ChatViewSet, LLMModelViewSet, MessageListCreateView, ToolCallDecisionView
+
+app_name = "llmchat-api"
+
+chat_list = ChatViewSet.as_view({"get": "list", "post": "create"})
+chat_detail = ChatViewSet.as_view(
+    {"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"}
+)
+
+urlpatterns = [
+    path("chats/", chat_list, name="chat-list"),
+    path("chats/<int:pk>/", chat_detail, name="chat-detail"),
+    path("chats/<int:pk>/messages/", MessageListCreateView.as_view(), name="chat-messages"),
+    path("chats/<int:pk>/events/", ChatViewSet.as_view({"get": "events"}), name="chat-events"),
+    path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
+    path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),
+    path(
+        "chats/<int:pk>/tool-calls/<str:call_id>/approve/",
+        ToolCallDecisionView.as_view(decision="approved"),
+        name="tool-call-approve",
+    ),
+    path(
+        "chats/<int:pk>/tool-calls/<str:call_id>/deny/",
+        ToolCallDecisionView.as_view(decision="denied"),
+        name="tool-call-deny",
+    ),
+    path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
+    path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
+        name="schema",
+    ),
+]

@@ -1,0 +1,533 @@
+"""API views. They stay thin: chats are reached through :func:`chats_for` (others answer
+404), runs are started with ``Chat.ask_later`` / ``Chat.stream``, live events come from
+``django_llmchat.streams``."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404
+from django.urls import reverse
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    inline_serializer,
+)
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.generics import GenericAPIView
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from ..conf import settings
+from ..models import Chat, LLMModel, Message, ToolCall
+from .filters import LLMModelFilter
+from .pagination import ChatCursorPagination, MessageCursorPagination, ModelPagination
+from .permissions import ChatAccess, chats_for, default_authenticators, default_throttles
+from .schema import document
+from .serializers import (
+    ChatSerializer,
+    LLMModelSerializer,
+    MessageAcceptedSerializer,
+    MessageCreateSerializer,
+    MessageSerializer,
+    UsageSerializer,
+)
+from .sse import EventStreamRenderer, InlineRun, follow_frames, sse_response
+from .usage import chat_usage
+
+__all__ = [
+    "ChatViewSet",
+    "LLMModelViewSet",
+    "MessageListCreateView",
+    "ToolCallDecisionView",
+]
+
+logger = logging.getLogger("django_llmchat.api")
+
+RUNNING = "running"
+_EVENT_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+
+
+def _valid_event_id(value: str) -> bool:
+    """A Redis stream id (``<ms>-<seq>`` or ``<ms>``), each part a 64-bit unsigned int."""
+    found = _EVENT_ID.match(value)
+    return bool(found) and all(int(p) < 2**64 for p in found.groups() if p is not None)
+
+
+# -- plumbing -------------------------------------------------------------------------------
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser, plus: unknown charsets and absurd nesting are a 400, not a 500."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except LookupError:
+            raise ParseError("JSON parse error - unknown charset") from None
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The chat is busy."
+    default_code = "conflict"
+
+
+class EventsUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "Live events need LLMCHAT['EVENTS_URL'] (Redis). Without it, stream a reply inline: "
+        "POST to the messages endpoint with 'Accept: text/event-stream'."
+    )
+    default_code = "events_unavailable"
+
+
+class LLMChatView(GenericAPIView):
+    """Authentication, permission, throttling and parsing shared by every endpoint."""
+
+    schema = AutoSchema()
+    permission_classes = [ChatAccess]
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    starts_runs = False  # the ``llmchat_runs`` throttle scope applies
+
+    def get_authenticators(self):
+        return [cls() for cls in default_authenticators()]
+
+    def get_throttles(self):
+        return [cls() for cls in default_throttles(runs=self._starts_run())]
+
+    def _starts_run(self) -> bool:
+        return self.starts_runs and self.request.method == "POST"
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # an error answering an event-stream request is still JSON
+        if isinstance(response, Response) and isinstance(
+            getattr(response, "accepted_renderer", None), EventStreamRenderer
+        ):
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = "application/json"
+        return response
+
+    def get_chat(self, pk: Any) -> Chat:
+        chat = chats_for(self.request.user).filter(pk=pk).first()
+        if chat is None:
+            raise Http404("No such chat.")
+        return chat
+
+    def wants_events(self) -> bool:
+        return isinstance(getattr(self.request, "accepted_renderer", None), EventStreamRenderer)
+
+    def is_asgi(self) -> bool:
+        return isinstance(self.request._request, ASGIRequest)
+
+
+def _claim(chat: Chat) -> None:
+    """Mark the chat running, atomically; 409 when a run already holds it."""
+    taken = (
+        Chat.objects.filter(pk=chat.pk)
+        .exclude(status=RUNNING)
+        .update(status=RUNNING, error="", cancel_requested=False)
+    )
+    if not taken:
+        raise Conflict("The chat is already running; cancel it or wait for it to finish.")
+
+
+def _releaser(chat: Chat):
+    previous = chat.status if chat.status != RUNNING else "idle"
+
+    def release() -> None:
+        Chat.objects.filter(pk=chat.pk, status=RUNNING).update(status=previous)
+
+    return release
+
+
+def _inline(view: LLMChatView, chat: Chat, start, *, status_code: int = 200):
+    """Stream a run in the response (WSGI: a sync iterator; ASGI: an async one)."""
+    _claim(chat)
+    run = InlineRun(chat, start, release=_releaser(chat), asynchronous=view.is_asgi())
+    return sse_response(run.frames(), status=status_code)
+
+
+SSE_RESPONSE = OpenApiResponse(
+    response=OpenApiTypes.STR,
+    description=(
+        "Server-Sent Events: `event: <type>` / `data: <JSON>` / `id: <n>` frames: "
+        "`run_started`, the loop's events (`text_delta`, `tool_call_done`, "
+        "`token_usage_done`, ...), an `error` event with a safe message if the run fails, "
+        "then `run_finished`."
+    ),
+)
+ERROR = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description='An error: `{"detail": ...}`, or `{"<field>": ["<reason>", ...]}` for '
+    "invalid input.",
+)
+
+
+# -- chats ----------------------------------------------------------------------------------
+class ChatViewSet(
+    LLMChatView,
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Chats of the authenticated user (all chats for staff when
+    ``LLMCHAT["STAFF_SEES_ALL_CHATS"]``)."""
+
+    serializer_class = ChatSerializer
+    pagination_class = ChatCursorPagination
+    queryset = Chat.objects.none()  # for the schema; requests use get_queryset()
+
+    def get_queryset(self):
+        return chats_for(self.request.user).with_totals()
+
+    @document(summary="List your chats", responses={200: ChatSerializer(many=True)})
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @document(summary="Create a chat", responses={201: ChatSerializer, 400: ERROR})
+    def create(self, request, *args, **kwargs):
+        return super().create(request, *args, **kwargs)
+
+    @document(summary="Read a chat", responses={200: ChatSerializer, 404: ERROR})
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)
+
+    @document(summary="Update a chat", responses={200: ChatSerializer, 400: ERROR, 404: ERROR})
+    def update(self, request, *args, **kwargs):
+        return super().update(request, *args, **kwargs)
+
+    @document(
+        summary="Update some fields of a chat",
+        responses={200: ChatSerializer, 400: ERROR, 404: ERROR},
+    )
+    def partial_update(self, request, *args, **kwargs):
+        return super().partial_update(request, *args, **kwargs)
+
+    @document(summary="Delete a chat", responses={204: None, 404: ERROR})
+    def destroy(self, request, *args, **kwargs):
+        return super().destroy(request, *args, **kwargs)
+
+    def perform_create(self, serializer):
+        serializer.save(user=self.request.user)
+
+    def perform_update(self, serializer):
+        chat: Chat = serializer.instance
+        fields = list(serializer.validated_data)
+        for name, value in serializer.validated_data.items():
+            setattr(chat, name, value)
+        if fields:
+            # only the sent columns: a running loop writes status and error meanwhile
+            chat.save(update_fields=[*fields, "updated_at"])
+
+    @document(
+        summary="Cancel the running run",
+        request=None,
+        responses={
+            202: inline_serializer(
+                "CancelAccepted",
+                {"status": serializers.CharField(), "cancel_requested": serializers.BooleanField()},
+            ),
+            409: ERROR,
+        },
+    )
+    def cancel(self, request, pk=None):
+        chat = self.get_chat(pk)
+        if not chat.cancel():
+            raise Conflict("The chat is not running.")
+        return Response(
+            {"status": RUNNING, "cancel_requested": True}, status=status.HTTP_202_ACCEPTED
+        )
+
+    @document(summary="Token and cost totals", responses={200: UsageSerializer})
+    def usage(self, request, pk=None):
+        chat = self.get_chat(pk)
+        return Response(chat_usage(chat))
+
+    @document(
+        summary="Follow the chat's runs live (Server-Sent Events)",
+        parameters=[
+            OpenApiParameter(
+                "Last-Event-ID",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Resume after this event id (sent by EventSource on reconnect).",
+            ),
+            OpenApiParameter(
+                "last_event_id",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                description="The same as the header, for clients that cannot set headers.",
+            ),
+            OpenApiParameter(
+                "follow",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=["run", "all"],
+                description="`run` (default): end after the current (or next) run finishes; "
+                "`all`: keep following every run until the client disconnects.",
+            ),
+        ],
+        responses={(200, "text/event-stream"): SSE_RESPONSE, 400: ERROR, 503: ERROR},
+    )
+    def events(self, request, pk=None):
+        chat = self.get_chat(pk)
+        last_id = request.headers.get("Last-Event-ID")
+        if last_id is None:
+            last_id = request.query_params.get("last_event_id")
+        if last_id is not None:
+            last_id = last_id.strip()
+            if not _valid_event_id(last_id):
+                raise ValidationError(
+                    {"Last-Event-ID": ["must be an event id such as 1712000000000-0"]}
+                )
+        scope = request.query_params.get("follow", "run")
+        if scope not in ("run", "all"):
+            raise ValidationError({"follow": ["must be 'run' or 'all'"]})
+        if not settings.EVENTS_URL:
+            raise EventsUnavailable()
+        frames = follow_frames(
+            chat.pk, last_id, until_end=scope == "run", asynchronous=self.is_asgi()
+        )
+        return sse_response(frames)
+
+    def get_renderers(self):
+        if getattr(self, "action", None) == "events":
+            return [EventStreamRenderer(), JSONRenderer()]
+        return super().get_renderers()
+
+
+# -- messages -------------------------------------------------------------------------------
+class MessageListCreateView(LLMChatView):
+    """The chat's transcript (cursor-paginated) and new user messages."""
+
+    pagination_class = MessageCursorPagination
+    serializer_class = MessageSerializer
+    parser_classes = [StrictJSONParser, MultiPartParser]
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    starts_runs = True
+    queryset = Message.objects.none()
+
+    def get_serializer_class(self):
+        if self.request is not None and self.request.method == "POST":
+            return MessageCreateSerializer
+        return MessageSerializer
+
+    @document(
+        summary="List a chat's messages",
+        description="Oldest first, by `(created_at, id)`; each message with its tool calls "
+        "and their results, citations, attachments, tokens and cost. `?from=end` starts "
+        "with the latest page.",
+        responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
+    )
+    def get(self, request, pk: int):
+        chat = self.get_chat(pk)
+        page = self.paginate_queryset(Message.objects.filter(chat=chat).transcript())
+        _attach_registry(page)
+        data = MessageSerializer(page, many=True, context=self.get_serializer_context()).data
+        return self.get_paginated_response(data)
+
+    @document(
+        summary="Send a user message and start the reply",
+        description=(
+            "Saves the message and starts a run: 202 with the message and the run (follow "
+            "it at `events_url`). With `Accept: text/event-stream` the reply streams in "
+            "this response instead. 409 when the chat is already running."
+        ),
+        request={
+            "application/json": MessageCreateSerializer,
+            "multipart/form-data": MessageCreateSerializer,
+        },
+        responses={
+            (202, "application/json"): MessageAcceptedSerializer,
+            (200, "text/event-stream"): SSE_RESPONSE,
+            400: ERROR,
+            404: ERROR,
+            409: ERROR,
+            422: ERROR,
+        },
+        examples=[
+            OpenApiExample(
+                "A prompt", value={"content": "What is the capital of France?"}, request_only=True
+            )
+        ],
+    )
+    def post(self, request, pk: int):
+        chat = self.get_chat(pk)
+        serializer = MessageCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        content = serializer.validated_data["content"]
+        attachments = serializer.validated_data.get("attachments") or None
+        if self.wants_events():
+            return _inline(self, chat, lambda: chat.stream(content, attachments))
+        if chat.status == RUNNING:
+            raise Conflict("The chat is already running; cancel it or wait for it to finish.")
+        after = _stream_position(chat)
+        message = chat.ask_later(content, attachments=attachments)
+        if message is None:
+            tripwire = chat.last_run.tripwire
+            return Response(
+                {"detail": "A guardrail blocked the message.", "guardrail": tripwire.to_dict()},
+                status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+            )
+        chat.refresh_from_db(fields=["status"])
+        message = Message.objects.filter(pk=message.pk).transcript().get()
+        context = self.get_serializer_context()
+        body = {
+            "message": MessageSerializer(message, context=context).data,
+            "run": run_links(request, chat, after=after),
+        }
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _stream_position(chat: Chat) -> str | None:
+    """The chat's latest event id before a run is queued: following from it shows that
+    run even when it ends before the client connects (``None`` without live events)."""
+    if not settings.EVENTS_URL:
+        return None
+    from .. import streams
+
+    try:
+        return streams.last_id(chat.pk)
+    except Exception as exc:  # the run goes on without live events
+        logger.warning("cannot read the event stream of chat %s: %s", chat.pk, exc)
+        return None
+
+
+def run_links(request, chat: Chat, *, after: str | None = None) -> dict[str, Any]:
+    """The run's links; ``events_url`` resumes after ``after`` when given."""
+    events = reverse("llmchat-api:chat-events", kwargs={"pk": chat.pk})
+    if after is not None:
+        events += "?" + urlencode({"last_event_id": after})
+    return {
+        "chat": chat.pk,
+        "status": chat.status,
+        "events_url": request.build_absolute_uri(events),
+        "messages_url": request.build_absolute_uri(
+            reverse("llmchat-api:chat-messages", kwargs={"pk": chat.pk})
+        ),
+    }
+
+
+def _attach_registry(messages: list[Message]) -> None:
+    """Give the messages their registry rows in one query (``cost()`` of a message without
+    usage rows prices from it)."""
+    model_ids = {m.model_id for m in messages if m.model_id}
+    if not model_ids:
+        return
+    registry: dict[str, LLMModel] = {}
+    for row in LLMModel.objects.filter(model_id__in=model_ids):
+        registry.setdefault(row.model_id, row)
+    for m in messages:
+        if m.model_id:
+            m.model_info = registry.get(m.model_id)
+
+
+# -- tool-call approvals --------------------------------------------------------------------
+class ToolCallDecisionView(LLMChatView):
+    """Approve or deny a tool call waiting for approval; once none is left waiting, the
+    run resumes (in the background, or in this response with
+    ``Accept: text/event-stream``)."""
+
+    decision = "approved"
+    starts_runs = True
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    serializer_class = serializers.Serializer  # no body (OPTIONS describes it)
+
+    @document(
+        request=None,
+        responses={
+            202: inline_serializer(
+                "ToolCallDecision",
+                {
+                    "call_id": serializers.CharField(),
+                    "approval": serializers.CharField(),
+                    "resumed": serializers.BooleanField(),
+                    "run": inline_serializer(
+                        "ToolCallRun",
+                        {
+                            "chat": serializers.IntegerField(),
+                            "status": serializers.CharField(),
+                            "events_url": serializers.URLField(),
+                            "messages_url": serializers.URLField(),
+                        },
+                    ),
+                },
+            ),
+            (200, "text/event-stream"): SSE_RESPONSE,
+            404: ERROR,
+            409: ERROR,
+        },
+    )
+    def post(self, request, pk: int, call_id: str):
+        chat = self.get_chat(pk)
+        call = ToolCall.objects.filter(chat=chat, call_id=call_id).select_related("result").first()
+        if call is None:
+            raise Http404("No such tool call.")
+        if call.approval or call.get_result() is not None:
+            raise Conflict("The tool call has already been answered.")
+        if chat.status == RUNNING:
+            raise Conflict("The chat is running; wait for it to pause.")
+        if self.decision == "approved":
+            chat.approve(call_id, resume=False)
+        else:
+            chat.deny(call_id, resume=False)
+        waiting = ToolCall.objects.filter(chat=chat, approval="", result__isnull=True).exists()
+        resumed = not waiting
+        if resumed and self.wants_events():
+            return _inline(self, chat, lambda: chat.stream())
+        after = None
+        if resumed:
+            after = _stream_position(chat)
+            _resume_later(chat)
+            chat.refresh_from_db(fields=["status"])
+        return Response(
+            {
+                "call_id": call_id,
+                "approval": self.decision,
+                "resumed": resumed,
+                "run": run_links(request, chat, after=after),
+            },
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+def _resume_later(chat: Chat) -> None:
+    """Continue the chat's run outside the request (the Celery task, or in-process)."""
+    from ..tasks import complete_chat
+
+    complete_chat.delay(chat.pk, None)
+
+
+# -- the model registry ---------------------------------------------------------------------
+class LLMModelViewSet(LLMChatView, viewsets.ReadOnlyModelViewSet):
+    """The model registry: limits, modalities, capabilities and prices."""
+
+    queryset = LLMModel.objects.all().order_by("provider", "model_id")
+    serializer_class = LLMModelSerializer
+    pagination_class = ModelPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = LLMModelFilter
+
+    @document(summary="List the model registry")
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @document(summary="Read one model", responses={200: LLMModelSerializer, 404: ERROR})
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)

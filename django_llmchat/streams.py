@@ -1,0 +1,393 @@
+"""Live events across processes: one Redis Stream per chat.
+
+The task that runs a chat publishes every event of the run (``RunStarted`` first,
+``RunFinished`` last) with :func:`publish`; any process follows them with :func:`follow`
+(or :func:`afollow` in ASGI views) and resumes after the last id it saw, which is what
+an SSE client sends back as ``Last-Event-ID``.
+
+Streams live under ``<EVENTS_KEY_PREFIX>:chat:<id>:events``, are capped near
+``LLMCHAT["EVENTS_MAXLEN"]`` entries and expire ``LLMCHAT["EVENTS_TTL"]`` seconds after
+their last event. Without ``LLMCHAT["EVENTS_URL"]``, :func:`publish` does nothing.
+
+Each entry has three fields: ``type`` (the SSE event name), ``data`` (the ``to_dict()``
+JSON) and ``ts`` (the publisher's clock, seconds since the epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import settings
+from .events import RunFinished, StreamEvent, event_from_dict
+
+logger = logging.getLogger("django_llmchat.streams")
+
+__all__ = [
+    "afollow",
+    "client",
+    "enabled",
+    "flush",
+    "follow",
+    "last_id",
+    "publish",
+    "publish_later",
+    "stream_key",
+]
+
+DEFAULT_BLOCK_MS = 5000
+_SCAN_PAGE = 500
+_READ_COUNT = 200
+
+_EXPIRY_REFRESH = 30.0
+_expiry_set: dict[str, float] = {}  # stream key -> when this process last set its expiry
+
+_clients: dict[str, Any] = {}
+_clients_mutex = threading.Lock()
+
+
+def enabled() -> bool:
+    """Whether ``LLMCHAT["EVENTS_URL"]`` is set (events fan out through Redis)."""
+    return bool(settings.EVENTS_URL)
+
+
+def stream_key(chat_id: int | str) -> str:
+    """The Redis key of one chat's event stream."""
+    return f"{settings.EVENTS_KEY_PREFIX}:chat:{chat_id}:events"
+
+
+def _redis():
+    try:
+        import redis
+    except ImportError:
+        raise ImproperlyConfigured(
+            "LLMCHAT['EVENTS_URL'] is set, so live events need the redis package: "
+            "pip install 'django-llmchat[redis]' (or unset LLMCHAT['EVENTS_URL'])."
+        ) from None
+    return redis
+
+
+def _url() -> str:
+    url = settings.EVENTS_URL
+    if not url:
+        raise ImproperlyConfigured(
+            "following events across processes needs LLMCHAT['EVENTS_URL'] "
+            "(a Redis URL such as 'redis://127.0.0.1:6379/0')."
+        )
+    return url
+
+
+def client():
+    """The process's Redis client for ``LLMCHAT["EVENTS_URL"]`` (thread-safe, pooled)."""
+    url = _url()
+    with _clients_mutex:
+        found = _clients.get(url)
+        if found is None:
+            found = _clients[url] = _redis().Redis.from_url(url, decode_responses=True)
+        return found
+
+
+def _entry(chat_id: int | str, event: StreamEvent) -> tuple[str, dict[str, str]]:
+    fields = {
+        "type": event.type,
+        "data": json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False),
+        "ts": f"{time.time():.6f}",
+    }
+    return stream_key(chat_id), fields
+
+
+def _add(pipe, key: str, fields: dict[str, str], maxlen: int, ttl: int) -> bool:
+    """Queue the ``XADD`` (and the ``EXPIRE`` when due) on ``pipe``; returns whether an
+    ``EXPIRE`` was queued."""
+    pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+    now = time.monotonic()
+    refreshed = _expiry_set.get(key)
+    if refreshed is not None and now - refreshed < min(_EXPIRY_REFRESH, ttl / 10):
+        return False
+    pipe.expire(key, ttl)
+    if len(_expiry_set) > 10_000:
+        _expiry_set.clear()
+    _expiry_set[key] = now
+    return True
+
+
+def publish(chat_id: int | str, event: StreamEvent) -> str | None:
+    """Append ``event`` to the chat's stream now; returns the entry id (``None`` when
+    ``LLMCHAT["EVENTS_URL"]`` is not set). One round trip: ``XADD`` capped with
+    ``MAXLEN ~``, plus an ``EXPIRE`` when this process has not refreshed the stream's
+    expiry for a while (every ``EVENTS_TTL / 10`` seconds, 30 s at most)."""
+    if not settings.EVENTS_URL:
+        return None
+    key, fields = _entry(chat_id, event)
+    pipe = client().pipeline(transaction=False)
+    _add(pipe, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL))
+    return pipe.execute()[0]
+
+
+def publish_later(chat_id: int | str, event: StreamEvent) -> None:
+    """Queue ``event`` for this process's publisher thread, which sends whatever piled up
+    in one pipelined round trip: what the worker's tasks use, so 50 streams in one process
+    cost a few round trips per tick instead of one per event. Order is kept; :func:`flush`
+    waits until everything queued so far is in Redis. Does nothing without
+    ``LLMCHAT["EVENTS_URL"]``."""
+    url = settings.EVENTS_URL
+    if not url:
+        return
+    key, fields = _entry(chat_id, event)
+    _outbox().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
+
+
+def flush(timeout: float | None = 5.0) -> bool:
+    """Wait until the events queued by :func:`publish_later` so far are sent (or dropped
+    after a Redis error); returns ``False`` on timeout."""
+    box = _box
+    if box is None or box.pid != os.getpid():
+        return True
+    return box.flush(timeout)
+
+
+class _Outbox:
+    """One thread per process sending queued events in pipelines."""
+
+    LIMIT = 100_000  # events held while Redis is unreachable; older ones are dropped
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.items: deque[tuple] = deque()
+        self.queued = 0
+        self.done = 0
+        self.warned = 0.0
+        self.thread = threading.Thread(target=self._run, name="llmchat-events", daemon=True)
+        self.thread.start()
+
+    def put(self, item: tuple) -> None:
+        with self.cond:
+            if len(self.items) >= self.LIMIT:
+                self.items.popleft()
+                self.done += 1
+            self.items.append(item)
+            self.queued += 1
+            if len(self.items) == 1:
+                self.cond.notify_all()
+
+    def flush(self, timeout: float | None) -> bool:
+        with self.cond:
+            target = self.queued
+            return self.cond.wait_for(lambda: self.done >= target, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.items:
+                    self.cond.wait()
+                batch = list(self.items)
+                self.items.clear()
+            try:
+                self._send(batch)
+            except Exception as exc:
+                now = time.monotonic()
+                if now - self.warned > 10:
+                    self.warned = now
+                    logger.warning("could not publish %d live events: %s", len(batch), exc)
+            with self.cond:
+                self.done += len(batch)
+                self.cond.notify_all()
+
+    @staticmethod
+    def _send(batch: list[tuple]) -> None:
+        by_url: dict[str, list[tuple]] = {}
+        for url, *rest in batch:
+            by_url.setdefault(url, []).append(rest)
+        for url, items in by_url.items():
+            with _clients_mutex:
+                redis_client = _clients.get(url)
+                if redis_client is None:
+                    redis_client = _clients[url] = _redis().Redis.from_url(
+                        url, decode_responses=True
+                    )
+            pipe = redis_client.pipeline(transaction=False)
+            for key, fields, maxlen, ttl in items:
+                _add(pipe, key, fields, maxlen, ttl)
+            pipe.execute()
+
+
+_box: _Outbox | None = None
+_box_mutex = threading.Lock()
+
+
+def _outbox() -> _Outbox:
+    global _box
+    box = _box
+    if box is not None and box.pid == os.getpid():
+        return box
+    with _box_mutex:
+        if _box is None or _box.pid != os.getpid():
+            _box = _Outbox()
+        return _box
+
+
+def last_id(chat_id: int | str) -> str:
+    """The id of the chat's latest event (``"0-0"`` when there is none): follow from it to
+    see only what comes next, e.g. read it before ``ask_later`` to follow that run."""
+    entries = client().xrevrange(stream_key(chat_id), "+", "-", count=1)
+    return entries[0][0] if entries else "0-0"
+
+
+def decode(fields: dict[str, str]) -> StreamEvent | None:
+    """The event of one stream entry (``None`` for a type this version does not know)."""
+    try:
+        return event_from_dict(fields["type"], json.loads(fields["data"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        logger.debug("skipping an unreadable stream entry: %s", exc)
+        return None
+
+
+def _is_run_end(event: StreamEvent | None) -> bool:
+    return isinstance(event, RunFinished) and event.status != "retrying"
+
+
+def _run_start_cursor(entries_pages) -> str:
+    """Where the run in progress (or the next one) begins: right after the latest final
+    ``RunFinished``; ``"0-0"`` when the stream holds none."""
+    for page in entries_pages:
+        for entry_id, fields in page:
+            if fields.get("type") == "run_finished" and _is_run_end(decode(fields)):
+                return entry_id
+    return "0-0"
+
+
+def _pages(redis_client, key: str) -> Iterator[list]:
+    upper = "+"
+    while True:
+        page = redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
+        if not page:
+            return
+        yield page
+        if len(page) < _SCAN_PAGE:
+            return
+        upper = "(" + page[-1][0]
+
+
+def _start(redis_client, key: str, after: str | None) -> str:
+    if after is None:
+        return _run_start_cursor(_pages(redis_client, key))
+    if after == "$":
+        entries = redis_client.xrevrange(key, "+", "-", count=1)
+        return entries[0][0] if entries else "0-0"
+    return after
+
+
+def _check_block(block_ms: int) -> int:
+    if block_ms < 1:
+        raise ValueError("block_ms must be at least 1 (Redis reads 0 as 'block forever')")
+    return int(block_ms)
+
+
+def follow(
+    chat_id: int | str,
+    last_id: str | None = None,
+    *,
+    block_ms: int = DEFAULT_BLOCK_MS,
+    stop_at_run_end: bool = True,
+    timeout: float | None = None,
+    heartbeat: bool = False,
+) -> Iterator[tuple[str | None, StreamEvent | None]]:
+    """Yield ``(entry_id, event)`` for the chat's events after ``last_id``.
+
+    ``last_id`` is the id of the last event already seen (an SSE ``Last-Event-ID``);
+    ``"0"`` replays everything retained, ``"$"`` starts with the next event, and ``None``
+    starts at the beginning of the run in progress (or waits for the next run when none
+    is). With ``stop_at_run_end`` the iterator ends after the run's ``RunFinished`` (one
+    with status ``"retrying"`` is followed by the retry and does not end it). ``timeout``
+    (seconds) bounds the whole follow; ``heartbeat=True`` yields ``(None, None)`` after each
+    ``block_ms`` without an event, so an SSE view can write a keep-alive comment.
+    """
+    block_ms = _check_block(block_ms)
+    redis_client = client()
+    key = stream_key(chat_id)
+    cursor = _start(redis_client, key, last_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        block = block_ms
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            block = max(1, min(block, int(left * 1000)))
+        response = redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
+        if not response:
+            if heartbeat:
+                yield None, None
+            continue
+        for entry_id, fields in response[0][1]:
+            cursor = entry_id
+            event = decode(fields)
+            if event is None:
+                continue
+            yield entry_id, event
+            if stop_at_run_end and _is_run_end(event):
+                return
+
+
+async def afollow(
+    chat_id: int | str,
+    last_id: str | None = None,
+    *,
+    block_ms: int = DEFAULT_BLOCK_MS,
+    stop_at_run_end: bool = True,
+    timeout: float | None = None,
+    heartbeat: bool = False,
+) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
+    """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
+    block_ms = _check_block(block_ms)
+    url = _url()
+    redis_client = _redis().asyncio.Redis.from_url(url, decode_responses=True)
+    key = stream_key(chat_id)
+    try:
+        if last_id is None:
+            cursor = "0-0"
+            upper = "+"
+            while True:
+                page = await redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
+                found = _run_start_cursor([page]) if page else "0-0"
+                if found != "0-0" or len(page) < _SCAN_PAGE:
+                    cursor = found
+                    break
+                upper = "(" + page[-1][0]
+        elif last_id == "$":
+            entries = await redis_client.xrevrange(key, "+", "-", count=1)
+            cursor = entries[0][0] if entries else "0-0"
+        else:
+            cursor = last_id
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            block = block_ms
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                block = max(1, min(block, int(left * 1000)))
+            response = await redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
+            if not response:
+                if heartbeat:
+                    yield None, None
+                continue
+            for entry_id, fields in response[0][1]:
+                cursor = entry_id
+                event = decode(fields)
+                if event is None:
+                    continue
+                yield entry_id, event
+                if stop_at_run_end and _is_run_end(event):
+                    return
+    finally:
+        await redis_client.aclose()

@@ -1,0 +1,636 @@
+// The example chat page: plain JavaScript over the REST API, with the session cookie and
+// the CSRF token. Replies stream in as Server-Sent Events read from a fetch() body.
+(() => {
+  "use strict";
+
+  const config = JSON.parse(document.getElementById("page-config").textContent);
+  const API = config.apiRoot;
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    banner: $("demo-banner"),
+    provider: $("provider"),
+    model: $("model"),
+    models: $("models"),
+    newChat: $("new-chat"),
+    list: $("chat-list"),
+    title: $("chat-title"),
+    meta: $("chat-meta"),
+    totals: $("chat-totals"),
+    transcript: $("transcript"),
+    status: $("status"),
+    composer: $("composer"),
+    prompt: $("prompt"),
+    send: $("send"),
+    stop: $("stop"),
+  };
+  const state = { chat: null, running: false, controller: null, stopTimer: null, opening: 0 };
+
+  // -- small helpers ------------------------------------------------------------------------
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  function csrfToken() {
+    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  async function call(method, path, body, accept = "application/json", signal = undefined) {
+    const headers = { Accept: accept, "X-CSRFToken": csrfToken() };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+      signal,
+    });
+    if (response.status === 401 || response.status === 403) {
+      const data = await response.clone().json().catch(() => ({}));
+      if (/credentials|authenticat/i.test(data.detail || "")) window.location.reload();
+    }
+    return response;
+  }
+
+  async function json(method, path, body) {
+    const response = await call(method, path, body);
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new Error(errorText(data, response.status));
+    return data;
+  }
+
+  function errorText(data, status) {
+    if (!data) return `HTTP ${status}`;
+    if (typeof data.detail === "string") return data.detail;
+    return Object.entries(data)
+      .map(([key, value]) => `${key}: ${[].concat(value).join(" ")}`)
+      .join("; ");
+  }
+
+  const number = new Intl.NumberFormat("en");
+
+  function tokensText(tokens) {
+    if (!tokens || !Object.keys(tokens).length) return "tokens not reported";
+    const parts = [
+      `${number.format(tokens.input_tokens || 0)} in`,
+      `${number.format(tokens.output_tokens || 0)} out`,
+    ];
+    if (tokens.cache_read_tokens) parts.push(`${number.format(tokens.cache_read_tokens)} cached`);
+    if (tokens.thinking_tokens) parts.push(`${number.format(tokens.thinking_tokens)} thinking`);
+    return `${parts.join(" · ")} tokens`;
+  }
+
+  function costText(cost) {
+    if (cost === null || cost === undefined) return "cost unknown";
+    const total = typeof cost === "object" ? cost.total : cost;
+    if (total === undefined || total === null) return "cost unknown";
+    const value = Number(total);
+    return `$${value < 0.01 && value > 0 ? value.toPrecision(3) : value.toFixed(4)}`;
+  }
+
+  function argumentsText(value) {
+    if (typeof value === "string") {
+      try {
+        return JSON.stringify(JSON.parse(value));
+      } catch (_) {
+        return value;
+      }
+    }
+    return JSON.stringify(value);
+  }
+
+  function setStatus(text) {
+    els.status.textContent = text;
+  }
+
+  // -- rendering stored messages ------------------------------------------------------------
+  function messageItem(role, label) {
+    return el(
+      "li",
+      { class: `msg ${role}` },
+      el("span", { class: "who", text: label }),
+    );
+  }
+
+  function thinkingBlock(text) {
+    const p = el("p", { text });
+    const details = el("details", { class: "thinking" }, el("summary", { text: "Thinking" }), p);
+    return { details, p };
+  }
+
+  function toolCallBlock(call) {
+    const block = el(
+      "div",
+      { class: "tool-call", "data-call-id": call.id || "" },
+      el(
+        "div",
+        { class: "call" },
+        "Tool call ",
+        el("code", { text: call.name || "…" }),
+        " ",
+        el("code", { class: "args", text: argumentsText(call.arguments || {}) }),
+      ),
+    );
+    if (call.result) {
+      block.append(el("p", { class: "result", text: call.result.content }));
+    } else if (call.approval === "denied") {
+      block.append(el("p", { class: "pending", text: "Denied." }));
+    } else if (call.pending) {
+      block.append(el("p", { class: "pending", text: call.pending }));
+    } else {
+      block.append(el("p", { class: "pending", text: "Waiting for your approval." }));
+      block.append(
+        el(
+          "div",
+          { class: "decide" },
+          el("button", {
+            type: "button",
+            class: "approve",
+            text: "Approve",
+            "aria-label": `Approve ${call.name}`,
+            onclick: () => decide(call.id, "approve"),
+          }),
+          el("button", {
+            type: "button",
+            class: "deny",
+            text: "Deny",
+            "aria-label": `Deny ${call.name}`,
+            onclick: () => decide(call.id, "deny"),
+          }),
+        ),
+      );
+    }
+    return block;
+  }
+
+  function usageLine(tokens, cost) {
+    return el("div", { class: "usage", text: `${tokensText(tokens)} · ${costText(cost)}` });
+  }
+
+  function renderMessage(m) {
+    if (m.role === "tool") {
+      const item = messageItem("tool", `tool result${m.tool_call_id ? ` · ${m.tool_call_id}` : ""}`);
+      item.append(el("div", { class: "body", text: m.content }));
+      return item;
+    }
+    const label = m.role === "assistant" ? `assistant · ${m.model_id || ""}` : m.role;
+    const item = messageItem(m.role, label);
+    item.dataset.id = m.id;
+    if (m.thinking) item.append(thinkingBlock(m.thinking).details);
+    item.append(el("div", { class: "body", text: m.content }));
+    for (const c of m.tool_calls || []) item.append(toolCallBlock(c));
+    if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost));
+    return item;
+  }
+
+  function renderTranscript(messages) {
+    const answered = new Set();
+    for (const m of messages) {
+      for (const c of m.tool_calls || []) if (c.result) answered.add(c.result.message_id);
+    }
+    els.transcript.replaceChildren(
+      ...messages.filter((m) => !answered.has(m.id)).map(renderMessage),
+    );
+    if (!messages.length) {
+      els.transcript.append(
+        el("li", { class: "notice", text: "No messages yet: write the first one below." }),
+      );
+    }
+    scrollDown();
+  }
+
+  function scrollDown() {
+    els.transcript.scrollTop = els.transcript.scrollHeight;
+  }
+
+  function notice(text, isError = false) {
+    const item = el("li", { class: isError ? "notice error" : "notice", text });
+    if (isError) item.setAttribute("role", "alert");
+    els.transcript.append(item);
+    scrollDown();
+    return item;
+  }
+
+  // -- loading ------------------------------------------------------------------------------
+  async function allMessages(chatId) {
+    let url = `${API}chats/${chatId}/messages/?page_size=200`;
+    const out = [];
+    while (url) {
+      const page = await json("GET", url);
+      out.push(...page.results);
+      url = page.next;
+    }
+    return out;
+  }
+
+  async function loadChats() {
+    const page = await json("GET", `${API}chats/?page_size=100`);
+    els.list.replaceChildren();
+    if (!page.results.length) {
+      els.list.append(el("li", { class: "empty", text: "No chats yet." }));
+    }
+    for (const chat of page.results) {
+      const link = el(
+        "a",
+        {
+          href: `?chat=${chat.id}`,
+          "aria-current": state.chat && state.chat.id === chat.id ? "page" : null,
+          onclick: (event) => {
+            event.preventDefault();
+            openChat(chat.id);
+          },
+        },
+        chat.title || `Chat ${chat.id}`,
+        el("small", {
+          text: `${chat.provider}/${chat.model_id} · ${chat.message_count} messages · ${costText(
+            chat.total_cost,
+          )}`,
+        }),
+      );
+      els.list.append(el("li", {}, link));
+    }
+    return page.results;
+  }
+
+  async function loadTotals() {
+    if (!state.chat) return;
+    const usage = await json("GET", `${API}chats/${state.chat.id}/usage/`);
+    els.totals.textContent = `Chat total: ${tokensText(usage.tokens)} · ${costText(usage.cost)}`;
+  }
+
+  function showChat(chat) {
+    state.chat = chat;
+    els.title.textContent = chat.title || `Chat ${chat.id}`;
+    const admin = config.adminChangeUrl.replace("{id}", chat.id);
+    els.meta.replaceChildren(
+      `${chat.provider} / ${chat.model_id} · `,
+      el("a", { href: admin, text: "open in the admin" }),
+    );
+    els.banner.hidden = chat.provider !== "demo";
+    els.composer.hidden = false;
+  }
+
+  async function openChat(chatId, { push = true } = {}) {
+    if (state.running) {
+      setStatus("Wait for the reply to finish, or stop it, before switching chats.");
+      return;
+    }
+    const ticket = ++state.opening; // a later click wins over a slower earlier one
+    const [chat, messages] = await Promise.all([
+      json("GET", `${API}chats/${chatId}/`),
+      allMessages(chatId),
+    ]);
+    if (ticket !== state.opening) return;
+    showChat(chat);
+    if (push) history.pushState({ chat: chat.id }, "", `?chat=${chat.id}`);
+    renderTranscript(messages);
+    await Promise.all([loadTotals(), loadChats()]);
+    if (chat.status === "running") setStatus("A reply is being written elsewhere; reload to see it.");
+    else setStatus("");
+    els.prompt.focus();
+  }
+
+  async function refresh() {
+    const ticket = ++state.opening;
+    const [chat, messages] = await Promise.all([
+      json("GET", `${API}chats/${state.chat.id}/`),
+      allMessages(state.chat.id),
+    ]);
+    if (ticket !== state.opening) return;
+    showChat(chat);
+    renderTranscript(messages);
+    await Promise.all([loadTotals(), loadChats()]);
+  }
+
+  // -- Server-Sent Events over fetch ------------------------------------------------------
+  function parseFrame(raw) {
+    let event = "message";
+    let id = null;
+    const data = [];
+    for (const line of raw.split("\n")) {
+      if (!line || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") event = value;
+      else if (field === "data") data.push(value);
+      else if (field === "id") id = value;
+    }
+    if (!data.length) return null;
+    let payload;
+    try {
+      payload = JSON.parse(data.join("\n"));
+    } catch (_) {
+      payload = data.join("\n");
+    }
+    return { event, id, data: payload };
+  }
+
+  async function readEvents(response, onEvent) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let end = buffer.indexOf("\n\n");
+      while (end >= 0) {
+        const frame = parseFrame(buffer.slice(0, end));
+        buffer = buffer.slice(end + 2);
+        if (frame) onEvent(frame);
+        end = buffer.indexOf("\n\n");
+      }
+    }
+  }
+
+  // -- a run as it streams ------------------------------------------------------------------
+  class LiveRun {
+    constructor() {
+      this.step = null;
+      this.notices = [];
+      this.pendingCalls = [];
+      this.finished = null;
+    }
+
+    newStep() {
+      const item = messageItem("assistant", `assistant · ${state.chat.model_id}`);
+      item.classList.add("streaming");
+      const body = el("div", { class: "body" });
+      item.append(body);
+      els.transcript.append(item);
+      this.step = { item, body, thinking: null, calls: {}, closed: false };
+      return this.step;
+    }
+
+    current() {
+      if (!this.step || this.step.closed) {
+        if (this.step) this.step.item.classList.remove("streaming");
+        this.newStep();
+        if (this.pendingCalls.length) this.fetchResults();
+      }
+      return this.step;
+    }
+
+    callBlock(key, call) {
+      const step = this.current();
+      let block = step.calls[key];
+      if (!block) {
+        block = toolCallBlock({ ...call, pending: "Calling…" });
+        step.calls[key] = block;
+        step.item.append(block);
+      }
+      return block;
+    }
+
+    note(text, isError = false) {
+      this.notices.push([text, isError]);
+      notice(text, isError);
+    }
+
+    handle({ event, data }) {
+      switch (event) {
+        case "text_delta": {
+          this.current().body.append(data.content);
+          break;
+        }
+        case "reasoning_delta": {
+          const step = this.current();
+          if (!step.thinking) {
+            step.thinking = thinkingBlock("");
+            step.item.insertBefore(step.thinking.details, step.body);
+          }
+          step.thinking.p.append(data.content);
+          break;
+        }
+        case "tool_call_delta": {
+          if (data.name) this.callBlock(data.item_id, { name: data.name, arguments: "" });
+          break;
+        }
+        case "tool_call_done": {
+          const block = this.callBlock(data.item_id || data.call_id, data);
+          block.dataset.callId = data.call_id;
+          block.querySelector(".call code").textContent = data.name;
+          block.querySelector(".args").textContent = argumentsText(data.arguments);
+          block.querySelector(".pending").textContent = "Running…";
+          this.pendingCalls.push(data.call_id);
+          break;
+        }
+        case "token_usage_done": {
+          const step = this.current();
+          step.item.append(usageLine(data.token_usage, null));
+          break;
+        }
+        case "finish_reason_done": {
+          if (this.step) this.step.closed = true;
+          break;
+        }
+        case "interrupt": {
+          if (data.reason === "approval_required") setStatus("Waiting for your approval.");
+          else if (data.reason === "cancelled") this.note("Stopped. The unfinished reply was not stored.");
+          else this.note(`Interrupted: ${data.reason || "no reason given"}.`);
+          break;
+        }
+        case "guardrail_tripwire": {
+          this.note(`Blocked by ${data.guardrail_id}${data.reason ? `: ${data.reason}` : ""}.`, true);
+          break;
+        }
+        case "error": {
+          this.note(`The reply failed: ${data.message || "unknown error"}`, true);
+          break;
+        }
+        case "run_finished": {
+          this.finished = data;
+          break;
+        }
+        default:
+          break;
+      }
+      scrollDown();
+    }
+
+    // Tool results are stored between two steps: show them as soon as the next one starts.
+    async fetchResults() {
+      const ids = this.pendingCalls.splice(0);
+      try {
+        const page = await json(
+          "GET",
+          `${API}chats/${state.chat.id}/messages/?from=end&page_size=50`,
+        );
+        for (const m of page.results) {
+          for (const c of m.tool_calls || []) {
+            if (!ids.includes(c.id) || !c.result) continue;
+            const block = els.transcript.querySelector(`[data-call-id="${CSS.escape(c.id)}"]`);
+            if (!block) continue;
+            const pending = block.querySelector(".pending");
+            const result = el("p", { class: "result", text: c.result.content });
+            if (pending) pending.replaceWith(result);
+          }
+        }
+      } catch (_) {
+        // shown after the run anyway
+      }
+    }
+
+    end() {
+      if (this.step) this.step.item.classList.remove("streaming");
+    }
+  }
+
+  function setRunning(running) {
+    state.running = running;
+    els.send.disabled = running;
+    els.stop.hidden = !running;
+    els.stop.disabled = false;
+    els.prompt.setAttribute("aria-busy", running ? "true" : "false");
+    setStatus(running ? "The assistant is replying…" : "");
+  }
+
+  async function streamRun(path, body) {
+    const live = new LiveRun();
+    state.controller = new AbortController();
+    els.transcript.setAttribute("aria-busy", "true");
+    setRunning(true);
+    try {
+      const response = await call("POST", path, body, "text/event-stream", state.controller.signal);
+      const type = response.headers.get("Content-Type") || "";
+      if (!response.ok) {
+        const data = await response.json().catch(() => null);
+        live.note(errorText(data, response.status), true);
+      } else if (type.startsWith("text/event-stream")) {
+        await readEvents(response, (frame) => live.handle(frame));
+      }
+    } catch (error) {
+      if (error.name === "AbortError") live.note("Stopped.");
+      else live.note(`Connection lost: ${error.message}`, true);
+    } finally {
+      clearTimeout(state.stopTimer);
+      live.end();
+      setRunning(false);
+    }
+    try {
+      await refresh();
+    } catch (error) {
+      notice(`Could not reload the chat: ${error.message}`, true);
+    }
+    for (const [text, isError] of live.notices) notice(text, isError);
+    if (live.finished && live.finished.status === "failed" && live.finished.error) {
+      setStatus(`Failed: ${live.finished.error}`);
+    } else if (live.finished && live.finished.status === "interrupted") {
+      const waiting = els.transcript.querySelector(".decide");
+      if (waiting) setStatus("Waiting for your approval.");
+    }
+    els.transcript.setAttribute("aria-busy", "false");
+  }
+
+  // -- actions ------------------------------------------------------------------------------
+  async function sendMessage(text) {
+    const chat = state.chat;
+    if (!chat.title && chat.message_count === 0) {
+      const title = text.replace(/\s+/g, " ").trim().slice(0, 60);
+      json("PATCH", `${API}chats/${chat.id}/`, { title }).catch(() => {});
+      chat.title = title;
+      els.title.textContent = title;
+    }
+    const empty = els.transcript.querySelector(".notice");
+    if (empty && chat.message_count === 0) empty.remove();
+    const item = messageItem("user", "user");
+    item.append(el("div", { class: "body", text }));
+    els.transcript.append(item);
+    scrollDown();
+    await streamRun(`${API}chats/${chat.id}/messages/`, { content: text });
+  }
+
+  async function decide(callId, decision) {
+    if (state.running) return;
+    for (const button of els.transcript.querySelectorAll(".decide button")) button.disabled = true;
+    const path = `${API}chats/${state.chat.id}/tool-calls/${encodeURIComponent(callId)}/${decision}/`;
+    await streamRun(path, undefined);
+  }
+
+  async function stop() {
+    if (!state.running) return;
+    els.stop.disabled = true;
+    setStatus("Stopping…");
+    const response = await call("POST", `${API}chats/${state.chat.id}/cancel/`).catch(() => null);
+    // the stream ends with an interrupt; if it does not come soon, hang up
+    const wait = response && response.ok ? 5000 : 0;
+    state.stopTimer = setTimeout(() => state.controller && state.controller.abort(), wait);
+  }
+
+  function fillModels() {
+    const provider = config.providers.find((p) => p.name === els.provider.value);
+    els.model.value = provider ? provider.model : "";
+    els.models.replaceChildren(...(provider ? provider.models : []).map((m) => el("option", { value: m })));
+  }
+
+  async function createChat(event) {
+    event.preventDefault();
+    if (state.running) {
+      setStatus("Wait for the reply to finish, or stop it, before starting a chat.");
+      return;
+    }
+    const body = { provider: els.provider.value, model_id: els.model.value.trim() };
+    body.tools = config.demoTools;
+    try {
+      const chat = await json("POST", `${API}chats/`, body);
+      await openChat(chat.id);
+    } catch (error) {
+      setStatus(`Could not start the chat: ${error.message}`);
+    }
+  }
+
+  // -- wiring -------------------------------------------------------------------------------
+  for (const p of config.providers) {
+    els.provider.append(el("option", { value: p.name, text: p.name === "demo" ? "demo (offline)" : p.name }));
+  }
+  fillModels();
+  els.provider.addEventListener("change", fillModels);
+  els.newChat.addEventListener("submit", createChat);
+  els.composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = els.prompt.value;
+    if (!text.trim() || state.running || !state.chat) return;
+    els.prompt.value = "";
+    sendMessage(text);
+  });
+  els.prompt.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      els.composer.requestSubmit();
+    }
+  });
+  els.stop.addEventListener("click", stop);
+  window.addEventListener("popstate", () => {
+    const id = new URLSearchParams(window.location.search).get("chat");
+    if (id) openChat(id, { push: false });
+  });
+
+  (async () => {
+    try {
+      const chats = await loadChats();
+      const wanted = new URLSearchParams(window.location.search).get("chat");
+      if (wanted) await openChat(wanted, { push: false });
+      else if (chats.length) await openChat(chats[0].id, { push: false });
+      else {
+        els.transcript.replaceChildren(
+          el("li", { class: "notice", text: "Start a chat with the form on the left." }),
+        );
+      }
+    } catch (error) {
+      setStatus(`Could not load the chats: ${error.message}`);
+    }
+  })();
+})();

@@ -1,0 +1,149 @@
+"""chats/{id}/events/: following runs from the chat's Redis Stream, resuming with
+Last-Event-ID."""
+
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
+from rest_framework.authtoken.models import Token
+
+from django_llmchat import streams
+from django_llmchat.events import RunFinished, RunStarted, TextDelta
+from django_llmchat.models import Chat
+from django_llmchat.testing import Reply
+from tests.conftest import require_service
+
+from .conftest import close_response, sse_frames, url
+
+
+@pytest.fixture
+def events_url(settings):
+    redis_url = require_service("REDIS_URL")
+    settings.LLMCHAT = {
+        **settings.LLMCHAT,
+        "EVENTS_URL": redis_url,
+        "EVENTS_KEY_PREFIX": f"t{uuid.uuid4().hex}",
+    }
+    yield redis_url
+    streams.client().delete(streams.stream_key("*"))
+
+
+def read(response) -> list[dict]:
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "text/event-stream"
+    return sse_frames(b"".join(response.streaming_content).decode())
+
+
+def publish_run(chat_id, run_id="r1", texts=("a", "b", "c")):
+    ids = [streams.publish(chat_id, RunStarted(run_id=run_id))]
+    ids += [streams.publish(chat_id, TextDelta(t)) for t in texts]
+    ids.append(streams.publish(chat_id, RunFinished(run_id=run_id, status="completed")))
+    return ids
+
+
+@pytest.mark.django_db
+def test_503_without_events_url(api, chat, settings):
+    settings.LLMCHAT = {}
+    response = api.get(url("chat-events", pk=chat.pk), HTTP_ACCEPT="text/event-stream")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert "EVENTS_URL" in response.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_follow_a_run_and_resume_with_last_event_id(api, chat, events_url):
+    ids = publish_run(chat.pk)
+    # "0": everything the stream retains
+    frames = read(
+        api.get(
+            url("chat-events", pk=chat.pk), HTTP_ACCEPT="text/event-stream", HTTP_LAST_EVENT_ID="0"
+        )
+    )
+    assert [f["event"] for f in frames] == [
+        "run_started",
+        "text_delta",
+        "text_delta",
+        "text_delta",
+        "run_finished",
+    ]
+    assert [f["id"] for f in frames] == ids
+    # the browser reconnects with the last id it saw: only what followed it
+    frames = read(api.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID=ids[1]))
+    assert [f["data"].get("content") for f in frames] == ["b", "c", None]
+    assert frames[-1]["event"] == "run_finished"
+    # the query parameter does the same for clients that cannot set headers
+    frames = read(api.get(url("chat-events", pk=chat.pk), {"last_event_id": ids[3]}))
+    assert [f["event"] for f in frames] == ["run_finished"]
+
+
+@pytest.mark.django_db
+def test_follow_all_keeps_going_across_runs(api, chat, events_url):
+    first = publish_run(chat.pk, "r1", ("x",))
+    publish_run(chat.pk, "r2", ("y",))
+    response = api.get(url("chat-events", pk=chat.pk), {"follow": "all", "last_event_id": first[0]})
+    stream = iter(response.streaming_content)
+    seen = b""
+    while b"r2" not in seen or seen.count(b"run_finished") < 2:
+        seen += next(stream)
+    close_response(response)
+    events = [f["event"] for f in sse_frames(seen.decode())]
+    assert events == ["text_delta", "run_finished", "run_started", "text_delta", "run_finished"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_follow_a_real_run(owner, fake_llm, events_url):
+    fake_llm.configure(
+        "openai", "gpt-4.1-mini", EVENTS_URL=events_url, EVENTS_KEY_PREFIX=f"t{uuid.uuid4().hex}"
+    )
+    fake_llm.script(Reply("Live text.", chunk_size=3))
+    chat = Chat.objects.create(user=owner)
+    token = Token.objects.create(user=owner).key
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    started = client.post(url("chat-messages", pk=chat.pk), {"content": "Go"}, format="json")
+    assert started.status_code == 202
+    events_url = started.json()["run"]["events_url"]
+    assert "?last_event_id=" in events_url  # from before the run: nothing is missed
+    frames = read(client.get(events_url))
+    from django_llmchat.tasks import wait_for_background_runs
+
+    assert wait_for_background_runs(timeout=10)
+    assert frames[0]["event"] == "run_started"
+    assert frames[0]["data"]["message_id"] == started.json()["message"]["id"]
+    assert (
+        "".join(f["data"]["content"] for f in frames if f["event"] == "text_delta") == "Live text."
+    )
+    assert frames[-1]["event"] == "run_finished" and frames[-1]["data"]["status"] == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_follow_under_asgi(owner, events_url):
+    chat = Chat.objects.create(user=owner)
+    token = Token.objects.create(user=owner).key
+    ids = publish_run(chat.pk)
+
+    async def go():
+        response = await AsyncClient().get(
+            url("chat-events", pk=chat.pk),
+            headers={"Authorization": f"Token {token}", "Last-Event-ID": ids[0]},
+        )
+        assert response.status_code == 200 and response.is_async
+        return b"".join([c async for c in response.streaming_content]).decode()
+
+    frames = sse_frames(async_to_sync(go)())
+    assert [f["id"] for f in frames] == ids[1:]
+
+
+@pytest.mark.django_db
+def test_an_unreachable_event_store_ends_with_an_error_event(api, chat, settings):
+    settings.LLMCHAT = {"EVENTS_URL": "redis://127.0.0.1:1/0"}
+    frames = read(api.get(url("chat-events", pk=chat.pk)))
+    assert frames == [
+        {
+            "event": "error",
+            "data": {"type": "events_unavailable", "message": "The event stream is unavailable."},
+        }
+    ]

@@ -1,0 +1,192 @@
+"""models/ (the registry, with filters), schema/ (OpenAPI 3), throttling and CSRF."""
+
+import json
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from django_llmchat.models import Chat, LLMModel
+
+from .conftest import url
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def registry():
+    rows = [
+        ("openai", "gpt-4.1", "GPT-4.1", "gpt-4.1", 1_047_576, ["streaming", "tools", "vision"]),
+        ("openai", "gpt-4.1-mini", "GPT-4.1 mini", "gpt-4.1", 1_047_576, ["streaming", "tools"]),
+        (
+            "anthropic",
+            "claude-haiku-4-5",
+            "Claude Haiku 4.5",
+            "claude-haiku",
+            200_000,
+            ["tools", "vision", "thinking"],
+        ),
+        ("gemini", "gemini-2.5-flash", "Gemini 2.5 Flash", "gemini-2.5", 1_048_576, ["streaming"]),
+    ]
+    return [
+        LLMModel.objects.create(
+            provider=p, model_id=m, name=n, family=f, context_window=c, capabilities=caps
+        )
+        for p, m, n, f, c, caps in rows
+    ]
+
+
+def ids(response):
+    assert response.status_code == 200, response.content
+    return [row["model_id"] for row in response.json()["results"]]
+
+
+def test_models_list_and_filters(api, registry):
+    assert ids(api.get(url("model-list"))) == [
+        "claude-haiku-4-5",
+        "gemini-2.5-flash",
+        "gpt-4.1",
+        "gpt-4.1-mini",
+    ]
+    assert ids(api.get(url("model-list"), {"provider": "openai"})) == ["gpt-4.1", "gpt-4.1-mini"]
+    assert ids(api.get(url("model-list"), {"family": "claude-haiku"})) == ["claude-haiku-4-5"]
+    assert ids(api.get(url("model-list"), {"capability": "vision"})) == [
+        "claude-haiku-4-5",
+        "gpt-4.1",
+    ]
+    assert ids(api.get(url("model-list") + "?capability=vision&capability=streaming")) == [
+        "gpt-4.1"
+    ]
+    assert ids(api.get(url("model-list"), {"search": "4.1-MINI"})) == ["gpt-4.1-mini"]
+    assert ids(api.get(url("model-list"), {"search": "flash"})) == ["gemini-2.5-flash"]
+    assert ids(
+        api.get(url("model-list"), {"min_context_window": 1_000_000, "provider": "gemini"})
+    ) == ["gemini-2.5-flash"]
+    assert ids(api.get(url("model-list"), {"provider": "nope"})) == []
+    row = api.get(url("model-detail", pk=registry[0].pk)).json()
+    assert row["capabilities"] == ["streaming", "tools", "vision"]
+    assert api.get(url("model-detail", pk=10**6)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"capability": 'tools"]'},
+        {"capability": "%"},
+        {"min_context_window": "abc"},
+        {"min_context_window": "NaN"},
+        {"search": "a\x00"},
+        {"page": "abc"},
+        {"page": "999999999999999999999"},
+    ],
+)
+def test_bad_model_filters_are_4xx(api, registry, params):
+    response = api.get(url("model-list"), params)
+    assert 400 <= response.status_code < 500, response.content
+
+
+def test_huge_numbers_in_filters(api, registry):
+    assert ids(api.get(url("model-list"), {"min_context_window": "9" * 40})) == []
+
+
+def test_schema_renders_and_validates():
+    from drf_spectacular.drainage import GENERATOR_STATS
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.settings import patched_settings
+
+    from django_llmchat.api.schema import SCHEMA_SETTINGS
+
+    GENERATOR_STATS.reset()
+    with patched_settings(SCHEMA_SETTINGS):
+        schema = SchemaGenerator().get_schema(request=None, public=True)
+    # --fail-on-warn semantics: no warning, no error while generating
+    assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache
+    assert set(schema["paths"]) == {
+        "/api/chats/",
+        "/api/chats/{id}/",
+        "/api/chats/{id}/cancel/",
+        "/api/chats/{id}/events/",
+        "/api/chats/{id}/messages/",
+        "/api/chats/{id}/tool-calls/{call_id}/approve/",
+        "/api/chats/{id}/tool-calls/{call_id}/deny/",
+        "/api/chats/{id}/usage/",
+        "/api/models/",
+        "/api/models/{id}/",
+    }
+    events = schema["paths"]["/api/chats/{id}/events/"]["get"]["responses"]["200"]["content"]
+    assert list(events) == ["text/event-stream"]
+    post = schema["paths"]["/api/chats/{id}/messages/"]["post"]
+    assert "text/event-stream" in post["responses"]["200"]["content"]
+    assert list(post["responses"]["202"]["content"]) == ["application/json"]
+    assert set(post["requestBody"]["content"]) == {"application/json", "multipart/form-data"}
+
+    openapi_spec_validator = pytest.importorskip("openapi_spec_validator")
+    openapi_spec_validator.validate(json.loads(json.dumps(schema, default=str)))
+
+
+def test_schema_endpoint(clients):
+    response = clients.anon.get(url("schema"), {"format": "json"})
+    assert response.status_code == 200
+    body = json.loads(response.content)
+    assert body["openapi"].startswith("3.")
+    assert body["info"]["title"] == "django-llmchat API"
+
+
+def test_scoped_throttle(api, chat, settings):
+    cache.clear()
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"llmchat": "3/min"}}
+    codes = [api.get(url("chat-detail", pk=chat.pk)).status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    cache.clear()
+
+
+def test_runs_throttle_only_counts_runs(api, chat, settings):
+    cache.clear()
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"llmchat_runs": "1/min"}}
+    Chat.objects.filter(pk=chat.pk).update(status="running")  # 409s, but counted
+    assert (
+        api.post(url("chat-messages", pk=chat.pk), {"content": "a"}, format="json").status_code
+        == 409
+    )
+    assert (
+        api.post(url("chat-messages", pk=chat.pk), {"content": "a"}, format="json").status_code
+        == 429
+    )
+    assert api.get(url("chat-messages", pk=chat.pk)).status_code == 200
+    cache.clear()
+
+
+def test_session_auth_enforces_csrf(owner, chat):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    assert client.get(url("chat-detail", pk=chat.pk)).status_code == 200
+    refused = client.patch(
+        url("chat-detail", pk=chat.pk), {"title": "x"}, content_type="application/json"
+    )
+    assert refused.status_code == 403
+    assert "CSRF" in refused.json()["detail"]
+    client.get("/admin/login/")  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    ok = client.patch(
+        url("chat-detail", pk=chat.pk),
+        {"title": "x"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
+    assert ok.status_code == 200
+
+
+def test_project_authentication_classes_win(owner, chat, settings):
+    settings.REST_FRAMEWORK = {
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"]
+    }
+    import base64
+
+    basic = "Basic " + base64.b64encode(b"owner:pw").decode()
+    response = Client().get(url("chat-detail", pk=chat.pk), HTTP_AUTHORIZATION=basic)
+    assert response.status_code == 200
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=owner).key
+    response = Client().get(url("chat-detail", pk=chat.pk), HTTP_AUTHORIZATION=f"Token {token}")
+    assert response.status_code == 401

@@ -1,0 +1,155 @@
+"""Tool-call approvals, cancellation and usage totals."""
+
+from decimal import Decimal
+
+import pytest
+
+from django_llmchat.models import Chat, Message, ToolCall, Usage
+from django_llmchat.testing import Reply
+from django_llmchat.testing import ToolCall as ScriptedCall
+from django_llmchat.tools import tool
+from tests.factories import build_transcript
+
+from .conftest import sse_frames, url
+
+pytestmark = pytest.mark.django_db
+
+
+@tool(requires_approval=True)
+def api_transfer(amount: int) -> str:
+    """Moves money"""
+    return f"moved {amount}"
+
+
+@pytest.fixture
+def paused(chat, fake_llm):
+    """A chat whose run waits for approval of two calls."""
+    fake_llm.configure("openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER="inline")
+    chat.with_tools(api_transfer)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_transfer", {"amount": 5}, call_id="call_a"),
+                ScriptedCall("api_transfer", {"amount": 7}, call_id="call_b"),
+            ]
+        )
+    )
+    chat.ask("Pay both")
+    chat.refresh_from_db()
+    assert chat.status == "interrupted"
+    return chat
+
+
+def test_approve_and_deny_then_the_run_resumes(
+    api, paused, fake_llm, django_capture_on_commit_callbacks
+):
+    chat = paused
+    first = api.post(url("tool-call-approve", pk=chat.pk, call_id="call_a"))
+    assert first.status_code == 202, first.content
+    assert first.json()["approval"] == "approved" and first.json()["resumed"] is False
+    assert ToolCall.objects.get(call_id="call_a").approval == "approved"
+    assert len(fake_llm.requests) == 1  # still waiting for call_b
+
+    fake_llm.script(Reply("Paid 5, not 7."))
+    with django_capture_on_commit_callbacks(execute=True):
+        second = api.post(url("tool-call-deny", pk=chat.pk, call_id="call_b"))
+    assert second.status_code == 202
+    assert second.json()["resumed"] is True
+    assert [m.content for m in chat.transcript()][-1] == "Paid 5, not 7."
+    results = {m.tool_call_id: m.content for m in Message.objects.filter(chat=chat, role="tool")}
+    assert results["call_a"] == "moved 5" and "denied" in results["call_b"]
+
+
+def test_answered_calls_conflict_unknown_calls_404(api, paused):
+    chat = paused
+    assert api.post(url("tool-call-approve", pk=chat.pk, call_id="nope")).status_code == 404
+    assert api.post(url("tool-call-approve", pk=chat.pk, call_id="call_a")).status_code == 202
+    again = api.post(url("tool-call-deny", pk=chat.pk, call_id="call_a"))
+    assert again.status_code == 409
+    assert "already been answered" in again.json()["detail"]
+
+
+def test_a_call_with_a_result_conflicts(api, chat):
+    build_transcript(chat, 1, with_attachments=False)
+    assert api.post(url("tool-call-approve", pk=chat.pk, call_id="call_0")).status_code == 409
+
+
+def test_approval_can_stream_the_resumed_run(api, paused, fake_llm):
+    chat = paused
+    api.post(url("tool-call-deny", pk=chat.pk, call_id="call_a"))
+    fake_llm.script(Reply("Nothing paid."))
+    response = api.post(
+        url("tool-call-deny", pk=chat.pk, call_id="call_b"), HTTP_ACCEPT="text/event-stream"
+    )
+    assert response.status_code == 200
+    frames = sse_frames(b"".join(response.streaming_content).decode())
+    assert frames[-1]["event"] == "run_finished"
+    assert "Nothing paid." == "".join(
+        f["data"]["content"] for f in frames if f["event"] == "text_delta"
+    )
+
+
+def test_approving_while_running_conflicts(api, paused):
+    Chat.objects.filter(pk=paused.pk).update(status="running")
+    response = api.post(url("tool-call-approve", pk=paused.pk, call_id="call_a"))
+    assert response.status_code == 409
+
+
+def test_cancel(api, chat):
+    response = api.post(url("chat-cancel", pk=chat.pk))
+    assert response.status_code == 409
+    Chat.objects.filter(pk=chat.pk).update(status="running")
+    response = api.post(url("chat-cancel", pk=chat.pk))
+    assert response.status_code == 202
+    assert response.json() == {"status": "running", "cancel_requested": True}
+    assert Chat.objects.get(pk=chat.pk).cancel_requested
+
+
+def test_usage_totals_and_per_model(api, chat):
+    build_transcript(chat, 3, with_attachments=False)  # 6 attempts on gpt-4.1-mini
+    Usage.objects.create(
+        chat=chat,
+        provider="anthropic",
+        model_id="claude-haiku-4-5",
+        status="failed",
+        input_tokens=50,
+        total_cost=Decimal("0.00005"),
+    )
+    chat.add_message(
+        role="assistant", content="by hand", model_id="gpt-4.1-mini", provider="openai", cost="0.01"
+    )
+    response = api.get(url("chat-usage", pk=chat.pk))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["chat"] == chat.pk
+    assert body["tokens"] == {
+        "input_tokens": 650,
+        "output_tokens": 120,
+        "cache_read_tokens": 60,
+        "total_tokens": 830,
+    }
+    assert Decimal(body["cost"]["total"]) == Decimal("0.0006") + Decimal("0.00005") + Decimal(
+        "0.01"
+    )
+    assert body["attempts"] == {"succeeded": 6, "failed": 1}
+    by_model = {(m["provider"], m["model_id"]): m for m in body["by_model"]}
+    assert by_model[("anthropic", "claude-haiku-4-5")]["tokens"] == {
+        "input_tokens": 50,
+        "total_tokens": 50,
+    }
+    openai = by_model[("openai", "gpt-4.1-mini")]
+    assert openai["attempts"] == 6
+    assert Decimal(openai["cost"]["total"]) == Decimal("0.0106")
+    # the same totals as the model layer
+    assert body["tokens"]["total_tokens"] == chat.tokens.total_tokens
+    assert Decimal(body["cost"]["total"]) == chat.cost().total
+
+
+def test_usage_of_an_empty_chat(api, chat):
+    assert api.get(url("chat-usage", pk=chat.pk)).json() == {
+        "chat": chat.pk,
+        "tokens": {},
+        "cost": {},
+        "attempts": {},
+        "by_model": [],
+    }

@@ -1,0 +1,264 @@
+"""The example project's chat page in a real browser (Chromium driven by Playwright).
+
+The example project runs as ``manage.py runserver`` in a subprocess, on a free port, with a
+SQLite file and the offline demo model, as ``make run`` serves it. Screenshots go to
+``artifacts/screenshots/``. Without ``/usr/bin/chromium`` the tests are skipped, except
+under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+IN_CI = os.environ.get("CI") == "true"
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason}, but CI=true requires the browser tests to run")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def example_server(tmp_path_factory):
+    """``manage.py runserver`` of the example project on the demo model; yields its URL."""
+    workdir = tmp_path_factory.mktemp("example")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key
+        not in (
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "GEMINI_API_KEY",
+            "GOOGLE_API_KEY",
+            "CELERY_BROKER_URL",
+            "LLMCHAT_EVENTS_URL",
+            "LLMCHAT_MODEL",
+        )
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+        DATABASE_URL=f"sqlite:///{workdir / 'example.sqlite3'}",
+        LLMCHAT_PROVIDER="demo",
+        PYTHONUNBUFFERED="1",
+        DJANGO_SUPERUSER_USERNAME="admin",
+        DJANGO_SUPERUSER_PASSWORD="admin",
+        DJANGO_SUPERUSER_EMAIL="admin@example.com",
+    )
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput"]):
+        subprocess.run(manage + command, cwd=ROOT, env=env, check=True, capture_output=True)
+    port = _free_port()
+    log = open(workdir / "runserver.log", "w")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(
+        manage + ["runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/login/", timeout=2).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    output = (workdir / "runserver.log").read_text()
+                    pytest.fail(f"the example project did not start:\n{output}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser, example_server):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=example_server)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def log_in(page) -> None:
+    page.goto("/")
+    assert "/login/" in page.url  # the chat page needs a user
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("admin")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/")
+
+
+def start_chat(page) -> None:
+    page.get_by_role("button", name="Start chat").click()
+    page.wait_for_url("**/?chat=*")
+    page.wait_for_selector("text=No messages yet")
+
+
+def send(page, text: str) -> None:
+    page.get_by_label("Message").fill(text)
+    page.keyboard.press("Enter")
+
+
+def wait_idle(page) -> None:
+    page.wait_for_selector("#transcript[aria-busy=false]")
+
+
+def assistant_text(page) -> str:
+    return page.eval_on_selector_all(
+        "#transcript li.msg.assistant .body", "els => els.map(e => e.textContent).join('')"
+    )
+
+
+def test_chat_page_streams_replies_with_tools_and_approvals(page):
+    log_in(page)
+    banner = page.locator("#demo-banner")
+    assert banner.is_visible()
+    assert "Demo mode" in banner.inner_text()
+    assert page.locator("#provider").input_value() == "demo"
+    assert page.locator("#model").input_value() == "demo-model"
+    start_chat(page)
+
+    # the reply streams in: its text is seen growing before the run ends
+    send(page, "Hello there, tell me about streaming please")
+    seen: list[int] = []
+    shot_taken = False
+    deadline = time.monotonic() + 20
+    while page.get_attribute("#transcript", "aria-busy") == "true":
+        assert time.monotonic() < deadline, "the reply did not finish"
+        length = len(assistant_text(page))
+        seen.append(length)
+        if length > 40 and not shot_taken:
+            page.screenshot(path=str(SHOTS / "chat-streaming.png"))
+            shot_taken = True
+        time.sleep(0.05)
+    final = assistant_text(page)
+    assert "offline demo model" in final
+    partial = sorted({n for n in seen if 0 < n < len(final)})
+    assert len(partial) >= 3, f"the text did not appear progressively: {seen}"
+
+    reply = page.locator("#transcript li.msg.assistant").last
+    thinking = reply.locator("details.thinking")
+    assert thinking.count() == 1
+    assert thinking.get_attribute("open") is None  # collapsed
+    assert "The user wrote" in thinking.locator("p").text_content()
+    assert "tokens" in reply.locator(".usage").inner_text()
+
+    # a tool call and its result, then the answer built from it
+    send(page, "What's the weather in Oslo?")
+    wait_idle(page)
+    call = page.locator(".tool-call", has_text="demo_weather")
+    assert '{"city":"Oslo"}' in call.locator(".args").inner_text()
+    assert "temperature_c" in call.locator(".result").inner_text()
+    page.wait_for_selector("text=in Oslo right now (made-up demo data)")
+
+    # a tool that waits for approval
+    send(page, "Book a table at Luigi for 4")
+    wait_idle(page)
+    page.get_by_role("button", name="Approve demo_book_table").wait_for()
+    page.screenshot(path=str(SHOTS / "chat-approval.png"))
+    page.get_by_role("button", name="Approve demo_book_table").click()
+    wait_idle(page)
+    page.wait_for_selector("text=Done. Booked a table for 4 at Luigi")
+    assert page.locator(".decide").count() == 0
+
+    totals = page.locator("#chat-totals").inner_text()
+    assert totals.startswith("Chat total:") and "tokens" in totals
+    assert (
+        page.locator("#chat-list a[aria-current=page]")
+        .inner_text()
+        .startswith("Hello there, tell me about streaming")
+    )
+    page.screenshot(path=str(SHOTS / "chat-page.png"), full_page=True)
+
+    # the same chat in the admin
+    page.get_by_role("link", name="open in the admin").click()
+    page.wait_for_url("**/admin/django_llmchat/chat/*/change/")
+    assert "demo mode" in page.locator("#site-name").inner_text()
+    body = page.locator("body").inner_text()
+    assert "demo_weather" in body and "demo_book_table" in body
+    assert "Done. Booked a table for 4 at Luigi" in body
+    page.screenshot(path=str(SHOTS / "admin-chat.png"), full_page=True)
+
+
+def test_deny_and_stop(page):
+    log_in(page)
+    start_chat(page)
+
+    send(page, "Please book a table at Chez Nous")
+    wait_idle(page)
+    page.get_by_role("button", name="Deny demo_book_table").click()
+    wait_idle(page)
+    page.wait_for_selector("text=You declined that, so I did nothing.")
+    assert page.locator(".decide").count() == 0
+
+    # Stop cancels the running reply; nothing of it is stored
+    send(page, "Write me a long answer about nothing in particular")
+    page.wait_for_function(
+        "document.querySelector('#transcript li.msg.streaming .body')?.textContent.length > 10"
+    )
+    page.get_by_role("button", name="Stop").click()
+    wait_idle(page)
+    page.wait_for_selector("text=Stopped")
+    last = page.locator("#transcript li.msg").last
+    assert "user" in last.get_attribute("class")
+    assert last.inner_text().endswith("Write me a long answer about nothing in particular")
+    assert page.get_by_role("button", name="Send").is_enabled()

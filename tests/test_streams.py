@@ -1,0 +1,182 @@
+"""Event fan-out through Redis Streams: publish, follow, resume, caps and expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_llmchat import streams
+from django_llmchat.events import (
+    Interrupt,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    event_from_dict,
+    to_sse,
+)
+from tests.conftest import require_service
+
+
+def test_run_events_round_trip():
+    started = RunStarted(run_id="r1", message_id=7)
+    assert started.role == "system"
+    assert started.to_dict() == {"role": "system", "run_id": "r1", "message_id": 7}
+    assert RunStarted(run_id="r1").to_dict() == {"role": "system", "run_id": "r1"}
+    finished = RunFinished(run_id="r1", status="failed", error="openai: boom (HTTP 500)")
+    assert finished.to_dict() == {
+        "role": "system",
+        "run_id": "r1",
+        "status": "failed",
+        "error": "openai: boom (HTTP 500)",
+    }
+    assert RunFinished(run_id="r1").to_dict() == {
+        "role": "system",
+        "run_id": "r1",
+        "status": "completed",
+    }
+    for event in (started, RunStarted(run_id="x"), finished, RunFinished(run_id="y")):
+        assert event_from_dict(event.type, event.to_dict()) == event
+    assert to_sse(RunStarted(run_id="r"), id="1-0").startswith("event: run_started\n")
+
+
+def test_without_events_url_publishing_does_nothing():
+    with override_settings(LLMCHAT={}):
+        assert not streams.enabled()
+        assert streams.publish(1, TextDelta("hi")) is None
+        with pytest.raises(ImproperlyConfigured, match=r"LLMCHAT\['EVENTS_URL'\]"):
+            next(streams.follow(1))
+
+
+def test_a_clear_error_when_redis_is_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.setattr(streams, "_clients", {})
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:6379/0"}):
+        with pytest.raises(ImproperlyConfigured) as info:
+            streams.publish(1, TextDelta("hi"))
+    assert "LLMCHAT['EVENTS_URL']" in str(info.value)
+    assert "django-llmchat[redis]" in str(info.value)
+
+
+@pytest.fixture
+def redis_events():
+    url = require_service("REDIS_URL")
+    prefix = f"llmchat-test-{uuid.uuid4().hex[:8]}"
+    value = {"EVENTS_URL": url, "EVENTS_KEY_PREFIX": prefix, "EVENTS_MAXLEN": 100}
+    with override_settings(LLMCHAT=value):
+        yield value
+        client = streams.client()
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+
+
+def publish_run(chat_id, run_id, *texts, status="completed"):
+    ids = [streams.publish(chat_id, RunStarted(run_id=run_id))]
+    ids += [streams.publish(chat_id, TextDelta(t)) for t in texts]
+    ids.append(streams.publish(chat_id, RunFinished(run_id=run_id, status=status)))
+    return ids
+
+
+@pytest.mark.redis
+def test_publish_follow_and_resume(redis_events):
+    assert streams.last_id(1) == "0-0"
+    ids = publish_run(1, "a", "Hel", "lo")
+    assert streams.last_id(1) == ids[-1]
+    got = list(streams.follow(1, "0", block_ms=50, timeout=2))
+    assert [i for i, _ in got] == ids
+    assert [e for _, e in got] == [
+        RunStarted(run_id="a"),
+        TextDelta("Hel"),
+        TextDelta("lo"),
+        RunFinished(run_id="a", status="completed"),
+    ]
+    # Last-Event-ID: resume after the second event
+    assert list(streams.follow(1, ids[1], block_ms=50, timeout=2)) == got[2:]
+    client = streams.client()
+    key = streams.stream_key(1)
+    assert key == f"{redis_events['EVENTS_KEY_PREFIX']}:chat:1:events"
+    assert 0 < client.ttl(key) <= 24 * 3600
+    entry = client.xrange(key, ids[0], ids[0])[0][1]
+    assert entry["type"] == "run_started" and abs(float(entry["ts"]) - time.time()) < 60
+
+
+@pytest.mark.redis
+def test_follow_without_an_id_starts_at_the_run_in_progress(redis_events):
+    publish_run(2, "old", "old text")
+    streams.publish(2, RunStarted(run_id="new"))
+    streams.publish(2, TextDelta("partial"))
+    # a retry ends an attempt, not the run
+    streams.publish(2, RunFinished(run_id="new", status="retrying", error="busy"))
+    streams.publish(2, RunStarted(run_id="new-2"))
+    box = []
+    follower = threading.Thread(
+        target=lambda: box.extend(streams.follow(2, block_ms=50, timeout=5))
+    )
+    follower.start()
+    time.sleep(0.2)
+    streams.publish(2, Interrupt(reason="cancelled"))
+    streams.publish(2, RunFinished(run_id="new-2", status="interrupted"))
+    streams.publish(2, TextDelta("after the end"))
+    follower.join(5)
+    assert [e for _, e in box] == [
+        RunStarted(run_id="new"),
+        TextDelta("partial"),
+        RunFinished(run_id="new", status="retrying", error="busy"),
+        RunStarted(run_id="new-2"),
+        Interrupt(reason="cancelled"),
+        RunFinished(run_id="new-2", status="interrupted"),
+    ]
+
+
+@pytest.mark.redis
+def test_after_a_finished_run_a_follower_waits_for_the_next(redis_events):
+    publish_run(3, "done", "x")
+    assert list(streams.follow(3, block_ms=20, timeout=0.3)) == []
+    beats = list(streams.follow(3, block_ms=20, timeout=0.2, heartbeat=True))
+    assert beats and set(beats) == {(None, None)}
+    assert list(streams.follow(3, "$", block_ms=20, timeout=0.2)) == []
+
+
+@pytest.mark.redis
+def test_streams_are_capped(redis_events):
+    for i in range(400):
+        streams.publish(4, TextDelta(str(i)))
+    length = streams.client().xlen(streams.stream_key(4))
+    assert 100 <= length < 400
+
+
+@pytest.mark.redis
+def test_afollow(redis_events):
+    ids = publish_run(5, "a", "one", "two")
+
+    async def collect(after):
+        return [item async for item in streams.afollow(5, after, block_ms=50, timeout=2)]
+
+    everything = asyncio.run(collect("0"))
+    assert [i for i, _ in everything] == ids
+    assert asyncio.run(collect(ids[1])) == everything[2:]
+    assert asyncio.run(collect(None)) == []  # the only run has finished
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
+    from django_llmchat.models import Chat
+
+    fake_llm.configure(
+        "openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER="inline", **redis_events
+    )
+    fake_llm.script("Hi there")
+    chat = Chat.objects.create()
+    prompt = chat.ask_later("Hello")
+    events = [e for _, e in streams.follow(chat.pk, "0", block_ms=50, timeout=2)]
+    assert isinstance(events[0], RunStarted) and events[0].message_id == prompt.pk
+    assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "Hi there"
+    assert events[-1] == RunFinished(run_id=events[0].run_id, status="completed")
