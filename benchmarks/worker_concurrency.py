@@ -242,6 +242,10 @@ def main() -> None:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)
+        broker_client = client.from_url(broker)
+        keys = list(broker_client.scan_iter(match=f"*{queue}*", count=1000))
+        if keys:
+            broker_client.delete(*keys)
 
     ms = [d * 1000 for d in delays]
     print(f"worker: threads pool, concurrency {args.concurrency}, {args.chats} chats")

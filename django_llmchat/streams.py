@@ -1,13 +1,13 @@
 """Live events across processes: one Redis Stream per chat.
 
 The task that runs a chat publishes every event of the run (``RunStarted`` first,
-``RunFinished`` last) with :func:`publish`; any process follows them with :func:`follow`
-(or :func:`afollow` in ASGI views) and resumes after the last id it saw, which is what
-an SSE client sends back as ``Last-Event-ID``.
+``RunFinished`` last) with :func:`publish_later` (or :func:`publish`); any process follows
+them with :func:`follow` (or :func:`afollow` in ASGI views) and resumes after the last id
+it saw, which is what an SSE client sends back as ``Last-Event-ID``.
 
 Streams live under ``<EVENTS_KEY_PREFIX>:chat:<id>:events``, are capped near
 ``LLMCHAT["EVENTS_MAXLEN"]`` entries and expire ``LLMCHAT["EVENTS_TTL"]`` seconds after
-their last event. Without ``LLMCHAT["EVENTS_URL"]``, :func:`publish` does nothing.
+their last event. Without ``LLMCHAT["EVENTS_URL"]``, publishing does nothing.
 
 Each entry has three fields: ``type`` (the SSE event name), ``data`` (the ``to_dict()``
 JSON) and ``ts`` (the publisher's clock, seconds since the epoch).
@@ -34,6 +34,7 @@ logger = logging.getLogger("django_llmchat.streams")
 __all__ = [
     "afollow",
     "client",
+    "decode",
     "enabled",
     "flush",
     "follow",

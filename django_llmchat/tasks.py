@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from celery import Task, shared_task
@@ -34,11 +34,13 @@ from django.db import DatabaseError, close_old_connections, connections
 from django.db.models import Case, IntegerField, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from . import streams
 from .conf import settings
 from .errors import ProviderError
 from .events import Interrupt, RunFinished, RunStarted, StreamEvent
+from .prepared import PreparedQuery
 
 logger = logging.getLogger("django_llmchat.tasks")
 
@@ -102,10 +104,9 @@ class _Row:
     mark: bool | None  # ask_later's mark: True waiting, False taken, None never queued
 
 
-def _skeleton(chat_id: int) -> list[_Row]:
-    """Every message of the chat in order, without its content (one light query)."""
+def _skeleton_query(chat_id: int):
     _, Message, _ = _models()
-    rows = (
+    return (
         Message.objects.filter(chat_id=chat_id)
         .annotate(
             _mark=Case(
@@ -118,7 +119,26 @@ def _skeleton(chat_id: int) -> list[_Row]:
         .order_by("created_at", "id")
         .values_list("id", "role", "created_at", "_mark")
     )
-    return [_Row(pk, role, at, None if mark is None else bool(mark)) for pk, role, at, mark in rows]
+
+
+_SKELETON = PreparedQuery(_skeleton_query)
+
+
+def _aware(value: Any) -> Any:
+    """A ``created_at`` read without Django's converters (SQLite gives naive UTC, or text)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if django_settings.USE_TZ and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def _skeleton(chat_id: int) -> list[_Row]:
+    """Every message of the chat in order, without its content (one light query)."""
+    return [
+        _Row(pk, role, _aware(at), None if mark is None else bool(mark))
+        for pk, role, at, mark in _SKELETON.rows(chat_id)
+    ]
 
 
 def _answered(rows: list[_Row], index: int) -> bool:

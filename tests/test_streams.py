@@ -156,13 +156,13 @@ def test_streams_are_capped(redis_events):
 def test_afollow(redis_events):
     ids = publish_run(5, "a", "one", "two")
 
-    async def collect(after):
-        return [item async for item in streams.afollow(5, after, block_ms=50, timeout=2)]
+    async def collect(after, timeout=2.0):
+        return [item async for item in streams.afollow(5, after, block_ms=50, timeout=timeout)]
 
     everything = asyncio.run(collect("0"))
     assert [i for i, _ in everything] == ids
     assert asyncio.run(collect(ids[1])) == everything[2:]
-    assert asyncio.run(collect(None)) == []  # the only run has finished
+    assert asyncio.run(collect(None, timeout=0.3)) == []  # the only run has finished
 
 
 @pytest.mark.redis

@@ -290,3 +290,19 @@ def test_a_second_task_finds_the_chat_busy(inline):
     with ChatLock(chat.pk, namespace=Chat._meta.db_table):
         assert run_chat(chat.pk, prompt.pk, wait=0.1) == "busy"
     assert not inline.requests
+
+
+def test_events_url_without_redis_fails_the_run_with_a_clear_error(inline, monkeypatch):
+    import sys
+
+    from django_llmchat import streams
+
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.setattr(streams, "_clients", {})
+    with override_settings(LLMCHAT={**inline_settings(), "EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        chat = Chat.objects.create()
+        chat.ask_later("Hello?")
+    chat.refresh_from_db()
+    assert chat.status == "failed"
+    assert "LLMCHAT['EVENTS_URL']" in chat.error
+    assert not inline.requests

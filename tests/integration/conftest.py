@@ -208,7 +208,10 @@ def _cleanup_redis(found: Services) -> None:
     if keys:
         events.delete(*keys)
     broker = redis.Redis.from_url(found.broker_url)
-    broker.delete(*[w.queue for w in found.workers] or [found.queue])
+    # this session's queues (all named after found.queue) and kombu's bindings of them
+    keys = list(broker.scan_iter(match=f"*{found.queue}*", count=1000))
+    if keys:
+        broker.delete(*keys)
 
 
 @pytest.fixture(scope="session")
