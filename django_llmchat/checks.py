@@ -19,6 +19,8 @@ NUMBERS = {
     "MAX_CONTENT_LENGTH": (int, 1),
     "MAX_ATTACHMENTS": (int, 0),
     "MAX_ATTACHMENT_SIZE": (int, 1),
+    "TASK_MAX_RETRIES": (int, 0),
+    "TASK_RETRY_MAX_WAIT": ((int, float), 0),
 }
 PROVIDER_KEYS = {"api_key", "base_url", "timeout", "max_retries", "api", "class", "options"}
 
@@ -159,6 +161,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 "LLMCHAT['EVENTS_URL'] must be a Redis URL (redis://, rediss:// or unix://).",
                 hint="Set LLMCHAT['EVENTS_URL'] = 'redis://127.0.0.1:6379/0', or None.",
                 id="llmchat.E009",
+            )
+        )
+    eager = merged["TASKS_EAGER_WITHOUT_BROKER"]
+    if eager not in (True, False, "inline"):
+        errors.append(
+            Error(
+                f"LLMCHAT['TASKS_EAGER_WITHOUT_BROKER'] is {eager!r}.",
+                hint="Use True (a background thread), 'inline' or False.",
+                id="llmchat.E011",
+            )
+        )
+    prefix = merged["EVENTS_KEY_PREFIX"]
+    if not isinstance(prefix, str) or not prefix:
+        errors.append(
+            Error(
+                "LLMCHAT['EVENTS_KEY_PREFIX'] must be a non-empty string.",
+                hint="It prefixes the Redis keys of the event streams, e.g. 'llmchat'.",
+                id="llmchat.E012",
             )
         )
     for key in ("ALLOWED_ATTACHMENT_TYPES", "TOOL_MODULES"):

@@ -36,6 +36,7 @@ from .events import (
 )
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
 from .models import Chat, Message, ToolCall, Usage
+from .prepared import PreparedQuery
 from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
@@ -53,9 +54,18 @@ logger = logging.getLogger("django_llmchat.runner")
 
 CANCEL_POLL_SECONDS = 0.25
 
+# polled several times a second by every running stream: compiled once
+_CANCEL_REQUESTED = PreparedQuery(
+    lambda chat_id: Chat.objects.filter(pk=chat_id).values_list(
+        "cancel_requested", "interrupt_reason"
+    )
+)
+
 
 class _Cancelled(Exception):
-    pass
+    def __init__(self, reason: str | None):
+        self.reason = reason
+        super().__init__(reason)
 
 
 @dataclass
@@ -177,14 +187,16 @@ class Runner:
         return {"status": "running", "error": "", "updated_at": Now()}
 
     # -- cancellation ---------------------------------------------------------------------
-    def _cancel_requested(self, force: bool = False) -> bool:
+    def _check_interrupt(self, force: bool = False) -> None:
+        """Raise :class:`_Cancelled` when ``chat.interrupt()``/``cancel()`` was called (from
+        any process); polls the database at most every ``CANCEL_POLL_SECONDS``."""
         now = time.monotonic()
         if not force and now - self._last_cancel_poll < CANCEL_POLL_SECONDS:
-            return False
+            return
         self._last_cancel_poll = now
-        return bool(
-            Chat.objects.filter(pk=self.chat.pk).values_list("cancel_requested", flat=True).first()
-        )
+        rows = _CANCEL_REQUESTED.rows(self.chat.pk)
+        if rows and rows[0][0]:
+            raise _Cancelled(rows[0][1] or None)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, stream: bool = True, pre_events: list[StreamEvent] | None = None):
@@ -223,8 +235,8 @@ class Runner:
                         final_status = "interrupted"
                         return
                     pending = []
-                if steps and self._cancel_requested(force=True):
-                    raise _Cancelled()
+                if steps:
+                    self._check_interrupt(force=True)
                 if steps >= self.max_steps:
                     event = Interrupt(reason="max_steps")
                     self.result.interrupt = event
@@ -252,8 +264,8 @@ class Runner:
                 if not calls:
                     return
                 pending = calls
-        except _Cancelled:
-            event = Interrupt(reason="cancelled")
+        except _Cancelled as exc:
+            event = Interrupt(reason=exc.reason)
             self.result.interrupt = event
             yield event
             final_status = "interrupted"
@@ -305,8 +317,7 @@ class Runner:
                     for event in events:
                         if first_token is None:
                             first_token = time.monotonic()
-                        if self._cancel_requested():
-                            raise _Cancelled()
+                        self._check_interrupt()
                         if isinstance(event, TextDone) and self.guardrails:
                             continue  # re-emitted after the after-guardrails
                         yield event

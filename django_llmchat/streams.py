@@ -45,6 +45,14 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_MS = 5000
+# Blocking reads wait up to block_ms on the socket: its timeout must be longer (redis-py 8
+# defaults to 5 s, which equals the default block).
+SOCKET_TIMEOUT = 60.0
+CLIENT_OPTIONS = {
+    "decode_responses": True,
+    "socket_timeout": SOCKET_TIMEOUT,
+    "socket_connect_timeout": 5.0,
+}
 _SCAN_PAGE = 500
 _READ_COUNT = 200
 
@@ -92,7 +100,7 @@ def client():
     with _clients_mutex:
         found = _clients.get(url)
         if found is None:
-            found = _clients[url] = _redis().Redis.from_url(url, decode_responses=True)
+            found = _clients[url] = _redis().Redis.from_url(url, **CLIENT_OPTIONS)
         return found
 
 
@@ -212,9 +220,7 @@ class _Outbox:
             with _clients_mutex:
                 redis_client = _clients.get(url)
                 if redis_client is None:
-                    redis_client = _clients[url] = _redis().Redis.from_url(
-                        url, decode_responses=True
-                    )
+                    redis_client = _clients[url] = _redis().Redis.from_url(url, **CLIENT_OPTIONS)
             pipe = redis_client.pipeline(transaction=False)
             for key, fields, maxlen, ttl in items:
                 _add(pipe, key, fields, maxlen, ttl)
@@ -290,6 +296,10 @@ def _start(redis_client, key: str, after: str | None) -> str:
 def _check_block(block_ms: int) -> int:
     if block_ms < 1:
         raise ValueError("block_ms must be at least 1 (Redis reads 0 as 'block forever')")
+    if block_ms >= SOCKET_TIMEOUT * 1000:
+        raise ValueError(
+            f"block_ms must be below {int(SOCKET_TIMEOUT * 1000)} (the socket timeout)"
+        )
     return int(block_ms)
 
 
@@ -351,7 +361,7 @@ async def afollow(
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
     block_ms = _check_block(block_ms)
     url = _url()
-    redis_client = _redis().asyncio.Redis.from_url(url, decode_responses=True)
+    redis_client = _redis().asyncio.Redis.from_url(url, **CLIENT_OPTIONS)
     key = stream_key(chat_id)
     try:
         if last_id is None:

@@ -293,7 +293,7 @@ def _run_turn(chat_id: int, turn: _Turn, attempt: int, publish: _Publisher) -> s
         Chat.objects.filter(pk=chat_id).update(
             status="interrupted", error="", cancel_requested=False, updated_at=Now()
         )
-        publish(Interrupt(reason="cancelled"))
+        publish(Interrupt(reason=chat.interrupt_reason or None))
         publish(RunFinished(run_id=run_id, status="interrupted"))
         _close_turn(chat_id, turn)
         return "interrupted"

@@ -110,6 +110,9 @@ class AbstractChat(models.Model):
     tools = models.JSONField(default=list, blank=True)
     context = models.JSONField(default=dict, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    interrupt_reason = models.CharField(
+        max_length=255, blank=True, help_text="The reason given with the last interrupt request."
+    )
     status = models.CharField(max_length=16, default="idle", blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -350,13 +353,22 @@ class AbstractChat(models.Model):
 
         return stream_in_thread(lambda: self.stream(prompt, attachments, context=context))
 
-    def cancel(self) -> bool:
+    def interrupt(self, reason: str | None = None) -> bool:
         """Ask the running loop (in any process) to stop between chunks or steps; it ends
-        with ``Interrupt(reason="cancelled")``. Returns whether a run was running."""
+        with ``Interrupt(reason=reason)``, the transcript valid, and ``complete()`` resumes
+        it. Returns whether a run was running."""
+        if reason is not None and not isinstance(reason, str):
+            raise ArgumentError(f"reason must be a string or None, got {type(reason).__name__}")
         updated = (
-            type(self).objects.filter(pk=self.pk, status="running").update(cancel_requested=True)
+            type(self)
+            .objects.filter(pk=self.pk, status="running")
+            .update(cancel_requested=True, interrupt_reason=(reason or "")[:255])
         )
         return bool(updated)
+
+    def cancel(self) -> bool:
+        """``interrupt("cancelled")``: the run ends with ``Interrupt(reason="cancelled")``."""
+        return self.interrupt("cancelled")
 
     def _decide(self, call_id: str, approval: str, resume: bool):
         from .tool_call import ToolCall

@@ -402,3 +402,19 @@ def test_results_move_up_to_their_calls_in_requests():
         ("tool", "r2"),
         ("user", "new question"),
     ]
+
+
+def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
+    from django_llmchat.testing import Fault
+
+    fake_llm.script(Fault(chunk_delay=0.02, reply=Reply("word " * 200, chunk_size=5)))
+    seen = []
+    for event in chat.stream("talk"):
+        seen.append(event)
+        if isinstance(event, TextDelta) and len(seen) == 1:
+            assert Chat.objects.get(pk=chat.pk).interrupt("the user changed topic")
+    assert seen[-1] == Interrupt(reason="the user changed topic")
+    assert [m.role for m in chat.transcript()] == ["user"]
+    assert not Chat.objects.get(pk=chat.pk).interrupt("nothing is running")
+    fake_llm.script(Reply("resumed"))
+    assert chat.complete().content == "resumed"
