@@ -74,24 +74,21 @@ class SSEDecoder:
         """The common case, decoded without the line machinery: a chunk holding exactly
         one event, ``data: ...`` or ``event: ...`` + ``data: ...``, ended by a blank line
         (LF or CRLF). ``None`` for anything else."""
-        if text[-2:] == "\n\n":
-            if "\r" in text:
-                return None
-            body = text[:-2]
-        elif text[-4:] == "\r\n\r\n":
-            body = text[:-4]
-            if body.count("\r") != body.count("\r\n"):
-                return None
-            body = body.replace("\r\n", "\n")
-        else:
+        if text[-2:] != "\n\n":
             return None
+        crlf = text[-4:] == "\r\n\r\n"
+        body = text[:-4] if crlf else text[:-2]
         name = None
         if body[:6] == "event:":
-            head, sep, body = body.partition("\n")
-            if not sep:
+            end = body.find("\n")
+            if end < 0:
+                return None
+            head = body[: end - 1] if crlf else body[:end]
+            if "\r" in head or (crlf and body[end - 1] != "\r"):
                 return None
             name = head[7:] if head[6:7] == " " else head[6:]
-        if body[:5] != "data:" or "\n" in body:
+            body = body[end + 1 :]
+        if body[:5] != "data:" or "\n" in body or "\r" in body:
             return None
         return [(name, body[6:] if body[5:6] == " " else body[5:])]
 

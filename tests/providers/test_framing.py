@@ -46,3 +46,19 @@ def test_event_split_across_chunks():
     decoder = SSEDecoder()
     assert decoder.feed(b"event: a\nda") == []
     assert decoder.feed(b"ta: 1\n\ndata: 2\n\n") == [("a", "1"), (None, "2")]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "event: a\r\ndata: 1\r\n\r\n",
+        "event: a\ndata: 1\r\n\r\n",  # mixed endings
+        "event: a\r\ndata: 1\n\n",
+        "data: 1\r\n\n",
+        "data: 1\r\r\n\n",
+        "event: a\n\n",
+        "event: a\ndata: 1\ndata: 2\n\n",
+    ],
+)
+def test_fast_path_mixed_line_endings(text):
+    assert SSEDecoder().feed(text.encode()) == general([text])
