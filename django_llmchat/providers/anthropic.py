@@ -483,6 +483,7 @@ class AnthropicStreamParser(StreamParser):
         self.server_calls: dict[str, dict[str, Any]] = {}
         self.text_length = 0
         self.structured = False
+        self.handlers = {kind: getattr(self, f"on_{kind}") for kind in self.handled}
 
     def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
         if event == "ping":
@@ -493,9 +494,10 @@ class AnthropicStreamParser(StreamParser):
         kind = payload.get("type") or event
         if event == "error" or kind == "error":
             raise self.provider.error_from_payload(payload)
-        if kind not in self.handled:  # ping and unknown future events
+        handler = self.handlers.get(kind)
+        if handler is None:  # ping and unknown future events
             return ()
-        return getattr(self, f"on_{kind}")(payload)
+        return handler(payload)
 
     def text(self, piece: str) -> TextDelta:
         self.text_length += len(piece)
@@ -566,8 +568,12 @@ class AnthropicStreamParser(StreamParser):
 
     def on_content_block_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
         index = payload.get("index", 0)
-        block = self.blocks.setdefault(index, {})
-        state = self.state.setdefault(index, {"json": [], "emitted": False, "offset": 0})
+        block = self.blocks.get(index)
+        if block is None:
+            block = self.blocks[index] = {}
+        state = self.state.get(index)
+        if state is None:
+            state = self.state[index] = {"json": [], "emitted": False, "offset": 0}
         delta = payload.get("delta") or {}
         kind = delta.get("type")
         if kind == "text_delta":

@@ -74,9 +74,9 @@ class SSEDecoder:
         """The common case, decoded without the line machinery: a chunk holding exactly
         one event, ``data: ...`` or ``event: ...`` + ``data: ...``, ended by a blank line
         (LF or CRLF). ``None`` for anything else."""
-        if text[-2:] != "\n\n":
-            return None
         crlf = text[-4:] == "\r\n\r\n"
+        if not crlf and text[-2:] != "\n\n":
+            return None
         body = text[:-4] if crlf else text[:-2]
         name = None
         if body[:6] == "event:":

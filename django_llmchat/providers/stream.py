@@ -88,81 +88,70 @@ class ProviderStream:
         self.response = parser.finish()
 
     # -- sync ----------------------------------------------------------------------------
-    def _attempt(self, url: str, body: bytes) -> Iterator[StreamEvent]:
+    def __iter__(self) -> Iterator[StreamEvent]:
+        # One generator for the attempts and the reading: a frame per event costs less.
         provider = self.provider
         client = provider.client
-        parser = provider.new_stream_parser(self.request)
-        add = parser.builder.add
-        try:
-            http = client.send(
-                client.build_request("POST", url, content=body, headers=provider.headers()),
-                stream=True,
-            )
-        except httpx.HTTPError as exc:
-            raise provider._transport_error(exc) from None
-        try:
-            if http.status_code >= 400:
-                try:
-                    http.read()
-                except httpx.HTTPError:
-                    pass
-                raise provider.error_from_response(http)
-            decoder = self._decoder()
-            feed_frames = decoder.feed
-            feed = parser.feed
-            data = ""
-            try:
-                for chunk in http.iter_bytes():
-                    for name, data in feed_frames(chunk):
-                        for event in feed(name, data):
-                            add(event)
-                            yield event
-                        if parser.done:
-                            break
-                    if parser.done:
-                        break
-                else:
-                    for name, data in decoder.flush():
-                        for event in feed(name, data):
-                            add(event)
-                            yield event
-                        if parser.done:
-                            break
-            except httpx.HTTPError as exc:
-                raise provider._midstream_error(exc) from None
-            except json.JSONDecodeError as exc:
-                raise self._bad_json(exc, data) from None
-            yield from self._ending(parser)
-        finally:
-            http.close()
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        provider = self.provider
         url, body = self._prepare()
         attempt = 0
+        delivered = False
         while True:
-            events = self._attempt(url, body)
             try:
-                first = next(events)
-            except StopIteration:
+                parser = provider.new_stream_parser(self.request)
+                add = parser.builder.add
+                try:
+                    http = client.send(
+                        client.build_request("POST", url, content=body, headers=provider.headers()),
+                        stream=True,
+                    )
+                except httpx.HTTPError as exc:
+                    raise provider._transport_error(exc) from None
+                try:
+                    if http.status_code >= 400:
+                        try:
+                            http.read()
+                        except httpx.HTTPError:
+                            pass
+                        raise provider.error_from_response(http)
+                    decoder = self._decoder()
+                    feed_frames = decoder.feed
+                    feed = parser.feed
+                    data = ""
+                    try:
+                        for chunk in http.iter_bytes():
+                            for name, data in feed_frames(chunk):
+                                for event in feed(name, data):
+                                    add(event)
+                                    delivered = True
+                                    yield event
+                                if parser.done:
+                                    break
+                            if parser.done:
+                                break
+                        else:
+                            for name, data in decoder.flush():
+                                for event in feed(name, data):
+                                    add(event)
+                                    delivered = True
+                                    yield event
+                                if parser.done:
+                                    break
+                    except httpx.HTTPError as exc:
+                        raise provider._midstream_error(exc) from None
+                    except json.JSONDecodeError as exc:
+                        raise self._bad_json(exc, data) from None
+                    for event in self._ending(parser):
+                        delivered = True
+                        yield event
+                finally:
+                    http.close()
                 return
             except ProviderError as err:
-                events.close()
                 failure = provider._finish_error(err)
-                delay = provider.retry_delay(failure, attempt)
+                # after an event was delivered a failure propagates, never a retry
+                delay = None if delivered else provider.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            else:
-                # delivered: from here on a failure propagates, never a retry
-                try:
-                    yield first
-                    yield from events
-                except ProviderError as err:
-                    provider._finish_error(err)
-                    raise
-                finally:
-                    events.close()
-                return
             provider._before_retry(failure, delay, attempt, self.on_retry)
             provider.sleep(delay)
             attempt += 1

@@ -62,3 +62,16 @@ def test_event_split_across_chunks():
 )
 def test_fast_path_mixed_line_endings(text):
     assert SSEDecoder().feed(text.encode()) == general([text])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('data: {"a":1}\r\n\r\n', [(None, '{"a":1}')]),
+        ("event: e\r\ndata: 1\r\n\r\n", [("e", "1")]),
+        ("event: e\ndata: 1\n\n", [("e", "1")]),
+        ("data: x\n\n", [(None, "x")]),
+    ],
+)
+def test_fast_path_is_taken_for_single_events(text, expected):
+    assert SSEDecoder._one_event(text) == expected
