@@ -294,20 +294,24 @@ class Runner:
     def _call(self, request: ProviderRequest, *, stream: bool):
         chat, provider = self.chat, self.provider
         failed: list[Usage] = []
-        started = time.monotonic()
-        first_token: float | None = None
+        clock = {"started": time.monotonic(), "first_token": None}
 
-        def on_retry(error: ProviderError, attempt: int) -> None:
-            failed.append(
-                usage_row(
-                    chat,
-                    provider=chat.provider,
-                    model_id=chat.model_id,
-                    status=Usage.FAILED,
-                    started=started,
-                    error=str(error),
-                )
+        def attempt(status: str, *, tokens=None, error: str = "") -> Usage:
+            """The Usage row of the attempt that just ended, its cost frozen now."""
+            return usage_row(
+                chat,
+                provider=chat.provider,
+                model_id=chat.model_id,
+                status=status,
+                tokens=tokens,
+                started=clock["started"],
+                first_token=clock["first_token"],
+                error=error,
             )
+
+        def on_retry(error: ProviderError, number: int) -> None:
+            failed.append(attempt(Usage.FAILED, error=str(error)))
+            clock["started"], clock["first_token"] = time.monotonic(), None
 
         try:
             if stream:
@@ -315,8 +319,8 @@ class Runner:
                 events = iter(provider_stream)
                 try:
                     for event in events:
-                        if first_token is None:
-                            first_token = time.monotonic()
+                        if clock["first_token"] is None:
+                            clock["first_token"] = time.monotonic()
                         self._check_interrupt()
                         if isinstance(event, TextDone) and self.guardrails:
                             continue  # re-emitted after the after-guardrails
@@ -328,65 +332,27 @@ class Runner:
                 response = provider_stream.response
             else:
                 response = _complete(provider, request, on_retry)
-                first_token = time.monotonic()
+                clock["first_token"] = time.monotonic()
         except _Cancelled:
-            failed.append(
-                usage_row(
-                    chat,
-                    provider=chat.provider,
-                    model_id=chat.model_id,
-                    status=Usage.CANCELLED,
-                    started=started,
-                    first_token=first_token,
-                )
-            )
-            record_failed_attempts(failed)
+            record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
             raise
         except (ProviderError, IncompleteStreamError) as exc:
-            failed.append(
-                usage_row(
-                    chat,
-                    provider=chat.provider,
-                    model_id=chat.model_id,
-                    status=Usage.FAILED,
-                    started=started,
-                    first_token=first_token,
-                    error=str(exc),
-                )
-            )
-            record_failed_attempts(failed)
+            record_failed_attempts([*failed, attempt(Usage.FAILED, error=str(exc))])
             raise
         content = response.content
         if chat.schema is not None and content and not response.tool_calls:
             try:
                 json.loads(content)
             except ValueError as exc:
-                failed.append(
-                    usage_row(
-                        chat,
-                        provider=chat.provider,
-                        model_id=chat.model_id,
-                        status=Usage.FAILED,
-                        tokens=response.tokens,
-                        started=started,
-                        first_token=first_token,
-                        error="invalid JSON for the schema",
-                    )
+                bad = attempt(
+                    Usage.FAILED, tokens=response.tokens, error="invalid JSON for the schema"
                 )
-                record_failed_attempts(failed)
+                record_failed_attempts([*failed, bad])
                 raise StructuredOutputError(
                     f"{chat.provider} returned content that is not valid JSON for the "
                     f"chat's schema: {exc}"
                 ) from exc
-        succeeded = usage_row(
-            chat,
-            provider=chat.provider,
-            model_id=chat.model_id,
-            status=Usage.SUCCEEDED,
-            tokens=response.tokens,
-            started=started,
-            first_token=first_token,
-        )
+        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens)
         # after-guardrails
         modified: list[StreamEvent] = []
         for g in self.guardrails:
