@@ -37,7 +37,7 @@ from .events import (
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
 from .models import Chat, Message, ToolCall, Usage
 from .prepared import PreparedQuery
-from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
+from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
@@ -315,7 +315,7 @@ class Runner:
 
         try:
             if stream:
-                provider_stream = _open_stream(provider, request, on_retry)
+                provider_stream = provider.stream(request, on_retry=on_retry)
                 events = iter(provider_stream)
                 try:
                     for event in events:
@@ -331,7 +331,7 @@ class Runner:
                         close()
                 response = provider_stream.response
             else:
-                response = _complete(provider, request, on_retry)
+                response = provider.complete(request, on_retry=on_retry)
                 clock["first_token"] = time.monotonic()
         except _Cancelled:
             record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
@@ -537,19 +537,3 @@ def _in_thread(func, *args):
         return func(*args)
     finally:
         connections.close_all()  # this thread's connections
-
-
-def _open_stream(provider, request, on_retry):
-    try:
-        return provider.stream(request, on_retry=on_retry)
-    except TypeError:
-        return provider.stream(request)
-
-
-def _complete(provider, request, on_retry) -> ProviderResponse:
-    try:
-        return provider.complete(request, on_retry=on_retry)
-    except TypeError as exc:
-        if "on_retry" not in str(exc):
-            raise
-        return provider.complete(request)
