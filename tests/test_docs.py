@@ -1,4 +1,6 @@
-"""Every ```python block in the docs runs (blocks of one page share a namespace)."""
+"""Every ```python block in the docs runs: the examples of a page in one namespace, and
+each settings example (first line ``# settings.py``) on its own, its ``LLMCHAT`` then
+passing the system checks. The JavaScript of docs/rest.md runs in the browser test."""
 
 import re
 import sys
@@ -9,8 +11,7 @@ import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-# Blocks that configure a project rather than run (settings files) are marked by their
-# first line.
+# Settings examples are marked by their first line and checked apart (below).
 SKIP_MARKERS = ("# settings.py",)
 
 
@@ -33,3 +34,38 @@ def test_docs_examples_run(path, blocks):
             exec(compile(code, str(path), "exec"), module.__dict__)
     finally:
         sys.modules.pop(name, None)
+
+
+SETTINGS_MARKER = "# settings.py"
+
+
+def settings_blocks():
+    for path in sorted(DOCS.rglob("*.md")):
+        for number, block in enumerate(BLOCK.findall(path.read_text())):
+            if block.startswith(SETTINGS_MARKER):
+                yield pytest.param(path, block, id=f"{path.relative_to(DOCS)}#{number}")
+
+
+@pytest.mark.parametrize("path, block", list(settings_blocks()))
+def test_docs_settings_examples_pass_the_system_checks(path, block, monkeypatch):
+    """The settings examples run (with dummy keys in the environment) and their ``LLMCHAT``
+    passes every system check of the app."""
+    import os
+
+    from django.test import override_settings
+
+    from django_llmchat.checks import check_settings
+
+    class Environment(dict):
+        """The process environment, with a dummy value for any key the example reads."""
+
+        def __missing__(self, key):
+            return "dummy-key"
+
+    monkeypatch.setattr(os, "environ", Environment(os.environ))
+    namespace: dict = {"os": os, "__name__": "docs_settings"}
+    exec(compile(block, str(path), "exec"), namespace)
+    if "LLMCHAT" in namespace:
+        with override_settings(LLMCHAT=namespace["LLMCHAT"]):
+            problems = check_settings()
+        assert problems == [], [f"{p.id}: {p.msg}" for p in problems]

@@ -262,3 +262,31 @@ def test_deny_and_stop(page):
     assert "user" in last.get_attribute("class")
     assert last.inner_text().endswith("Write me a long answer about nothing in particular")
     assert page.get_by_role("button", name="Send").is_enabled()
+
+
+def _docs_javascript(page_name: str) -> list[str]:
+    import re
+
+    text = (ROOT / "docs" / page_name).read_text()
+    return re.findall(r"^```javascript\n(.*?)^```", text, re.S | re.M)
+
+
+def test_the_rest_docs_javascript_streams_a_reply(page):
+    """The ``ask()`` function of docs/rest.md, run as written in the logged-in page."""
+    ask_function = _docs_javascript("rest.md")[0]
+    assert ask_function.startswith("async function ask(")
+    log_in(page)
+    start_chat(page)
+    chat_id = page.url.rsplit("chat=", 1)[1]
+    result = page.evaluate(
+        "async ([source, chatId]) => {"
+        "  const ask = new Function(source + '; return ask;')();"
+        "  const pieces = [];"
+        "  const status = await ask(chatId, 'Tell me about streams', (t) => pieces.push(t));"
+        "  return {status, pieces};"
+        "}",
+        [ask_function, chat_id],
+    )
+    assert result["status"] == "completed"
+    assert len(result["pieces"]) > 2  # the reply arrived in pieces
+    assert "".join(result["pieces"]).strip()
