@@ -1,6 +1,7 @@
 """Every ```python block in the docs runs: the examples of a page in one namespace, and
 each settings example (first line ``# settings.py``) on its own, its ``LLMCHAT`` then
-passing the system checks. The JavaScript of docs/rest.md runs in the browser test."""
+passing the system checks. The JavaScript of docs/rest.md and docs/events.md runs in
+the browser tests (tests/browser/)."""
 
 import re
 import sys

@@ -73,6 +73,10 @@ def example_server(tmp_path_factory):
         DJANGO_SUPERUSER_PASSWORD="admin",
         DJANGO_SUPERUSER_EMAIL="admin@example.com",
     )
+    if os.environ.get("REDIS_URL"):
+        # live events through Redis, in a database of their own (13)
+        base = os.environ["REDIS_URL"].rsplit("/", 1)[0]
+        env["LLMCHAT_EVENTS_URL"] = f"{base}/13"
     manage = [sys.executable, str(ROOT / "manage.py")]
     for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput"]):
         subprocess.run(manage + command, cwd=ROOT, env=env, check=True, capture_output=True)
@@ -290,3 +294,65 @@ def test_the_rest_docs_javascript_streams_a_reply(page):
     assert result["status"] == "completed"
     assert len(result["pieces"]) > 2  # the reply arrived in pieces
     assert "".join(result["pieces"]).strip()
+
+
+def test_the_rest_docs_eventsource_follows_a_queued_run(page):
+    """The ``EventSource`` example of docs/rest.md, run as written (it needs Redis)."""
+    if not os.environ.get("REDIS_URL"):
+        if IN_CI:
+            pytest.fail("REDIS_URL is not set but CI=true requires it")
+        pytest.skip("REDIS_URL not set: the events endpoint needs Redis")
+    follow = _docs_javascript("rest.md")[1]
+    assert "new EventSource(run.events_url)" in follow
+    log_in(page)
+    start_chat(page)
+    chat_id = page.url.rsplit("chat=", 1)[1]
+    page.evaluate(
+        "async ([source, chatId]) => {"
+        "  const csrfToken = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  window.__docs = {text: '', done: false};"
+        "  const render = (text) => { window.__docs.text = text; };"
+        "  const showError = (message) => { window.__docs.error = message; };"
+        "  const run = new Function('chatId', 'csrfToken', 'render', 'showError',"
+        "    'return (async () => {' + source +"
+        '    \'; source.addEventListener("run_finished", () => { window.__docs.done = true; });'
+        "    })();');"
+        "  await run(chatId, csrfToken, render, showError);"
+        "}",
+        [follow, chat_id],
+    )
+    page.wait_for_function("window.__docs.done", timeout=20_000)
+    docs = page.evaluate("window.__docs")
+    assert not docs.get("error")
+    assert docs["text"].strip()
+
+
+def test_the_events_docs_javascript_receives_text(page):
+    """The ``EventSource`` snippet of docs/events.md, following a chat, then a message."""
+    if not os.environ.get("REDIS_URL"):
+        if IN_CI:
+            pytest.fail("REDIS_URL is not set but CI=true requires it")
+        pytest.skip("REDIS_URL not set: the events endpoint needs Redis")
+    [snippet] = _docs_javascript("events.md")
+    log_in(page)
+    start_chat(page)
+    chat_id = page.url.rsplit("chat=", 1)[1]
+    page.evaluate(
+        "([source, chatId]) => {"
+        "  window.__output = document.createElement('pre');"
+        "  new Function('chatId', 'output', source)(chatId, window.__output);"
+        "}",
+        [snippet, chat_id],
+    )
+    page.wait_for_timeout(500)  # the EventSource connects before the run starts
+    page.evaluate(
+        "async (chatId) => {"
+        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  const r = await fetch(`/api/chats/${chatId}/messages/`, {method: 'POST',"
+        "    headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
+        "    body: JSON.stringify({content: 'Say something'})});"
+        "  if (r.status !== 202) throw new Error('status ' + r.status);"
+        "}",
+        chat_id,
+    )
+    page.wait_for_function("window.__output.textContent.length > 10", timeout=20_000)
