@@ -340,11 +340,13 @@ def test_the_events_docs_javascript_receives_text(page):
     page.evaluate(
         "([source, chatId]) => {"
         "  window.__output = document.createElement('pre');"
-        "  new Function('chatId', 'output', source)(chatId, window.__output);"
+        "  window.__source = new Function('chatId', 'output', source + '; return source;')("
+        "    chatId, window.__output);"
         "}",
         [snippet, chat_id],
     )
-    page.wait_for_timeout(500)  # the EventSource connects before the run starts
+    # the stream is open (the server follows the chat) before the run starts
+    page.wait_for_function("window.__source.readyState === 1")
     page.evaluate(
         "async (chatId) => {"
         "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
