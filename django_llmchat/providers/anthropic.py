@@ -33,7 +33,7 @@ from ..events import (
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
 from ._json import loads
-from .base import Provider, StreamParser, parse_arguments
+from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .types import (
     AttachmentData,
     Capabilities,
@@ -287,8 +287,7 @@ class AnthropicProvider(Provider):
         if tool_choice:
             body["tool_choice"] = tool_choice
 
-        body.update(vendor)
-        return body
+        return merge_vendor_options(body, vendor)
 
     def convert_messages(
         self, messages: Iterable[ProviderMessage]

@@ -61,6 +61,7 @@ __all__ = [
     "parse_duration",
     "backoff_delay",
     "close_clients",
+    "merge_vendor_options",
 ]
 
 logger = logging.getLogger("django_llmchat.providers")
@@ -80,6 +81,24 @@ _PRIVATE_HEADERS = frozenset({"set-cookie", "authorization", "x-api-key", "x-goo
 
 
 # -- small helpers -----------------------------------------------------------------------
+
+
+def merge_vendor_options(body: dict[str, Any], options: Any) -> dict[str, Any]:
+    """A request body with the vendor options of ``params[<provider name>]`` merged over it:
+    dicts key by key, a ``tools`` list appended to (server tools beside the functions),
+    anything else replaced."""
+    if not isinstance(options, dict):
+        return body
+    out = dict(body)
+    for key, value in options.items():
+        current = out.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            out[key] = merge_vendor_options(current, value)
+        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
+            out[key] = current + value
+        else:
+            out[key] = value
+    return out
 
 
 def _setting(name: str) -> Any:

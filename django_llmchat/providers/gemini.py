@@ -33,7 +33,7 @@ from ..events import (
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
 from ._json import loads
-from .base import Provider, StreamParser
+from .base import Provider, StreamParser, merge_vendor_options
 from .types import (
     AttachmentData,
     Capabilities,
@@ -100,21 +100,6 @@ SCHEMA_KEYS = frozenset(
         "example",
     }
 )
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``extra`` over ``base``: dicts merge key by key, a ``tools`` list is appended to,
-    anything else is replaced."""
-    out = dict(base)
-    for key, value in extra.items():
-        current = out.get(key)
-        if isinstance(current, dict) and isinstance(value, dict):
-            out[key] = deep_merge(current, value)
-        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
-            out[key] = current + value
-        else:
-            out[key] = value
-    return out
 
 
 def gemini_schema(schema: dict[str, Any], root: dict[str, Any] | None = None, depth: int = 0):
@@ -309,7 +294,7 @@ class GeminiProvider(Provider):
             ]
         vendor = params.get(self.name)
         if vendor:
-            payload = deep_merge(payload, vendor)
+            payload = merge_vendor_options(payload, vendor)
         return payload
 
     def generation_config(self, request: ProviderRequest) -> dict[str, Any]:

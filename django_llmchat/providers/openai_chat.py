@@ -26,7 +26,7 @@ from ..events import (
 )
 from ..values import Citation, Thinking, Tokens
 from ._json import loads
-from .base import Provider, StreamParser, parse_arguments
+from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .types import (
     AttachmentData,
     Capabilities,
@@ -222,10 +222,7 @@ class ChatCompletionsProvider(Provider):
             body[self.max_tokens_param] = params["max_tokens"]
         if params.get("thinking"):
             body.update(self.thinking_params(params["thinking"]))
-        vendor = params.get(self.name)
-        if isinstance(vendor, dict):
-            body.update(vendor)
-        return body
+        return merge_vendor_options(body, params.get(self.name))
 
     def thinking_params(self, thinking: dict[str, Any]) -> dict[str, Any]:
         """``params["thinking"]`` (``{"effort": "low"}`` or ``{"budget_tokens": N}``) as body

@@ -32,7 +32,7 @@ from ..events import (
 )
 from ..values import Citation, ServerToolCall, Thinking, Tokens
 from ._json import loads
-from .base import Provider, StreamParser, parse_arguments
+from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .types import (
     AttachmentData,
     Capabilities,
@@ -70,21 +70,6 @@ BUDGET_EFFORTS: tuple[tuple[int, str], ...] = ((1, "low"), (4096, "medium"), (16
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``extra`` over ``base``: dicts merge key by key, a ``tools`` list is appended to,
-    anything else is replaced."""
-    out = dict(base)
-    for key, value in extra.items():
-        current = out.get(key)
-        if isinstance(current, dict) and isinstance(value, dict):
-            out[key] = deep_merge(current, value)
-        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
-            out[key] = current + value
-        else:
-            out[key] = value
-    return out
 
 
 def _data_url(att: AttachmentData) -> str:
@@ -258,7 +243,7 @@ class OpenAIResponsesProvider(Provider):
                 }
             }
         if vendor:
-            payload = deep_merge(payload, vendor)
+            payload = merge_vendor_options(payload, vendor)
         return payload
 
     def reasoning_config(self, params: dict[str, Any]) -> dict[str, Any]:
