@@ -23,6 +23,18 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from django_llmchat.events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    TextDelta,
+    TextDone,
+    TokenUsageDone,
+    ToolCallDelta,
+    ToolCallDone,
+)
+from django_llmchat.providers.types import ProviderResponse
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wire"
 
 # Headers describing the recorded transfer, not the decoded body we serve.
@@ -147,3 +159,53 @@ def replay_transport(
 def sent_json(request: httpx.Request) -> dict[str, Any]:
     """The JSON body of a request the transport received."""
     return json.loads(request.content)
+
+
+# -- streamed responses -------------------------------------------------------------
+
+
+def run_stream(provider, request) -> tuple[list, ProviderResponse]:
+    stream = provider.stream(request)
+    events = list(stream)
+    assert stream.response is not None
+    return events, stream.response
+
+
+def check_sequence(events: list, response: ProviderResponse) -> None:
+    """The ordering rules of seed 001 for one streamed response."""
+    deltas = [e.content for e in events if isinstance(e, TextDelta)]
+    dones = [e for e in events if isinstance(e, TextDone)]
+    if deltas:
+        assert len(dones) == 1
+        assert dones[0].content == "".join(deltas) == response.content
+        last_delta = max(i for i, e in enumerate(events) if isinstance(e, TextDelta))
+        assert events.index(dones[0]) > last_delta
+    else:
+        assert dones == []
+        assert response.content == ""
+    assert sum(isinstance(e, TokenUsageDone) for e in events) == 1
+    assert sum(isinstance(e, FinishReasonDone) for e in events) == 1
+    usage = next(e for e in events if isinstance(e, TokenUsageDone))
+    assert usage.token_usage == response.tokens
+    finish = next(e for e in events if isinstance(e, FinishReasonDone))
+    assert finish.finish_reason == response.finish_reason
+    assert finish.raw_finish_reason == response.raw_finish_reason
+    # Each tool call: deltas (name only in the first) then one ToolCallDone.
+    done_calls = [e for e in events if isinstance(e, ToolCallDone)]
+    assert [c.call_id for c in response.tool_calls] == [d.call_id for d in done_calls]
+    for done in done_calls:
+        parts = [e for e in events if isinstance(e, ToolCallDelta) and e.item_id == done.item_id]
+        if parts:
+            assert parts[0].name == done.name
+            assert all(p.name is None for p in parts[1:])
+            assert "".join(p.arguments_delta for p in parts) == done.arguments
+            assert events.index(parts[-1]) < events.index(done)
+    reasoning = [e.content for e in events if isinstance(e, ReasoningDelta)]
+    reasoning_done = [e.part.text for e in events if isinstance(e, ReasoningDone)]
+    if reasoning:
+        assert "".join(reasoning) == "".join(reasoning_done)
+    if reasoning_done:
+        assert response.thinking is not None
+        assert response.thinking.text == "".join(reasoning_done)
+    else:  # no reasoning text (Gemini may still return a bare thought signature)
+        assert response.thinking is None or response.thinking.text == ""

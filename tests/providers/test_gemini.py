@@ -15,7 +15,6 @@ from django_llmchat.errors import (
 )
 from django_llmchat.events import (
     FinishReasonDone,
-    ReasoningDelta,
     ReasoningDone,
     TextDelta,
     TextDone,
@@ -35,7 +34,15 @@ from django_llmchat.providers.types import (
 )
 from django_llmchat.values import Citation, Thinking, Tokens
 
-from .replay import load_fixture, replay_transport, request_body, response_body, sent_json
+from .replay import (
+    check_sequence,
+    load_fixture,
+    replay_transport,
+    request_body,
+    response_body,
+    run_stream,
+    sent_json,
+)
 
 BASIC = "chat_basic_chat_functionality_gemini_gemini-2_5-flash_can_have_a_basic_conversation"
 STREAMING = "chat_streaming_responses_gemini_gemini-2_5-flash_supports_streaming_responses"
@@ -80,43 +87,6 @@ def make(fixture, *, max_retries=0, **kw):
     provider = GeminiProvider(api_key="test-key", transport=transport, max_retries=max_retries)
     provider.sleep = lambda seconds: None
     return provider, sent
-
-
-def run_stream(provider, request) -> tuple[list, ProviderResponse]:
-    stream = provider.stream(request)
-    events = list(stream)
-    assert stream.response is not None
-    return events, stream.response
-
-
-def check_sequence(events: list, response: ProviderResponse) -> None:
-    """The ordering rules of seed 001 for one streamed response."""
-    deltas = [e.content for e in events if isinstance(e, TextDelta)]
-    dones = [e for e in events if isinstance(e, TextDone)]
-    if deltas:
-        assert len(dones) == 1
-        assert dones[0].content == "".join(deltas) == response.content
-        last_delta = max(i for i, e in enumerate(events) if isinstance(e, TextDelta))
-        assert events.index(dones[0]) > last_delta
-    else:
-        assert dones == []
-    assert sum(isinstance(e, TokenUsageDone) for e in events) == 1
-    assert sum(isinstance(e, FinishReasonDone) for e in events) == 1
-    usage = next(e for e in events if isinstance(e, TokenUsageDone))
-    assert usage.token_usage == response.tokens
-    finish = next(e for e in events if isinstance(e, FinishReasonDone))
-    assert (finish.finish_reason, finish.raw_finish_reason) == (
-        response.finish_reason,
-        response.raw_finish_reason,
-    )
-    done_calls = [e for e in events if isinstance(e, ToolCallDone)]
-    assert [c.call_id for c in response.tool_calls] == [d.call_id for d in done_calls]
-    for done in done_calls:
-        [delta] = [e for e in events if isinstance(e, ToolCallDelta) and e.item_id == done.item_id]
-        assert delta.name == done.name and delta.arguments_delta == done.arguments
-        assert events.index(delta) < events.index(done)
-    reasoning = "".join(e.content for e in events if isinstance(e, ReasoningDelta))
-    assert reasoning == "".join(e.part.text for e in events if isinstance(e, ReasoningDone))
 
 
 def recorded_parts(fixture: dict[str, Any], index: int) -> list[dict[str, Any]]:

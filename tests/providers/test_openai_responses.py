@@ -22,7 +22,6 @@ from django_llmchat.events import (
     TextDone,
     TokenUsageDone,
     ToolCallDelta,
-    ToolCallDone,
     WebSearchDone,
     WebSearchStatus,
 )
@@ -40,7 +39,14 @@ from django_llmchat.providers.types import (
 )
 from django_llmchat.values import Citation, Tokens
 
-from .replay import load_fixture, replay_transport, request_body, sent_json
+from .replay import (
+    check_sequence,
+    load_fixture,
+    replay_transport,
+    request_body,
+    run_stream,
+    sent_json,
+)
 
 BASIC = "chat_basic_chat_functionality_openai_gpt-5-nano_can_have_a_basic_conversation"
 STREAMING = "chat_streaming_responses_openai_gpt-5-nano_supports_streaming_responses"
@@ -88,53 +94,6 @@ def make(cls, fixture, *, max_retries=0, **kw):
     provider = cls(api_key="test-key", transport=transport, max_retries=max_retries)
     provider.sleep = lambda seconds: None
     return provider, sent
-
-
-def run_stream(provider, request) -> tuple[list, ProviderResponse]:
-    stream = provider.stream(request)
-    events = list(stream)
-    assert stream.response is not None
-    return events, stream.response
-
-
-def check_sequence(events: list, response: ProviderResponse) -> None:
-    """The ordering rules of seed 001 for one streamed response."""
-    deltas = [e.content for e in events if isinstance(e, TextDelta)]
-    dones = [e for e in events if isinstance(e, TextDone)]
-    if deltas:
-        assert len(dones) == 1
-        assert dones[0].content == "".join(deltas) == response.content
-        last_delta = max(i for i, e in enumerate(events) if isinstance(e, TextDelta))
-        assert events.index(dones[0]) > last_delta
-    else:
-        assert dones == []
-        assert response.content == ""
-    assert sum(isinstance(e, TokenUsageDone) for e in events) == 1
-    assert sum(isinstance(e, FinishReasonDone) for e in events) == 1
-    usage = next(e for e in events if isinstance(e, TokenUsageDone))
-    assert usage.token_usage == response.tokens
-    finish = next(e for e in events if isinstance(e, FinishReasonDone))
-    assert finish.finish_reason == response.finish_reason
-    assert finish.raw_finish_reason == response.raw_finish_reason
-    # Each tool call: deltas (name only in the first) then one ToolCallDone.
-    done_calls = [e for e in events if isinstance(e, ToolCallDone)]
-    assert [c.call_id for c in response.tool_calls] == [d.call_id for d in done_calls]
-    for done in done_calls:
-        parts = [e for e in events if isinstance(e, ToolCallDelta) and e.item_id == done.item_id]
-        if parts:
-            assert parts[0].name == done.name
-            assert all(p.name is None for p in parts[1:])
-            assert "".join(p.arguments_delta for p in parts) == done.arguments
-            assert events.index(parts[-1]) < events.index(done)
-    reasoning = [e.content for e in events if isinstance(e, ReasoningDelta)]
-    reasoning_done = [e.part.text for e in events if isinstance(e, ReasoningDone)]
-    if reasoning:
-        assert "".join(reasoning) == "".join(reasoning_done)
-    if reasoning_done:
-        assert response.thinking is not None
-        assert response.thinking.text == "".join(reasoning_done)
-    else:
-        assert response.thinking is None
 
 
 def item_shape(item: dict[str, Any]) -> tuple:
