@@ -47,7 +47,6 @@ from .transcript import (
     save_step,
     save_tool_results,
     usage_row,
-    usage_tokens,
 )
 
 logger = logging.getLogger("django_llmchat.runner")
@@ -215,11 +214,11 @@ class Runner:
         error_text = ""
         try:
             yield from pre_events
-            history, pending_ids, own_tokens = load_history(chat)
+            history, pending_ids = load_history(chat)
             if self.history_limit is not None:
                 del history[self.history_limit :]
             # read only if a tool or callback asks: the sum is over every usage row
-            self.context.defer_token_usage(lambda: _none_if_empty(usage_tokens(chat) + own_tokens))
+            self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (
                 list(ToolCall.objects.filter(pk__in=pending_ids).order_by("id"))
                 if pending_ids

@@ -3,7 +3,6 @@ persistence side (one transaction per step)."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,44 +14,71 @@ from .models import Attachment, Chat, Message, ToolCall, Usage
 from .prepared import PreparedQuery, json_value
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
-from .values import TOKEN_FIELDS, Thinking, Tokens
+from .values import Thinking
 
 
-def _raw(message: Message) -> dict[str, Any]:
-    return message.raw if isinstance(message.raw, dict) else {}
+def _provider_message(
+    *,
+    role: str,
+    content: str,
+    model_id: str,
+    provider: str,
+    thinking: Thinking | None,
+    raw: Any,
+    cache_boundary: bool,
+    calls: list[tuple[str, str, Any, str]],
+    parent: tuple[str, str] | None,
+    attachments: list[Attachment],
+) -> ProviderMessage:
+    """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
+    arguments, thought_signature)``; ``parent`` is the answered call's ``(call_id, name)``."""
+    raw = raw if isinstance(raw, dict) else {}
+    item_ids = raw.get("item_ids") or {}
+    return ProviderMessage(
+        role=role,
+        content=content,
+        attachments=[
+            AttachmentData(mime_type=a.mime_type, data=a.read(), filename=a.filename)
+            for a in attachments
+        ],
+        tool_calls=[
+            ToolCallData(
+                call_id=call_id,
+                name=name,
+                arguments=arguments or {},
+                thought_signature=signature or None,
+                item_id=item_ids.get(call_id),
+            )
+            for call_id, name, arguments, signature in calls
+        ],
+        tool_call_id=parent[0] if parent else None,
+        tool_name=parent[1] if parent else None,
+        is_error=bool(raw.get("error")),
+        thinking=thinking,
+        reasoning_items=list(raw.get("reasoning_items") or []),
+        cache_boundary=cache_boundary,
+        model_id=model_id or None,
+        provider=provider or None,
+    )
 
 
 def provider_message(message: Message) -> ProviderMessage:
-    """A transcript message (loaded with ``transcript()``) as the provider needs it."""
-    raw = _raw(message)
-    item_ids = raw.get("item_ids") or {}
-    calls = [
-        ToolCallData(
-            call_id=tc.call_id,
-            name=tc.name,
-            arguments=tc.arguments or {},
-            thought_signature=tc.thought_signature or None,
-            item_id=item_ids.get(tc.call_id),
-        )
-        for tc in message.tool_calls.all()
-    ]
+    """A message row (its relations loaded or just saved) as the provider needs it."""
     parent = message.parent_tool_call if message.parent_tool_call_id else None
-    return ProviderMessage(
+    return _provider_message(
         role=message.role,
         content=message.content,
-        attachments=[
-            AttachmentData(mime_type=a.mime_type, data=a.read(), filename=a.filename)
-            for a in message.attachments.all()
-        ],
-        tool_calls=calls,
-        tool_call_id=parent.call_id if parent else None,
-        tool_name=parent.name if parent else None,
-        is_error=bool(raw.get("error")),
+        model_id=message.model_id,
+        provider=message.provider,
         thinking=message.thinking,
-        reasoning_items=list(raw.get("reasoning_items") or []),
+        raw=message.raw,
         cache_boundary=message.cache_boundary,
-        model_id=message.model_id or None,
-        provider=message.provider or None,
+        calls=[
+            (tc.call_id, tc.name, tc.arguments, tc.thought_signature)
+            for tc in message.tool_calls.all()
+        ],
+        parent=(parent.call_id, parent.name) if parent else None,
+        attachments=list(message.attachments.all()),
     )
 
 
@@ -67,7 +93,6 @@ MESSAGE_COLUMNS = (
     "raw",
     "cache_boundary",
     "parent_tool_call_id",
-    *TOKEN_FIELDS,
 )
 
 
@@ -92,10 +117,9 @@ _CALLS = PreparedQuery(
 )
 
 
-def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
+def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
     """What a run needs from the saved transcript, read as plain rows (no model instances):
-    the provider messages, the ids of tool calls still unanswered, and the token counts
-    written on the messages themselves (hand-built ones). One query, plus one for tool
+    the provider messages and the ids of tool calls still unanswered. One query, plus one for tool
     calls and one for attachments when the chat has any, whatever the length."""
     rows = _HISTORY.rows(chat.pk)
     calls: dict[int, list[tuple]] = {}
@@ -115,7 +139,6 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
             attachments.setdefault(att.message_id, []).append(att)
     answered = set()
     history: list[ProviderMessage] = []
-    own = Tokens()
     for row in rows:
         (
             pk,
@@ -128,55 +151,26 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], Tokens]:
             raw,
             cache,
             parent_id,
-            *token_cols,
         ) = row[:-2]
-        raw = json_value(raw)
-        raw = raw if isinstance(raw, dict) else {}
-        item_ids = raw.get("item_ids") or {}
-        if any(v is not None for v in token_cols):
-            own = own + Tokens(*token_cols)
         parent = by_pk.get(parent_id) if parent_id else None
         if parent_id:
             answered.add(parent_id)
         history.append(
-            ProviderMessage(
+            _provider_message(
                 role=role,
                 content=content,
-                attachments=[
-                    AttachmentData(mime_type=a.mime_type, data=a.read(), filename=a.filename)
-                    for a in attachments.get(pk, ())
-                ],
-                tool_calls=[
-                    ToolCallData(
-                        call_id=c[2],
-                        name=c[3],
-                        arguments=c[4] or {},
-                        thought_signature=c[5] or None,
-                        item_id=item_ids.get(c[2]),
-                    )
-                    for c in calls.get(pk, ())
-                ],
-                tool_call_id=parent[2] if parent else None,
-                tool_name=parent[3] if parent else None,
-                is_error=bool(raw.get("error")),
+                model_id=model_id,
+                provider=provider,
                 thinking=Thinking(t_text, t_sig or None) if (t_text or t_sig) else None,
-                reasoning_items=list(raw.get("reasoning_items") or []),
+                raw=json_value(raw),
                 cache_boundary=cache,
-                model_id=model_id or None,
-                provider=provider or None,
+                calls=[c[2:] for c in calls.get(pk, ())],
+                parent=(parent[2], parent[3]) if parent else None,
+                attachments=attachments.get(pk, []),
             )
         )
     pending = [pk for pk in by_pk if pk not in answered]
-    return history, pending, own
-
-
-def usage_tokens(chat: Chat) -> Tokens:
-    """The token total of every Usage row of the chat (one light query)."""
-    total = Tokens()
-    for row in Usage.objects.filter(chat=chat).values_list(*TOKEN_FIELDS):
-        if any(v is not None for v in row):
-            total = total + Tokens(*row)
-    return total
+    return history, pending
 
 
 def usage_row(
@@ -303,13 +297,7 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
     return messages
 
 
-def encode_arguments(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, ensure_ascii=False)
-
-
 __all__ = [
-    "TOKEN_FIELDS",
-    "encode_arguments",
     "provider_message",
     "record_failed_attempts",
     "save_step",
