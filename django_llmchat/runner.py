@@ -41,6 +41,7 @@ from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
+    RUN_STARTED,
     load_history,
     provider_message,
     record_failed_attempts,
@@ -180,11 +181,6 @@ class Runner:
             schema=self.chat.schema,
         )
 
-    @staticmethod
-    def start_updates() -> dict[str, Any]:
-        """Chat columns written when a run starts."""
-        return {"status": "running", "error": "", "updated_at": Now()}
-
     # -- cancellation ---------------------------------------------------------------------
     def _check_interrupt(self, force: bool = False) -> None:
         """Raise :class:`_Cancelled` when ``chat.interrupt()``/``cancel()`` was called (from
@@ -208,7 +204,7 @@ class Runner:
     def _run(self, *, stream: bool, pre_events: list[StreamEvent]) -> Iterator[StreamEvent]:
         chat = self.chat
         if not self.started:
-            Chat.objects.filter(pk=chat.pk).update(**self.start_updates())
+            RUN_STARTED.run(chat.pk)
             self.started = True
         final_status = "idle"
         error_text = ""
@@ -370,7 +366,6 @@ class Runner:
                     GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
                 )
         final = not response.tool_calls
-        chat_updates = {"status": "idle", "error": "", "cancel_requested": False} if final else {}
         message = save_step(
             chat,
             response,
@@ -378,7 +373,7 @@ class Runner:
             model_id=chat.model_id,
             content=content,
             usages=failed + [succeeded],
-            chat_updates=chat_updates,
+            final=final,
         )
         if final:
             self._written_status = "idle"

@@ -11,7 +11,7 @@ from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from .models import Attachment, Chat, Message, ToolCall, Usage
-from .prepared import PreparedQuery, json_value
+from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate, json_value
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
 from .values import Thinking
@@ -24,16 +24,18 @@ def _provider_message(
     model_id: str,
     provider: str,
     thinking: Thinking | None,
-    raw: Any,
+    item_ids: dict[str, str] | None,
+    reasoning_items: list | None,
+    is_error: bool,
     cache_boundary: bool,
     calls: list[tuple[str, str, Any, str]],
     parent: tuple[str, str] | None,
     attachments: list[Attachment],
 ) -> ProviderMessage:
     """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
-    arguments, thought_signature)``; ``parent`` is the answered call's ``(call_id, name)``."""
-    raw = raw if isinstance(raw, dict) else {}
-    item_ids = raw.get("item_ids") or {}
+    arguments, thought_signature)``; ``parent`` is the answered call's ``(call_id, name)``;
+    ``item_ids``, ``reasoning_items`` and ``is_error`` come from the message's ``raw``."""
+    item_ids = item_ids or {}
     return ProviderMessage(
         role=role,
         content=content,
@@ -53,9 +55,9 @@ def _provider_message(
         ],
         tool_call_id=parent[0] if parent else None,
         tool_name=parent[1] if parent else None,
-        is_error=bool(raw.get("error")),
+        is_error=is_error,
         thinking=thinking,
-        reasoning_items=list(raw.get("reasoning_items") or []),
+        reasoning_items=list(reasoning_items or []),
         cache_boundary=cache_boundary,
         model_id=model_id or None,
         provider=provider or None,
@@ -65,13 +67,16 @@ def _provider_message(
 def provider_message(message: Message) -> ProviderMessage:
     """A message row (its relations loaded or just saved) as the provider needs it."""
     parent = message.parent_tool_call if message.parent_tool_call_id else None
+    raw = message.raw if isinstance(message.raw, dict) else {}
     return _provider_message(
         role=message.role,
         content=message.content,
         model_id=message.model_id,
         provider=message.provider,
         thinking=message.thinking,
-        raw=message.raw,
+        item_ids=raw.get("item_ids"),
+        reasoning_items=raw.get("reasoning_items"),
+        is_error=bool(raw.get("error")),
         cache_boundary=message.cache_boundary,
         calls=[
             (tc.call_id, tc.name, tc.arguments, tc.thought_signature)
@@ -117,6 +122,38 @@ _CALLS = PreparedQuery(
 )
 
 
+# The hot-path writes: a reply costs the same few statements, none of them compiled twice.
+_INSERT_MESSAGE = PreparedInsert(Message)
+_INSERT_USAGE = PreparedInsert(Usage)
+RUN_STARTED = PreparedUpdate(Chat, status="running", error="", updated_at=Now())
+_RUN_FINISHED = PreparedUpdate(
+    Chat, status="idle", error="", cancel_requested=False, updated_at=Now()
+)
+_TOUCHED = PreparedUpdate(Chat, updated_at=Now())
+
+
+def known_relations(instance: Any, **relations: list) -> None:
+    """Fill ``instance``'s prefetch cache with rows just written, as
+    ``prefetch_related`` would: ``message.usages.all()`` reads no row again, while
+    ``.filter()``, ``.count()`` and the rest stay real querysets."""
+    cache = instance._prefetched_objects_cache = {}
+    for name, rows in relations.items():
+        queryset = getattr(instance, name).get_queryset()
+        queryset._result_cache = list(rows)
+        queryset._prefetch_done = True
+        cache[name] = queryset
+
+
+def save_prompt(chat: Chat, message: Message, attachments: list[tuple]) -> None:
+    """Store a prompt and mark the chat's run as started, in one transaction."""
+    with transaction.atomic():
+        if attachments:
+            chat._insert(message, attachments)
+        else:
+            _INSERT_MESSAGE.save(message)
+        RUN_STARTED.run(chat.pk)
+
+
 def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
     """What a run needs from the saved transcript, read as plain rows (no model instances):
     the provider messages and the ids of tool calls still unanswered. One query, plus one for tool
@@ -152,6 +189,9 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
             cache,
             parent_id,
         ) = row[:-2]
+        raw = json_value(raw) if raw else None
+        if not isinstance(raw, dict):
+            raw = {}
         parent = by_pk.get(parent_id) if parent_id else None
         if parent_id:
             answered.add(parent_id)
@@ -162,7 +202,9 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
                 model_id=model_id,
                 provider=provider,
                 thinking=Thinking(t_text, t_sig or None) if (t_text or t_sig) else None,
-                raw=json_value(raw),
+                item_ids=raw.get("item_ids"),
+                reasoning_items=raw.get("reasoning_items"),
+                is_error=bool(raw.get("error")),
                 cache_boundary=cache,
                 calls=[c[2:] for c in calls.get(pk, ())],
                 parent=(parent[2], parent[3]) if parent else None,
@@ -213,10 +255,11 @@ def save_step(
     model_id: str,
     content: str,
     usages: list[Usage],
-    chat_updates: dict[str, Any] | None = None,
+    final: bool = False,
 ) -> Message:
     """Write one provider response: the assistant message, its tool calls, citations and
-    the link to its usage rows, in ONE transaction."""
+    the link to its usage rows, in ONE transaction. ``final``: the run ends with this
+    response, so the chat goes back to ``idle`` in the same transaction."""
     raw: dict[str, Any] = {}
     if isinstance(response.raw, dict):
         raw["response"] = response.raw
@@ -238,7 +281,7 @@ def save_step(
     )
     message.thinking = response.thinking
     with transaction.atomic():
-        message.save()
+        _INSERT_MESSAGE.save(message)
         calls = [
             ToolCall(
                 chat=chat,
@@ -254,9 +297,12 @@ def save_step(
             ToolCall.objects.bulk_create(calls)
         for row in usages:
             row.message = message
-        Usage.objects.bulk_create(usages)
-        Chat.objects.filter(pk=chat.pk).update(updated_at=Now(), **(chat_updates or {}))
-    message._prefetched_objects_cache = {"tool_calls": calls, "attachments": [], "usages": usages}
+        if len(usages) == 1:
+            _INSERT_USAGE.save(usages[0])
+        else:
+            Usage.objects.bulk_create(usages)
+        (_RUN_FINISHED if final else _TOUCHED).run(chat.pk)
+    known_relations(message, tool_calls=calls, attachments=[], usages=usages)
     return message
 
 
@@ -286,12 +332,11 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
                         message=m, data=data, filename=filename, mime_type=mime[0] if mime else None
                     )
                 )
-            m._prefetched_objects_cache = {
-                "tool_calls": [],
-                "attachments": [a for a in atts if a.message_id == m.pk],
-                "usages": [],
-            }
-        Chat.objects.filter(pk=chat.pk).update(updated_at=Now())
+        _TOUCHED.run(chat.pk)
+    for m in messages:
+        known_relations(
+            m, tool_calls=[], attachments=[a for a in atts if a.message_id == m.pk], usages=[]
+        )
     if any(m.pk is None for m in messages):  # backends without RETURNING on bulk insert
         raise RuntimeError("bulk_create did not set primary keys")
     return messages
@@ -300,6 +345,7 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
 __all__ = [
     "provider_message",
     "record_failed_attempts",
+    "save_prompt",
     "save_step",
     "save_tool_results",
     "load_history",

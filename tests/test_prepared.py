@@ -23,3 +23,92 @@ def test_placeholder_that_never_reaches_the_sql_is_an_error():
     query = PreparedQuery(lambda chat_id: Message.objects.all())
     with pytest.raises(ValueError, match="placeholder"):
         query.rows(1)
+
+
+def _columns(obj):
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in type(obj)._meta.concrete_fields
+        if f.attname not in ("id", "created_at")
+    }
+
+
+def test_prepared_insert_stores_what_save_stores():
+    from decimal import Decimal
+
+    from django_llmchat.models import Usage
+    from django_llmchat.prepared import PreparedInsert
+    from django_llmchat.values import Citation
+
+    chat = Chat.objects.create()
+    fields = dict(
+        chat=chat,
+        role="assistant",
+        content="Paris — ünïcode",
+        raw={"response": {"id": "r1"}, "item_ids": {"c1": "i1"}},
+        citations=[Citation(url="https://example.com", title="Example")],
+        input_tokens=12,
+        cache_boundary=True,
+        supplied_cost=Decimal("0.000123"),
+    )
+    by_orm, prepared = Message(**fields), Message(**fields)
+    by_orm.save()
+    PreparedInsert(Message).save(prepared)
+    assert prepared.pk is not None and prepared.pk != by_orm.pk
+    assert not prepared._state.adding and prepared._state.db == "default"
+    assert prepared.created_at is not None
+    assert _columns(Message.objects.get(pk=prepared.pk)) == _columns(
+        Message.objects.get(pk=by_orm.pk)
+    )
+
+    usage = Usage(
+        chat=chat, message=prepared, provider="openai", model_id="gpt-4.1", status="succeeded"
+    )
+    PreparedInsert(Usage).save(usage)
+    assert Usage.objects.get(pk=usage.pk).message_id == prepared.pk
+
+
+def test_prepared_insert_refuses_rows_it_cannot_insert():
+    from django_llmchat.prepared import PreparedInsert
+
+    chat = Chat.objects.create()
+    saved = Message.objects.create(chat=chat, role="user", content="x")
+    with pytest.raises(ValueError, match="saves new Message rows"):
+        PreparedInsert(Message).save(saved)
+    with pytest.raises(ValueError, match="saves new Message rows"):
+        PreparedInsert(Message).save(chat)
+
+
+def test_prepared_insert_sends_save_signals_through_the_orm():
+    from django.db.models.signals import post_save
+
+    from django_llmchat.prepared import PreparedInsert
+
+    seen = []
+
+    def receiver(sender, instance, created, **kwargs):
+        seen.append((instance.content, created, instance.pk))
+
+    post_save.connect(receiver, sender=Message)
+    try:
+        message = Message(chat=Chat.objects.create(), role="user", content="signalled")
+        PreparedInsert(Message).save(message)
+    finally:
+        post_save.disconnect(receiver, sender=Message)
+    assert seen == [("signalled", True, message.pk)]
+
+
+def test_prepared_update_changes_one_row():
+    from django.db.models.functions import Now
+
+    from django_llmchat.prepared import PreparedUpdate
+
+    a, b = Chat.objects.create(), Chat.objects.create()
+    before = Chat.objects.get(pk=a.pk).updated_at
+    update = PreparedUpdate(Chat, status="running", error="", updated_at=Now())
+    assert update.run(a.pk) == 1
+    assert update.run(10**9) == 0
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert a.status == "running" and a.updated_at >= before
+    assert b.status == "idle"

@@ -164,8 +164,8 @@ class AbstractChat(models.Model):
         return message
 
     def _insert(self, message, attachments, **chat_updates: Any) -> None:
-        """Save ``message`` with its attachments and update the chat row (in the caller's
-        transaction)."""
+        """Save ``message`` with its attachments and update the chat row when
+        ``chat_updates`` are given (in the caller's transaction)."""
         from .attachment import Attachment
 
         message.save()
@@ -174,7 +174,8 @@ class AbstractChat(models.Model):
             Attachment.objects.create_from_bytes(
                 message=message, data=data, filename=filename, mime_type=mime[0] if mime else None
             )
-        type(self).objects.filter(pk=self.pk).update(**chat_updates)
+        if chat_updates:
+            type(self).objects.filter(pk=self.pk).update(**chat_updates)
 
     def touch(self) -> None:
         type(self).objects.filter(pk=self.pk).update(updated_at=models.functions.Now())
@@ -249,14 +250,14 @@ class AbstractChat(models.Model):
             return []
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
+        from ..transcript import save_prompt
         from .message import Message
 
         text, events = runner.check_prompt(prompt)
         items = _attachment_items(attachments)
         message = Message(chat=self, role="user", content=text, raw=raw)
-        with transaction.atomic():
-            # one commit: the prompt is stored and the run marked as started together
-            self._insert(message, items, **runner.start_updates())
+        # one commit: the prompt is stored and the run marked as started together
+        save_prompt(self, message, items)
         runner.started = True
         runner.prompt_message = message
         return events

@@ -168,3 +168,53 @@ def test_message_reads_back_from_db(chat, fake_llm):
     reply = chat.ask("hello")
     again = Message.objects.transcript().get(pk=reply.pk)
     assert again.to_dict()["content"] == "Hi!"
+
+
+def test_reply_statements(chat, fake_llm):
+    """A plain reply is six statements in two transactions: the prompt with the run's
+    start, the transcript read, the reply with its usage row and the run's end."""
+    chat.ask("warm up")  # compiles the prepared statements
+    fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
+    with CaptureQueriesContext(connection) as ctx:
+        reply = chat.ask("hello")
+    statements = [
+        q["sql"].split()[0].upper() + " " + _table(q["sql"])
+        for q in ctx.captured_queries
+        if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))
+    ]
+    assert statements == [
+        "INSERT llmchat_message",
+        "UPDATE llmchat_chat",
+        "SELECT llmchat_message",
+        "INSERT llmchat_message",
+        "INSERT llmchat_usage",
+        "UPDATE llmchat_chat",
+    ]
+    assert reply.content == "fine" and reply.usages.get().output_tokens == 1
+    chat.refresh_from_db()
+    assert chat.status == "idle"
+
+
+def _table(sql):
+    import re
+
+    # a SELECT's own table follows its last FROM (subqueries come first, in its columns)
+    found = re.findall(r'(?:INTO|UPDATE|FROM)\s+"?(\w+)"?', sql)
+    return found[0] if not sql.upper().startswith("SELECT") else found[-1]
+
+
+def test_reply_relations_are_real_querysets(chat, fake_llm):
+    fake_llm.script(
+        Reply(tool_calls=[ToolCall("weather", {"city": "Paris"})]),
+        Reply("sunny", usage={"input_tokens": 3, "output_tokens": 1}),
+    )
+    chat.with_tools(weather)
+    reply = chat.ask("weather?")
+    with CaptureQueriesContext(connection) as ctx:
+        assert [u.output_tokens for u in reply.usages.all()] == [1]
+        assert list(reply.tool_calls.all()) == []
+    assert len(ctx) == 0  # the rows just written, not read again
+    assert reply.usages.count() == 1
+    assert reply.usages.filter(status="succeeded").get().output_tokens == 1
+    calling = chat.transcript().filter(role="assistant").first()
+    assert calling.tool_calls.get().name == "weather"
