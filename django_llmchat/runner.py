@@ -246,7 +246,7 @@ class Runner:
                     final_status = "blocked"
                     return
                 message, calls = response
-                history.append(provider_message(message))
+                history.append(provider_message(message, calls=calls, attachments=[]))
                 try:
                     if self.agent is not None:
                         self.agent.on_message(message, self.context)
@@ -366,7 +366,7 @@ class Runner:
                     GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
                 )
         final = not response.tool_calls
-        message = save_step(
+        message, calls = save_step(
             chat,
             response,
             provider=chat.provider,
@@ -402,7 +402,7 @@ class Runner:
             )
         elif content and self.guardrails:
             yield TextDone(content)
-        return message, list(message.tool_calls.all())
+        return message, calls
 
     # -- tools ----------------------------------------------------------------------------
     def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):

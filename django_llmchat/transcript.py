@@ -64,8 +64,15 @@ def _provider_message(
     )
 
 
-def provider_message(message: Message) -> ProviderMessage:
-    """A message row (its relations loaded or just saved) as the provider needs it."""
+def provider_message(
+    message: Message,
+    *,
+    calls: list[ToolCall] | None = None,
+    attachments: list[Attachment] | None = None,
+) -> ProviderMessage:
+    """A message row as the provider needs it: its tool calls and attachments are
+    ``calls`` and ``attachments`` when given (rows just written), else read from its
+    relations (loaded or not)."""
     parent = message.parent_tool_call if message.parent_tool_call_id else None
     raw = message.raw if isinstance(message.raw, dict) else {}
     return _provider_message(
@@ -80,10 +87,10 @@ def provider_message(message: Message) -> ProviderMessage:
         cache_boundary=message.cache_boundary,
         calls=[
             (tc.call_id, tc.name, tc.arguments, tc.thought_signature)
-            for tc in message.tool_calls.all()
+            for tc in (message.tool_calls.all() if calls is None else calls)
         ],
         parent=(parent.call_id, parent.name) if parent else None,
-        attachments=list(message.attachments.all()),
+        attachments=list(message.attachments.all() if attachments is None else attachments),
     )
 
 
@@ -132,16 +139,40 @@ _RUN_FINISHED = PreparedUpdate(
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
 
 
+class _RowsJustWritten(dict):
+    """A prefetch cache holding rows just written: each relation becomes the queryset
+    ``prefetch_related`` would have stored the first time Django asks for it, so a reply
+    that is never inspected costs no queryset at all."""
+
+    def __init__(self, instance: Any, relations: dict[str, list]):
+        super().__init__(relations)
+        self.instance = instance
+
+    def __getitem__(self, name: str) -> Any:
+        rows = super().__getitem__(name)
+        if not isinstance(rows, list):
+            return rows
+        super().__delitem__(name)  # so the manager builds its own filtered queryset
+        queryset = getattr(self.instance, name).get_queryset()
+        queryset._result_cache = rows
+        queryset._prefetch_done = True
+        super().__setitem__(name, queryset)
+        return queryset
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __reduce__(self):  # pickled and copied as the plain dict of querysets it stands for
+        return dict, ({name: self[name] for name in list(self)},)
+
+
 def known_relations(instance: Any, **relations: list) -> None:
     """Fill ``instance``'s prefetch cache with rows just written, as
     ``prefetch_related`` would: ``message.usages.all()`` reads no row again, while
     ``.filter()``, ``.count()`` and the rest stay real querysets."""
-    cache = instance._prefetched_objects_cache = {}
-    for name, rows in relations.items():
-        queryset = getattr(instance, name).get_queryset()
-        queryset._result_cache = list(rows)
-        queryset._prefetch_done = True
-        cache[name] = queryset
+    instance._prefetched_objects_cache = _RowsJustWritten(
+        instance, {name: list(rows) for name, rows in relations.items()}
+    )
 
 
 def save_prompt(chat: Chat, message: Message, attachments: list[tuple]) -> None:
@@ -256,10 +287,11 @@ def save_step(
     content: str,
     usages: list[Usage],
     final: bool = False,
-) -> Message:
+) -> tuple[Message, list[ToolCall]]:
     """Write one provider response: the assistant message, its tool calls, citations and
     the link to its usage rows, in ONE transaction. ``final``: the run ends with this
-    response, so the chat goes back to ``idle`` in the same transaction."""
+    response, so the chat goes back to ``idle`` in the same transaction. Returns the
+    message and its tool calls."""
     raw: dict[str, Any] = {}
     if isinstance(response.raw, dict):
         raw["response"] = response.raw
@@ -303,7 +335,7 @@ def save_step(
             Usage.objects.bulk_create(usages)
         (_RUN_FINISHED if final else _TOUCHED).run(chat.pk)
     known_relations(message, tool_calls=calls, attachments=[], usages=usages)
-    return message
+    return message, calls
 
 
 def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) -> list[Message]:

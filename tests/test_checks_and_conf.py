@@ -50,8 +50,11 @@ def test_conf_reloads_on_override_settings():
             "LLMCHAT['ALLOWED_ATTACHMENT_TYPES']",
         ),
         ({"TASK_MAX_RETRIES": -1}, "llmchat.E002", "LLMCHAT['TASK_MAX_RETRIES']"),
-        ({"TASKS_EAGER_WITHOUT_BROKER": "yes"}, "llmchat.E011",
-         "LLMCHAT['TASKS_EAGER_WITHOUT_BROKER']"),
+        (
+            {"TASKS_EAGER_WITHOUT_BROKER": "yes"},
+            "llmchat.E011",
+            "LLMCHAT['TASKS_EAGER_WITHOUT_BROKER']",
+        ),
         ({"EVENTS_KEY_PREFIX": ""}, "llmchat.E012", "LLMCHAT['EVENTS_KEY_PREFIX']"),
         ({"TYPO": 1}, "llmchat.W001", "LLMCHAT['TYPO']"),
         (

@@ -218,3 +218,17 @@ def test_reply_relations_are_real_querysets(chat, fake_llm):
     assert reply.usages.filter(status="succeeded").get().output_tokens == 1
     calling = chat.transcript().filter(role="assistant").first()
     assert calling.tool_calls.get().name == "weather"
+
+
+def test_reply_pickles_and_copies_with_its_relations(chat, fake_llm):
+    import copy
+    import pickle
+
+    fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
+    reply = chat.ask("hello")
+    for again in (pickle.loads(pickle.dumps(reply)), copy.deepcopy(reply)):
+        assert again.pk == reply.pk
+        assert [u.output_tokens for u in again.usages.all()] == [1]
+        assert again.usages.count() == 1
+    reply.refresh_from_db()
+    assert reply.usages.get().output_tokens == 1
