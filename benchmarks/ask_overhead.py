@@ -16,7 +16,7 @@ in advance. No ORM work at all, so nothing the library does can be cheaper.
 Rounds of the three are interleaved so machine noise hits them alike; the best round of
 each is kept (as ``timeit`` does).
 
-    python benchmarks/ask_overhead.py [--n 300] [--rounds 3] [--provider openai]
+    python benchmarks/ask_overhead.py [--n 300] [--rounds 5] [--provider openai]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from _django import setup
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--provider", default="openai")
     args = parser.parse_args()
 

@@ -23,7 +23,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import CharField, Field, Model, QuerySet, TextField, signals
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.models import (
+    AutoField,
+    BigAutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    Field,
+    IntegerField,
+    Model,
+    PositiveBigIntegerField,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+    QuerySet,
+    SmallAutoField,
+    SmallIntegerField,
+    TextField,
+    signals,
+)
 from django.db.models.sql import InsertQuery, UpdateQuery
 
 from .providers._json import loads
@@ -88,28 +106,50 @@ class PreparedInsert:
             f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field
         ]
         self.returning = meta.db_returning_fields
-        # (field, plain_value, text): ``plain_value`` when ``pre_save`` only reads the
-        # attribute; ``text`` when a str or None goes to the database unchanged
-        self._plan = [
-            (
-                f,
-                type(f).pre_save is Field.pre_save,
-                type(f) in (CharField, TextField),
-            )
-            for f in self.fields
-        ]
-        self._compiled: dict[str, str | None] = {}
+        self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
         self._lock = threading.Lock()
 
-    def _sql(self, using: str) -> str | None:
-        """The INSERT for database ``using``, or ``None`` where only the ORM will do."""
+    def _plan(self, connection) -> list[tuple]:
+        """Per field: ``(field, reads_attribute, unchanged_types, null_param)``.
+
+        ``reads_attribute``: ``pre_save`` only reads the attribute. ``unchanged_types``:
+        value types ``get_db_prep_save`` returns as they are on this backend (text always;
+        integers and booleans where the backend does not adapt them). ``null_param``: what
+        ``get_db_prep_save(None)`` gives, computed once."""
+        ops = type(connection.ops)
+        plain_ints = (
+            ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+            and ops.validate_autopk_value is BaseDatabaseOperations.validate_autopk_value
+        )
+        plan = []
+        for f in self.fields:
+            target = f.target_field if f.is_relation else f
+            kind = type(target)
+            if kind in (CharField, TextField) and not f.is_relation:
+                unchanged: tuple[type, ...] = (str,)
+            elif plain_ints and kind in _INTEGER_FIELDS:
+                unchanged = (int,)
+            elif kind is BooleanField and not f.is_relation:
+                unchanged = (bool,)
+            else:
+                unchanged = ()
+            try:
+                null_param = f.get_db_prep_save(None, connection)
+            except Exception:  # a field that refuses None computes it each time (and fails)
+                null_param = _UNKNOWN
+            plan.append((f, type(f).pre_save is Field.pre_save, unchanged, null_param))
+        return plan
+
+    def _compile(self, using: str) -> tuple[str, list[tuple]] | None:
+        """The INSERT for database ``using`` and its plan, or ``None`` where only the ORM
+        will do."""
         try:
             return self._compiled[using]
         except KeyError:
             pass
         with self._lock:
             connection = connections[using]
-            sql: str | None = None
+            found = None
             plain = not any(hasattr(f, "get_placeholder") for f in self.fields)
             if plain and connection.features.can_return_columns_from_insert:
                 query = InsertQuery(self.model)
@@ -117,35 +157,41 @@ class PreparedInsert:
                 compiler = query.get_compiler(using)
                 compiler.returning_fields = self.returning
                 [(sql, _params)] = compiler.as_sql()
-                if getattr(compiler, "returning_params", ()) or sql.count("%s") != len(self.fields):
-                    sql = None  # backend-specific RETURNING parameters (Oracle)
-            self._compiled[using] = sql
-        return sql
+                # not with backend-specific RETURNING parameters (Oracle)
+                if not getattr(compiler, "returning_params", ()) and sql.count("%s") == len(
+                    self.fields
+                ):
+                    found = (sql, self._plan(connection))
+            self._compiled[using] = found
+        return found
 
     def save(self, obj: Model, using: str | None = None) -> None:
         model = self.model
         if type(obj) is not model or obj.pk is not None:
             raise ValueError(f"PreparedInsert({model.__name__}) saves new {model.__name__} rows")
         using = using or router.db_for_write(model, instance=obj)
-        sql = self._sql(using)
+        compiled = self._compile(using)
         if (
-            sql is None
+            compiled is None
             or signals.pre_save.has_listeners(model)
             or signals.post_save.has_listeners(model)
         ):
             obj.save(using=using)
             return
+        sql, plan = compiled
         connection = connections[using]
         params = []
-        for field, plain_value, text in self._plan:
-            value = getattr(obj, field.attname) if plain_value else field.pre_save(obj, True)
-            if text and (value is None or type(value) is str):
+        for field, reads_attribute, unchanged, null_param in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None and null_param is not _UNKNOWN:
+                params.append(null_param)
+            elif type(value) in unchanged:
                 params.append(value)
-                continue
-            if hasattr(value, "resolve_expression"):
+            elif hasattr(value, "resolve_expression"):
                 obj.save(using=using)
                 return
-            params.append(field.get_db_prep_save(value, connection))
+            else:
+                params.append(field.get_db_prep_save(value, connection))
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -155,6 +201,20 @@ class PreparedInsert:
             setattr(obj, field.attname, value)
         obj._state.adding = False
         obj._state.db = using
+
+
+_UNKNOWN = object()
+_INTEGER_FIELDS = (
+    AutoField,
+    BigAutoField,
+    SmallAutoField,
+    IntegerField,
+    BigIntegerField,
+    SmallIntegerField,
+    PositiveIntegerField,
+    PositiveBigIntegerField,
+    PositiveSmallIntegerField,
+)
 
 
 class PreparedUpdate:

@@ -72,7 +72,10 @@ class AbstractAttachment(models.Model):
 
 class Attachment(AbstractAttachment):
     message = models.ForeignKey(
-        "django_llmchat.Message", on_delete=models.CASCADE, related_name="attachments"
+        "django_llmchat.Message",
+        on_delete=models.CASCADE,
+        related_name="attachments",
+        db_index=False,  # llmchat_attachment_msg_idx
     )
 
     class Meta(AbstractAttachment.Meta):

@@ -429,6 +429,7 @@ class Chat(AbstractChat):
         null=True,
         blank=True,
         related_name="llm_chats",
+        db_index=False,  # llmchat_chat_user_idx starts with it
     )
 
     class Meta(AbstractChat.Meta):

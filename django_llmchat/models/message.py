@@ -250,7 +250,10 @@ class AbstractMessage(models.Model):
 
 class Message(AbstractMessage):
     chat = models.ForeignKey(
-        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="messages"
+        "django_llmchat.Chat",
+        on_delete=models.CASCADE,
+        related_name="messages",
+        db_index=False,  # llmchat_message_chat_idx starts with it
     )
     parent_tool_call = models.OneToOneField(
         "django_llmchat.ToolCall",

@@ -46,11 +46,16 @@ class AbstractToolCall(models.Model):
 
 
 class ToolCall(AbstractToolCall):
+    # no index of their own: ``llmchat_tool_call_msg_idx`` and the (chat, call_id)
+    # constraint serve these lookups
     message = models.ForeignKey(
-        "django_llmchat.Message", on_delete=models.CASCADE, related_name="tool_calls"
+        "django_llmchat.Message",
+        on_delete=models.CASCADE,
+        related_name="tool_calls",
+        db_index=False,
     )
     chat = models.ForeignKey(
-        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="tool_calls"
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="tool_calls", db_index=False
     )
 
     class Meta(AbstractToolCall.Meta):

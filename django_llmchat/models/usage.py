@@ -89,21 +89,24 @@ class AbstractUsage(models.Model):
         """Price this attempt's tokens now and store the result on the row (unsaved)."""
         from ..pricing import price
 
-        cost = (
-            price(self.tokens, self.model_id, self.provider) if not self.tokens.is_empty else Cost()
-        )
+        tokens = self.tokens
+        cost = price(tokens, self.model_id, self.provider) if not tokens.is_empty else Cost()
         self.cost = cost
         return cost
 
 
 class Usage(AbstractUsage):
-    chat = models.ForeignKey("django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages")
+    # indexed by llmchat_usage_chat_idx and llmchat_usage_msg_idx
+    chat = models.ForeignKey(
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages", db_index=False
+    )
     message = models.ForeignKey(
         "django_llmchat.Message",
         on_delete=models.SET_NULL,
         null=True,
         blank=True,
         related_name="usages",
+        db_index=False,
     )
 
     class Meta(AbstractUsage.Meta):

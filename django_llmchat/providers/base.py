@@ -40,6 +40,7 @@ from ..errors import (
     ProviderTimeoutError,
     RateLimitError,
 )
+from . import _json
 from .framing import NDJSONDecoder, SSEDecoder, iter_ndjson, iter_sse
 from .parsing import ResponseBuilder, StreamParser, parse_arguments
 from .retry import OnRetry, backoff_delay, parse_duration, parse_retry_after
@@ -520,13 +521,13 @@ class Provider:
         return self.base_url + self.endpoint(request, stream=stream)
 
     def encode_payload(self, payload: dict[str, Any]) -> bytes:
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _json.dumps(payload)
 
     def _read_json(self, response: httpx.Response) -> ProviderResponse:
         if response.status_code >= 400:
             raise self.error_from_response(response)
         try:
-            data = json.loads(response.content)
+            data = _json.loads(response.content)
         except ValueError:
             raise ProviderError(
                 "the answer is not JSON",
