@@ -265,6 +265,10 @@ class AbstractChat(models.Model):
     def _runner(self, context=None):
         from ..runner import Runner
 
+        if self.pk is None:
+            raise ArgumentError(
+                "save the chat before running it (Chat.objects.create(...) or chat.save())"
+            )
         return Runner(self, context=context)
 
     def ask(self, prompt: str | None = None, attachments=None, *, context=None):

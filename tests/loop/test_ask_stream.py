@@ -232,3 +232,14 @@ def test_reply_pickles_and_copies_with_its_relations(chat, fake_llm):
         assert again.usages.count() == 1
     reply.refresh_from_db()
     assert reply.usages.get().output_tokens == 1
+
+
+@pytest.mark.parametrize("call", ["ask", "stream", "complete", "ask_later"])
+def test_an_unsaved_chat_cannot_run(call, fake_llm):
+    from django_llmchat.errors import ArgumentError
+
+    unsaved = Chat(provider="openai", model_id="gpt-4.1-mini")
+    args = () if call == "complete" else ("hi",)
+    with pytest.raises(ArgumentError, match="save the chat before running it"):
+        getattr(unsaved, call)(*args)
+    assert not Message.objects.exists()
