@@ -15,24 +15,10 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-    WebSearchDone,
-)
 from ..values import Citation, ServerToolCall, Thinking, Tokens
-from ._json import loads
 from .base import Provider, StreamParser, merge_vendor_options
 from .types import (
     AttachmentData,
@@ -44,7 +30,7 @@ from .types import (
     ToolSpec,
 )
 
-__all__ = ["FINISH_REASONS", "GeminiProvider", "GeminiStreamParser", "gemini_schema"]
+__all__ = ["FINISH_REASONS", "GeminiProvider", "gemini_schema"]
 
 # Gemini ``finishReason`` (and ``promptFeedback.blockReason``) -> event finish reason
 # (seed 001). ``STOP`` becomes ``tool_calls`` when the response holds function calls.
@@ -474,6 +460,8 @@ class GeminiProvider(Provider):
         )
 
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
+        from .gemini_stream import GeminiStreamParser
+
         return GeminiStreamParser(self, request)
 
     # -- errors ----------------------------------------------------------------------
@@ -528,145 +516,10 @@ class CallIds:
         return f"call_{self.prefix}_{self.count}"
 
 
-class GeminiStreamParser(StreamParser):
-    """Reads ``streamGenerateContent?alt=sse``: one whole response per SSE event.
+def __getattr__(name: str):
+    # the stream parser lives in its own module; still importable from here
+    if name == "GeminiStreamParser":
+        from .gemini_stream import GeminiStreamParser
 
-    The stream has no terminator: it is complete when a chunk carrying ``finishReason``
-    (or a prompt ``blockReason``) has arrived. The parser still reads to the end of the
-    body, so a later ``usageMetadata`` snapshot or a trailing error is not lost, and emits
-    the usage and finish events from :meth:`end_of_stream`. A body that ends before any
-    finishing chunk leaves the stream incomplete.
-    """
-
-    def __init__(self, provider: Provider, request: ProviderRequest):
-        super().__init__(provider, request)
-        self.ids: CallIds | None = None
-        self.thoughts: list[str] = []
-        self.thinking_open = False
-        self.signature: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.grounding: dict[str, Any] | None = None
-        self.native_ids: set[str] = set()
-        self.finished: tuple[str | None, str | None] | None = None
-        self.last_chunk: dict[str, Any] = {}
-
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
-        payload = loads(data)  # the base turns a decoding error into a ProviderError
-        if isinstance(payload, list):  # tolerate the array framing of non-SSE streams
-            return [e for chunk in payload for e in self.chunk(chunk)]
-        return self.chunk(payload)
-
-    def chunk(self, payload: Any) -> list[StreamEvent]:
-        if not isinstance(payload, dict):
-            return []
-        candidates = payload.get("candidates")
-        if not candidates and "error" in payload:
-            raise self.provider.error_from_payload(payload)
-        if self.ids is None:
-            self.ids = CallIds(payload.get("responseId"))
-        version = payload.get("modelVersion")
-        if version:
-            self.builder.model_id = version
-        usage = payload.get("usageMetadata")
-        if usage:
-            self.usage = usage
-        candidate = candidates[0] if candidates else {}
-        events: list[StreamEvent] = []
-        content = candidate.get("content")
-        for part in (content.get("parts") if content else None) or ():
-            if "functionCall" in part:
-                if self.thinking_open:
-                    events.extend(self.close_thinking())
-                events.extend(self.function_call(part))
-                continue
-            signature = part.get("thoughtSignature")
-            if signature:
-                self.signature = signature
-            text = part.get("text")
-            if not text or not isinstance(text, str):
-                continue
-            if part.get("thought"):
-                self.thoughts.append(text)
-                self.thinking_open = True
-                events.append(ReasoningDelta(text))
-            else:
-                if self.thinking_open:
-                    events.extend(self.close_thinking())
-                events.append(TextDelta(text))
-        grounding = candidate.get("groundingMetadata")
-        if grounding:
-            self.grounding = grounding
-        raw = candidate.get("finishReason")
-        feedback = payload.get("promptFeedback")
-        block = feedback.get("blockReason") if feedback else None
-        if raw is not None or (block and not candidates):
-            events.extend(self.close_thinking())
-            self.finished = (raw, block)
-        self.last_chunk = payload
-        return events
-
-    def end_of_stream(self) -> Iterable[StreamEvent]:
-        if self.finished is None:
-            return ()
-        events: list[StreamEvent] = list(self.close_thinking())
-        raw, block = self.finished
-        if raw is None:
-            reason, raw = "content_filter", block
-        else:
-            reason = finish_reason(raw, bool(self.builder.tool_calls))
-        self.finish_grounding(events)
-        if self.signature and not self.builder.reasoning_signature:
-            self.builder.reasoning_signature = self.signature
-        raw_body = dict(self.last_chunk)
-        if self.usage:
-            raw_body["usageMetadata"] = self.usage
-        self.builder.raw = raw_body
-        self.done = True
-        events.append(TokenUsageDone(token_usage=usage_tokens(self.usage)))
-        events.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
-        return events
-
-    def function_call(self, part: dict[str, Any]) -> list[StreamEvent]:
-        call = part.get("functionCall") or {}
-        assert self.ids is not None
-        call_id = self.ids.call_id(call)
-        if call.get("id"):
-            self.native_ids.add(call_id)
-        if part.get("thoughtSignature"):
-            # read by the builder when it records the ToolCallDone below
-            self.builder.tool_call_extras[call_id] = {"thought_signature": part["thoughtSignature"]}
-        name = call.get("name") or ""
-        arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
-        return [
-            ToolCallDelta(item_id=call_id, name=name, arguments_delta=arguments),
-            ToolCallDone(item_id=call_id, call_id=call_id, name=name, arguments=arguments),
-        ]
-
-    def close_thinking(self) -> list[StreamEvent]:
-        if not self.thinking_open:
-            return []
-        self.thinking_open = False
-        text = "".join(self.thoughts)
-        self.thoughts = []
-        part = ReasoningPart(
-            type="text", text=text, format=REASONING_FORMAT, signature=self.signature
-        )
-        return [ReasoningDone(part)]
-
-    def finish_grounding(self, events: list[StreamEvent]) -> None:
-        if not self.grounding:
-            return
-        self.builder.citations.extend(grounding_citations(self.grounding))
-        search = grounding_search(self.grounding)
-        if search is not None:
-            self.builder.server_tool_calls.append(search)
-            query = "; ".join(search.arguments.get("queries") or []) or None
-            events.append(WebSearchDone(query, sources=list(search.result or [])))
-
-    def finish(self) -> ProviderResponse:
-        response = self.builder.build()
-        # Ids made up here are not Gemini's: only its own go back as ``functionCall.id``.
-        for call in response.tool_calls:
-            if call.call_id not in self.native_ids:
-                call.item_id = None
-        return response
+        return GeminiStreamParser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,25 +13,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError, UnsupportedFeatureError
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-    WebSearchDone,
-    WebSearchStatus,
-)
 from ..values import Citation, ServerToolCall, Thinking, Tokens
-from ._json import loads
 from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .types import (
     AttachmentData,
@@ -45,7 +30,6 @@ from .types import (
 __all__ = [
     "FINISH_REASONS",
     "OpenAIResponsesProvider",
-    "ResponsesStreamParser",
     "XAIProvider",
 ]
 
@@ -387,7 +371,7 @@ class OpenAIResponsesProvider(Provider):
                         for ann in part.get("annotations") or []:
                             citation = annotation_citation(ann, text)
                             if citation is not None:
-                                citations.append(_shift(citation, offset))
+                                citations.append(shift_citation(citation, offset))
                         text_parts.append(text)
                     elif ptype == "refusal":
                         refused = True
@@ -428,6 +412,8 @@ class OpenAIResponsesProvider(Provider):
         )
 
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
+        from .openai_responses_stream import ResponsesStreamParser
+
         return ResponsesStreamParser(self, request)
 
     # -- errors ----------------------------------------------------------------------
@@ -451,7 +437,7 @@ class OpenAIResponsesProvider(Provider):
         return self.error_from_payload({"error": error})
 
 
-def _shift(citation: Citation, offset: int) -> Citation:
+def shift_citation(citation: Citation, offset: int) -> Citation:
     """A citation's indices moved by ``offset`` (text of earlier parts before it)."""
     if not offset:
         return citation
@@ -463,224 +449,6 @@ def _shift(citation: Citation, offset: int) -> Citation:
         end_index=None if citation.end_index is None else citation.end_index + offset,
         source=citation.source,
         metadata=citation.metadata,
-    )
-
-
-class ResponsesStreamParser(StreamParser):
-    """Reads a streamed Responses answer (``event:`` + ``data:`` SSE, no ``[DONE]``)."""
-
-    provider: OpenAIResponsesProvider
-
-    def __init__(self, provider: Provider, request: ProviderRequest):
-        super().__init__(provider, request)
-        self.calls: dict[str, dict[str, Any]] = {}
-        self.reasoning_text: dict[str, list[tuple[int, str]]] = {}
-        self.reasoning_order: list[str] = []
-        self.text_length = 0
-        self.refused = False
-
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
-        try:
-            payload = loads(data)
-        except ValueError:
-            return []
-        if not isinstance(payload, dict):
-            return []
-        kind = payload.get("type") or event or ""
-        if kind == "error" or ("type" not in payload and isinstance(payload.get("error"), dict)):
-            raise self.provider.error_from_payload(payload)
-        handler = getattr(self, "on_" + kind.replace(".", "_"), None)
-        if handler is None:
-            return []
-        return handler(payload) or []
-
-    # -- text ------------------------------------------------------------------------
-    def on_response_created(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        self.builder.model_id = (payload.get("response") or {}).get("model")
-        return []
-
-    def on_response_output_text_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        delta = payload.get("delta") or ""
-        if not delta:
-            return []
-        self.text_length += len(delta)
-        return [TextDelta(delta)]
-
-    def on_response_refusal_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        self.refused = True
-        return self.on_response_output_text_delta(payload)
-
-    # -- reasoning -------------------------------------------------------------------
-    def on_response_reasoning_summary_text_delta(self, payload: dict[str, Any]) -> list:
-        delta = payload.get("delta") or ""
-        if not delta:
-            return []
-        item_id = payload.get("item_id") or ""
-        parts = self.reasoning_text.setdefault(item_id, [])
-        index = payload.get("summary_index", 0)
-        # Summary parts of one item, and the items themselves, are separated by a blank
-        # line, so the joined deltas equal the joined ReasoningDone texts.
-        if parts and index != parts[-1][0]:
-            delta_text = "\n\n" + delta
-        elif not parts and self.reasoning_order and self.reasoning_order[0] != item_id:
-            delta_text = "\n\n" + delta
-        else:
-            delta_text = delta
-        if item_id not in self.reasoning_order:
-            self.reasoning_order.append(item_id)
-        parts.append((index, delta))
-        return [ReasoningDelta(delta_text)]
-
-    on_response_reasoning_text_delta = on_response_reasoning_summary_text_delta
-
-    # -- function calls --------------------------------------------------------------
-    def on_response_output_item_added(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        item = payload.get("item") or {}
-        kind = item.get("type")
-        if kind == "function_call":
-            self.calls[item.get("id") or item.get("call_id") or ""] = {
-                "call_id": item.get("call_id"),
-                "name": item.get("name") or "",
-                "arguments": [],
-                "named": False,
-                "done": False,
-            }
-        elif kind == "web_search_call":
-            return [WebSearchStatus("in_progress")]
-        return []
-
-    def on_response_function_call_arguments_delta(self, payload: dict[str, Any]) -> list:
-        item_id = payload.get("item_id") or ""
-        call = self.calls.setdefault(
-            item_id, {"call_id": None, "name": "", "arguments": [], "named": False, "done": False}
-        )
-        delta = payload.get("delta") or ""
-        call["arguments"].append(delta)
-        name = None if call["named"] else (call["name"] or None)
-        call["named"] = True
-        return [ToolCallDelta(item_id=item_id, name=name, arguments_delta=delta)]
-
-    def on_response_function_call_arguments_done(self, payload: dict[str, Any]) -> list:
-        item_id = payload.get("item_id") or ""
-        call = self.calls.get(item_id)
-        if call is None or call["done"]:
-            return []
-        arguments = payload.get("arguments")
-        if arguments is None:
-            arguments = "".join(call["arguments"])
-        call["done"] = True
-        return [
-            ToolCallDone(
-                item_id=item_id,
-                call_id=call["call_id"] or item_id,
-                name=payload.get("name") or call["name"],
-                arguments=arguments or "{}",
-            )
-        ]
-
-    def on_response_output_item_done(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        item = payload.get("item") or {}
-        kind = item.get("type")
-        item_id = item.get("id") or ""
-        if kind == "function_call":
-            call = self.calls.get(item_id or item.get("call_id") or "")
-            if call is not None and call["done"]:
-                return []
-            if call is not None:
-                call["done"] = True
-            return [
-                ToolCallDone(
-                    item_id=item_id or None,
-                    call_id=item.get("call_id") or item_id,
-                    name=item.get("name") or (call or {}).get("name", ""),
-                    arguments=item.get("arguments") or "{}",
-                )
-            ]
-        if kind == "reasoning":
-            self.builder.reasoning_items.append(item)
-            text = summary_text(item)
-            if not text:
-                text = _joined_summary(self.reasoning_text.get(item_id) or [])
-            if not text:
-                return []
-            if item_id not in self.reasoning_order:
-                self.reasoning_order.append(item_id)
-            if self.reasoning_order[0] != item_id:
-                text = "\n\n" + text
-            return [ReasoningDone(ReasoningPart(type="text", text=text, format=REASONING_FORMAT))]
-        if kind == "message":
-            prior = self.text_length - _message_text_length(item)
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text":
-                    text = part.get("text") or ""
-                    for ann in part.get("annotations") or []:
-                        citation = annotation_citation(ann, text)
-                        if citation is not None:
-                            self.builder.citations.append(_shift(citation, max(prior, 0)))
-                    prior += len(text)
-            return []
-        if kind == "web_search_call":
-            call = web_search_call(item)
-            self.builder.server_tool_calls.append(call)
-            action = item.get("action") or {}
-            if action.get("type") == "open_page":
-                return [WebSearchStatus("open_page", url=action.get("url"))]
-            sources = [
-                {"title": s.get("title"), "url": s.get("url")}
-                for s in action.get("sources") or []
-                if isinstance(s, dict)
-            ]
-            return [WebSearchDone(action.get("query"), sources=sources)]
-        return []
-
-    # -- server-side web search ------------------------------------------------------
-    def on_response_web_search_call_searching(self, payload: dict[str, Any]) -> list:
-        return [WebSearchStatus("searching")]
-
-    def on_response_web_search_call_completed(self, payload: dict[str, Any]) -> list:
-        return [WebSearchStatus("completed")]
-
-    # -- the end ---------------------------------------------------------------------
-    def on_response_completed(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        response = payload.get("response") or {}
-        if response.get("status") == "failed" or payload.get("type") == "response.failed":
-            raise self.provider.failed_error(response)
-        self.done = True
-        self.builder.raw = response
-        self.builder.model_id = response.get("model") or self.builder.model_id
-        reason, raw = finish_reason(
-            response.get("status"),
-            (response.get("incomplete_details") or {}).get("reason"),
-            bool(self.builder.tool_calls),
-        )
-        if self.refused and reason == "stop":
-            reason, raw = "content_filter", "refusal"
-        return [
-            TokenUsageDone(token_usage=usage_tokens(response.get("usage"))),
-            FinishReasonDone(finish_reason=reason, raw_finish_reason=raw),
-        ]
-
-    on_response_incomplete = on_response_completed
-    on_response_failed = on_response_completed
-
-
-def _joined_summary(pieces: list[tuple[int, str]]) -> str:
-    """Summary deltas ``(summary_index, text)`` joined, parts separated by a blank line."""
-    out: list[str] = []
-    last = None
-    for index, text in pieces:
-        if last is not None and index != last:
-            out.append("\n\n")
-        out.append(text)
-        last = index
-    return "".join(out)
-
-
-def _message_text_length(item: dict[str, Any]) -> int:
-    return sum(
-        len(p.get("text") or "")
-        for p in item.get("content") or []
-        if p.get("type") == "output_text"
     )
 
 
@@ -736,3 +504,12 @@ class XAIProvider(OpenAIResponsesProvider):
                 code=error.code,
             )
         return error
+
+
+def __getattr__(name: str):
+    # the stream parser lives in its own module; still importable from here
+    if name == "ResponsesStreamParser":
+        from .openai_responses_stream import ResponsesStreamParser
+
+        return ResponsesStreamParser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,192 @@
+"""Streamed answers of Chat Completions: ``data:`` chunks (ending with ``[DONE]`` or not)
+into stream events and the whole response, tool-call fragments joined by index (see
+:mod:`.openai_chat` for the requests).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    ReasoningPart,
+    StreamEvent,
+    TextDelta,
+    TokenUsageDone,
+    ToolCallDelta,
+    ToolCallDone,
+)
+from ._json import loads
+from .base import StreamParser
+from .openai_chat import (
+    ChatCompletionsProvider,
+    arguments_text,
+    citations_of,
+    finish_reason,
+    new_call_id,
+    split_content,
+    usage_tokens,
+)
+from .types import ProviderRequest
+
+__all__ = ["ChatCompletionsStreamParser"]
+
+
+class _Call:
+    __slots__ = ("call_id", "name", "arguments", "done")
+
+    def __init__(self, call_id: str | None, name: str):
+        self.call_id = call_id
+        self.name = name
+        self.arguments: list[str] = []
+        self.done = False
+
+
+class ChatCompletionsStreamParser(StreamParser):
+    """``data: {chunk}`` ... ``data: [DONE]``.
+
+    Tool-call fragments are joined by ``index``; each call is complete at the chunk with a
+    ``finish_reason`` (or the end). Usage may come on that chunk or on a last chunk with
+    ``choices: []``; TokenUsageDone and FinishReasonDone are emitted once, at ``[DONE]``.
+    """
+
+    def __init__(self, provider: ChatCompletionsProvider, request: ProviderRequest):
+        super().__init__(provider, request)
+        self.calls: dict[Any, _Call] = {}
+        self.reasoning: list[str] = []
+        self.raw_finish: str | None = None
+        self.refusal = False
+        self.usage: dict[str, Any] | None = None
+        # Only vendors declaring citations put search results on their chunks.
+        self.cites = provider.capabilities.citations
+
+    def feed(self, event: str | None, data: str) -> list[StreamEvent]:
+        if data.startswith("[") and data.strip() == "[DONE]":
+            return self._close()
+        chunk = loads(data)
+        if not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            raise self.provider.error_from_payload(chunk, body=data)
+        out: list[StreamEvent] = []
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        builder = self.builder
+        if builder.model_id is None:
+            builder.model_id = chunk.get("model")
+        if self.cites and (chunk.get("search_results") or chunk.get("citations")):
+            builder.citations = citations_of(chunk)  # each chunk repeats the full list
+        choices = chunk.get("choices")
+        if not choices:
+            return out
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                self.reasoning.append(reasoning)
+                out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if content:
+                if not isinstance(content, str):
+                    content, thought = split_content(content)
+                    if thought:
+                        self.reasoning.append(thought)
+                        out.append(ReasoningDelta(thought))
+                if content:
+                    if self.reasoning:
+                        out.append(self._end_reasoning())
+                    out.append(TextDelta(content))
+            refusal = delta.get("refusal")
+            if refusal:
+                self.refusal = True
+                out.append(TextDelta(refusal))
+            calls = delta.get("tool_calls")
+            if calls:
+                if self.reasoning:
+                    out.append(self._end_reasoning())
+                self._fragments(calls, out)
+            notes = delta.get("annotations")
+            if notes:
+                builder.citations.extend(citations_of({}, {"annotations": notes}))
+        raw = choice.get("finish_reason")
+        if raw and self.raw_finish is None:
+            self.raw_finish = raw
+            self._end_turn(out)
+        return out
+
+    def _fragments(self, fragments: list[dict[str, Any]], out: list[StreamEvent]) -> None:
+        calls = self.calls
+        for frag in fragments:
+            fn = frag.get("function") or {}
+            call_id = frag.get("id")
+            key = frag.get("index")
+            if key is None:
+                key = call_id if call_id is not None else len(calls)
+            call = calls.get(key)
+            if call is not None and call_id and call.call_id and call_id != call.call_id:
+                # A new call reusing an index: the previous one is complete.
+                if not call.done:
+                    out.append(self._call_done(call))
+                key = (key, call_id)
+                call = calls.get(key)
+            arguments = arguments_text(fn.get("arguments"))
+            if call is None:
+                call = calls[key] = _Call(call_id, fn.get("name") or "")
+                if arguments:
+                    call.arguments.append(arguments)
+                out.append(
+                    ToolCallDelta(item_id=call_id, name=call.name, arguments_delta=arguments)
+                )
+                continue
+            if call_id and not call.call_id:
+                call.call_id = call_id
+            if fn.get("name") and not call.name:
+                call.name = fn["name"]
+            if arguments:
+                call.arguments.append(arguments)
+                out.append(ToolCallDelta(item_id=call.call_id, arguments_delta=arguments))
+
+    def _call_done(self, call: _Call) -> ToolCallDone:
+        call.done = True
+        if not call.call_id:
+            call.call_id = new_call_id()
+        return ToolCallDone(
+            item_id=call.call_id,
+            call_id=call.call_id,
+            name=call.name,
+            arguments="".join(call.arguments) or "{}",
+        )
+
+    def _end_reasoning(self) -> ReasoningDone:
+        text = "".join(self.reasoning)
+        self.reasoning = []
+        return ReasoningDone(ReasoningPart(type="text", text=text, format=None))
+
+    def _end_turn(self, out: list[StreamEvent]) -> None:
+        if self.reasoning:
+            out.append(self._end_reasoning())
+        for call in self.calls.values():
+            if not call.done:
+                out.append(self._call_done(call))
+
+    def _close(self) -> list[StreamEvent]:
+        if self.done:
+            return []
+        out: list[StreamEvent] = []
+        self._end_turn(out)
+        out.append(TokenUsageDone(usage_tokens(self.usage)))
+        raw = self.raw_finish
+        reason = finish_reason(raw, tool_calls=bool(self.calls), refusal=self.refusal)
+        out.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
+        self.done = True
+        return out
+
+    def end_of_stream(self) -> list[StreamEvent]:
+        # Servers that never send [DONE] are complete once they gave a finish_reason.
+        if not self.provider.requires_done_sentinel and self.raw_finish is not None:
+            return self._close()
+        return []
