@@ -243,6 +243,51 @@ def test_chat_page_streams_replies_with_tools_and_approvals(page):
     page.screenshot(path=str(SHOTS / "admin-chat.png"), full_page=True)
 
 
+def test_a_chat_started_while_the_page_loads_stays_open(page):
+    """The page opens the latest chat once its list arrives; a chat the user started in the
+    meantime must stay the one shown, whichever answer comes back first."""
+    log_in(page)
+    start_chat(page)
+    earlier = page.url.rsplit("chat=", 1)[1]
+    held: dict[str, tuple] = {}
+
+    def hold_list(route):  # answered now (the earlier chat on top), delivered later
+        if "list" in held:
+            route.continue_()
+        else:
+            held["list"] = (route, route.fetch())
+
+    def hold_new_chat(route):
+        if "start" in held and "chat" not in held:
+            held["chat"] = (route, None)
+        else:
+            route.continue_()
+
+    def wait_for(key):
+        deadline = time.monotonic() + 10
+        while key not in held:
+            assert time.monotonic() < deadline, f"no {key} request"
+            page.wait_for_timeout(20)
+
+    page.route("**/api/chats/?page_size=100", hold_list)
+    page.route("**/api/chats/*/", hold_new_chat)
+    page.goto("/")
+    wait_for("list")
+    held["start"] = (None, None)
+    page.get_by_role("button", name="Start chat").click()
+    wait_for("chat")  # the new chat is being opened...
+    route, response = held["list"]
+    route.fulfill(response=response)  # ...when the list with the earlier one on top arrives
+    page.wait_for_timeout(500)
+    held["chat"][0].continue_()
+    page.wait_for_url("**/?chat=*")
+    started = page.url.rsplit("chat=", 1)[1]
+    assert started != earlier
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#chat-title").inner_text() == f"Chat {started}"
+    assert page.url.endswith(f"?chat={started}")
+
+
 def test_deny_and_stop(page):
     log_in(page)
     start_chat(page)

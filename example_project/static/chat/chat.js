@@ -619,8 +619,11 @@
   });
 
   (async () => {
+    const opened = state.opening;
     try {
       const chats = await loadChats();
+      // a chat the user opened or started meanwhile wins over the one shown by default
+      if (state.opening !== opened) return;
       const wanted = new URLSearchParams(window.location.search).get("chat");
       if (wanted) await openChat(wanted, { push: false });
       else if (chats.length) await openChat(chats[0].id, { push: false });
