@@ -35,4 +35,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) site db.sqlite3
+	rm -rf $(VENV) site db.sqlite3 db.sqlite3-shm db.sqlite3-wal
