@@ -444,7 +444,7 @@ class Runner:
         results.sort(key=lambda pair: order[pair[0].pk])
         saved = save_tool_results(self.chat, results)
         for m in saved:
-            history.append(provider_message(m))
+            history.append(provider_message(m, calls=[]))  # a tool message calls nothing
             if self.agent is not None and interrupt is None:
                 try:
                     self.agent.on_message(m, self.context)
