@@ -60,12 +60,15 @@ class PreparedQuery:
         self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int]]]] = {}
         self._lock = threading.Lock()
 
+    def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
+        """The SQL and parameters Django compiles for the query built with placeholders."""
+        return self.build(*self.placeholders).query.get_compiler(using).as_sql()
+
     def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int]]]:
         found = self._compiled.get(using)
         if found is None:
             with self._lock:
-                queryset = self.build(*self.placeholders)
-                sql, params = queryset.query.get_compiler(using).as_sql()
+                sql, params = self._as_sql(using)
                 slots = [
                     (index, self.placeholders.index(value))
                     for index, value in enumerate(params)
@@ -79,6 +82,14 @@ class PreparedQuery:
                 found = self._compiled[using] = (sql, list(params), slots)
         return found
 
+    def _bound(self, args: Sequence[Any], using: str) -> tuple[str, list[Any]]:
+        """The compiled SQL with ``args`` in the placeholders' places."""
+        sql, params, slots = self._compile(using)
+        params = list(params)
+        for index, arg in slots:
+            params[index] = args[arg]
+        return sql, params
+
     def model(self) -> type:
         if not hasattr(self, "_model"):
             self._model = self.build(*self.placeholders).model
@@ -86,10 +97,7 @@ class PreparedQuery:
 
     def rows(self, *args: Any, using: str | None = None) -> list[tuple]:
         using = using or router.db_for_read(self.model())
-        sql, params, slots = self._compile(using)
-        params = list(params)
-        for index, arg in slots:
-            params[index] = args[arg]
+        sql, params = self._bound(args, using)
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
@@ -217,37 +225,26 @@ _INTEGER_FIELDS = (
 )
 
 
-class PreparedUpdate:
+class PreparedUpdate(PreparedQuery):
     """``PreparedUpdate(Chat, status="idle", updated_at=Now()).run(pk)``: the UPDATE of
     ``Chat.objects.filter(pk=pk).update(status="idle", updated_at=Now())``, compiled once
     per database (the values are fixed; only the primary key changes)."""
 
     def __init__(self, model: type[Model], **values: Any):
-        self.model = model
+        super().__init__(lambda pk: model._base_manager.filter(pk=pk))
         self.values = values
-        self._compiled: dict[str, tuple[str, list[Any], int]] = {}
-        self._lock = threading.Lock()
 
-    def _compile(self, using: str) -> tuple[str, list[Any], int]:
-        found = self._compiled.get(using)
-        if found is None:
-            with self._lock:
-                query = self.model._base_manager.filter(pk=INT_ARG).query.chain(UpdateQuery)
-                query.add_update_values(self.values)
-                if query.related_updates:
-                    raise ValueError("PreparedUpdate updates the model's own table only")
-                sql, params = query.get_compiler(using).as_sql()
-                params = list(params)
-                slot = params.index(INT_ARG)
-                found = self._compiled[using] = (sql, params, slot)
-        return found
+    def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
+        query = self.build(*self.placeholders).query.chain(UpdateQuery)
+        query.add_update_values(self.values)
+        if query.related_updates:
+            raise ValueError("PreparedUpdate updates the model's own table only")
+        return query.get_compiler(using).as_sql()
 
     def run(self, pk: Any, using: str | None = None) -> int:
         """Run the UPDATE for row ``pk``; returns the number of rows updated."""
-        using = using or router.db_for_write(self.model)
-        sql, params, slot = self._compile(using)
-        params = list(params)
-        params[slot] = pk
+        using = using or router.db_for_write(self.model())
+        sql, params = self._bound((pk,), using)
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount

@@ -443,12 +443,3 @@ class AnthropicProvider(Provider):
         from .anthropic_stream import AnthropicStreamParser
 
         return AnthropicStreamParser(self, request)
-
-
-def __getattr__(name: str):
-    # the stream parser lives in its own module; still importable from here
-    if name == "AnthropicStreamParser":
-        from .anthropic_stream import AnthropicStreamParser
-
-        return AnthropicStreamParser
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

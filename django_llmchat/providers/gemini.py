@@ -514,12 +514,3 @@ class CallIds:
         if call.get("id"):
             return str(call["id"])
         return f"call_{self.prefix}_{self.count}"
-
-
-def __getattr__(name: str):
-    # the stream parser lives in its own module; still importable from here
-    if name == "GeminiStreamParser":
-        from .gemini_stream import GeminiStreamParser
-
-        return GeminiStreamParser
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -442,12 +442,3 @@ class OpenAICompatibleProvider(ChatCompletionsProvider):
                 f'LLMCHAT["PROVIDERS"]["{self.name}"]["base_url"] '
                 '(for example "http://localhost:8000/v1").'
             )
-
-
-def __getattr__(name: str):
-    # the stream parser lives in its own module; still importable from here
-    if name == "ChatCompletionsStreamParser":
-        from .openai_chat_stream import ChatCompletionsStreamParser
-
-        return ChatCompletionsStreamParser
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -504,12 +504,3 @@ class XAIProvider(OpenAIResponsesProvider):
                 code=error.code,
             )
         return error
-
-
-def __getattr__(name: str):
-    # the stream parser lives in its own module; still importable from here
-    if name == "ResponsesStreamParser":
-        from .openai_responses_stream import ResponsesStreamParser
-
-        return ResponsesStreamParser
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
