@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.http import HttpRequest
 from django.template.defaultfilters import floatformat
 
-from .models import Chat, LLMModel, Usage
+from .models import Chat, LLMModel, Run, Usage
 from .values import Cost, Tokens
 
 
@@ -35,11 +35,26 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
             result = call.get_result()
             if result is not None:
                 answered.add(result.pk)
-    entries = []
+    # runs that did not end with a reply are shown where they stopped: after the last
+    # message they stored, else after their prompt
+    runs = [r for r in Run.objects.filter(chat=chat).order_by("id") if r.status != Run.SUCCEEDED]
+    marks: dict[int, list[Run]] = {}
+    leading: list[Run] = []
+    index = {m.pk: i for i, m in enumerate(messages)}
+    for run in runs:
+        stored = [index[m.pk] for m in messages if m.run_id == run.pk]
+        if run.prompt_id in index:
+            stored.append(index[run.prompt_id])
+        if stored:
+            marks.setdefault(messages[max(stored)].pk, []).append(run)
+        else:
+            leading.append(run)
+    entries: list[dict[str, Any]] = [{"run": run} for run in leading]
     total_tokens = Tokens()
     total_cost = Cost()
     for m in messages:
         if m.pk in answered:
+            entries.extend({"run": run} for run in marks.get(m.pk, ()))
             continue  # shown beneath its tool call
         calls = []
         for call in m.tool_calls.all():
@@ -59,6 +74,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
                 "attachments": list(m.attachments.all()),
             }
         )
+        entries.extend({"run": run} for run in marks.get(m.pk, ()))
     return {
         "entries": entries,
         "message_count": len(messages),
@@ -85,7 +101,7 @@ class ChatAdmin(admin.ModelAdmin):
     search_fields = ("title", "messages__content")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
-    readonly_fields = ("status", "error", "created_at", "updated_at")
+    readonly_fields = ("status", "active_run", "created_at", "updated_at")
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
     fieldsets = (
@@ -94,7 +110,7 @@ class ChatAdmin(admin.ModelAdmin):
             "Request",
             {"fields": ("params", "schema", "tools", "context"), "classes": ("collapse",)},
         ),
-        ("Run", {"fields": ("status", "error", "cancel_requested", "created_at", "updated_at")}),
+        ("Run", {"fields": ("status", "active_run", "created_at", "updated_at")}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -120,6 +136,42 @@ class ChatAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    """Every run: what it answered, how it ended (with its safe error), its attempts, steps,
+    worker and cost. Read-only: runs change through django_llmchat.runs alone."""
+
+    list_display = (
+        "id",
+        "chat",
+        "status",
+        "error_type",
+        "attempt",
+        "steps",
+        "cost_display",
+        "worker",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = ("status", "error_type", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("error", "worker", "task_id", "chat__title")
+    list_select_related = ("chat",)
+    date_hierarchy = "created_at"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(_cost=Sum("usages__total_cost"))
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="cost (USD)", ordering="_cost")
+    def cost_display(self, obj: Run) -> str:
+        return _money(getattr(obj, "_cost", None))
+
+
 @admin.register(Usage)
 class UsageAdmin(admin.ModelAdmin):
     list_display = (
@@ -138,7 +190,7 @@ class UsageAdmin(admin.ModelAdmin):
     list_filter = ("status", "provider", "model_id", "operation")
     search_fields = ("model_id", "error")
     list_select_related = ("chat",)
-    raw_id_fields = ("chat", "message")
+    raw_id_fields = ("chat", "message", "run")
     date_hierarchy = "created_at"
 
     def get_readonly_fields(self, request, obj=None):
@@ -184,4 +236,4 @@ class LLMModelAdmin(admin.ModelAdmin):
         return self._price(obj, "output_mtok")
 
 
-__all__ = ["ChatAdmin", "UsageAdmin", "LLMModelAdmin", "build_transcript"]
+__all__ = ["ChatAdmin", "LLMModelAdmin", "RunAdmin", "UsageAdmin", "build_transcript"]

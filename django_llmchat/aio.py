@@ -12,16 +12,28 @@ from django.db import connections
 _END = object()
 
 
-async def stream_in_thread(make: Callable[[], Iterator[Any]]) -> AsyncIterator[Any]:
+async def stream_in_thread(
+    make: Callable[[], Iterator[Any]], *, drain: bool = False
+) -> AsyncIterator[Any]:
     """Iterate ``make()`` in a thread; yield its items here. Stopping early (``aclose``,
-    a disconnected client) stops the thread between items."""
+    a disconnected client) stops the thread between items, or, with ``drain=True``, lets
+    it iterate to the end with nobody listening (a run that must finish)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue(maxsize=256)
     stop = threading.Event()
 
     def put(item: Any) -> None:
+        if stop.is_set():
+            return
         fut = asyncio.run_coroutine_threadsafe(queue.put(item), loop)
-        fut.result()
+        while True:
+            try:
+                fut.result(timeout=1.0)
+                return
+            except TimeoutError:
+                if stop.is_set():  # the consumer is gone: nobody will take it
+                    fut.cancel()
+                    return
 
     def work() -> None:
         try:
@@ -29,6 +41,8 @@ async def stream_in_thread(make: Callable[[], Iterator[Any]]) -> AsyncIterator[A
             try:
                 for item in iterator:
                     if stop.is_set():
+                        if drain:
+                            continue
                         break
                     put(item)
             finally:

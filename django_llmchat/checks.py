@@ -21,6 +21,9 @@ NUMBERS = {
     "MAX_ATTACHMENT_SIZE": (int, 1),
     "TASK_MAX_RETRIES": (int, 0),
     "TASK_RETRY_MAX_WAIT": ((int, float), 0),
+    "RUN_LEASE": ((int, float), 1),
+    "RUN_MAX_ATTEMPTS": (int, 1),
+    "RECOVER_QUEUED_AFTER": ((int, float), 1),
 }
 PROVIDER_KEYS = {"api_key", "base_url", "timeout", "max_retries", "api", "class", "options"}
 

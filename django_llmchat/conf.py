@@ -40,6 +40,18 @@ DEFAULTS: dict[str, Any] = {
     # up to it).
     "TASK_MAX_RETRIES": 3,
     "TASK_RETRY_MAX_WAIT": 300.0,
+    # Runs (django_llmchat.runs). A process working on a run renews its lease every third
+    # of RUN_LEASE seconds; a run whose lease ran out (its process died) is resumed from
+    # its last stored step by the next task, the periodic llmchat recovery or
+    # ``manage.py llmchat_recover``. A run taken on RUN_MAX_ATTEMPTS times ends failed.
+    "RUN_LEASE": 30.0,
+    "RUN_MAX_ATTEMPTS": 8,
+    # A queued run whose task never came (a lost broker message) is sent again by the
+    # recovery after this many seconds.
+    "RECOVER_QUEUED_AFTER": 300.0,
+    # A client that disconnects from an inline SSE reply: False (default) lets the run
+    # finish and be stored; True cancels it (its usage row is kept either way).
+    "CANCEL_ON_DISCONNECT": False,
     # REST API.
     "STAFF_SEES_ALL_CHATS": False,
     "MAX_CONTENT_LENGTH": 100_000,

@@ -160,3 +160,57 @@ class InterruptError(LLMChatError):
 
     def __reduce__(self):
         return (type(self), (self.reason,))
+
+
+class ChatBusyError(LLMChatError):
+    """The chat cannot take this run now: its current run waits for a tool-call decision
+    (approve or deny it, or cancel the run, first)."""
+
+
+class RunLostError(LLMChatError):
+    """This process no longer owns the run: another one took it over (its lease ran out)
+    or it was finished elsewhere. Nothing more is written by this process."""
+
+
+# Safe words for a user, most specific first: a provider's own error text stays in the
+# logs, never in a run's ``error``, an event or an API response.
+_SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (
+    (AuthenticationError, "authentication_error", "The provider rejected the credentials."),
+    (RateLimitError, "rate_limit", "The provider is rate limiting requests; retry later."),
+    (
+        ContextLengthExceededError,
+        "context_length_exceeded",
+        "The conversation is too long for the model.",
+    ),
+    (OverloadedError, "overloaded", "The provider is overloaded; retry later."),
+    (ProviderTimeoutError, "timeout", "The provider did not answer in time."),
+    (
+        IncompleteStreamError,
+        "incomplete_stream",
+        "The provider's stream ended early; retry to continue.",
+    ),
+    (ProviderError, "provider_error", "The provider returned an error."),
+    (
+        StructuredOutputError,
+        "structured_output_error",
+        "The reply was not valid JSON for the chat's schema.",
+    ),
+    (ConfigurationError, "configuration_error", "The provider is not configured."),
+    (ChatBusyError, "chat_busy", ""),
+    (UnsupportedFeatureError, "unsupported", ""),
+    (ArgumentError, "invalid", ""),
+)
+
+
+def safe_error(exc: BaseException) -> tuple[str, str]:
+    """``(error_type, message)`` for ``exc`` in words safe to show a user: the library's own
+    messages for its argument errors, fixed words for everything else."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    if isinstance(exc, ImproperlyConfigured):
+        return "configuration_error", "The provider is not configured."
+    for cls, kind, message in _SAFE_ERRORS:
+        if isinstance(exc, cls):
+            # our own messages (a bad argument, a busy chat) name no secret
+            return kind, message or str(exc)[:500]
+    return "internal_error", "The reply failed."

@@ -17,12 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models.functions import Now
 
+from . import runs
 from .agents import Agent, load_agent
 from .conf import settings
 from .context import Context
-from .errors import IncompleteStreamError, InterruptError, ProviderError, StructuredOutputError
+from .errors import (
+    ChatBusyError,
+    IncompleteStreamError,
+    InterruptError,
+    ProviderError,
+    RunLostError,
+    StructuredOutputError,
+    safe_error,
+)
 from .events import (
     FinishReasonDone,
     GuardrailModification,
@@ -30,18 +38,17 @@ from .events import (
     Interrupt,
     SkillActivation,
     StreamEvent,
+    TextDelta,
     TextDone,
     TokenUsageDone,
     ToolCallDone,
 )
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
-from .models import Chat, Message, ToolCall, Usage
-from .prepared import PreparedQuery
+from .models import Chat, Message, Run, ToolCall, Usage
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
-    RUN_STARTED,
     load_history,
     provider_message,
     record_failed_attempts,
@@ -51,21 +58,6 @@ from .transcript import (
 )
 
 logger = logging.getLogger("django_llmchat.runner")
-
-CANCEL_POLL_SECONDS = 0.25
-
-# polled several times a second by every running stream: compiled once
-_CANCEL_REQUESTED = PreparedQuery(
-    lambda chat_id: Chat.objects.filter(pk=chat_id).values_list(
-        "cancel_requested", "interrupt_reason"
-    )
-)
-
-
-class _Cancelled(Exception):
-    def __init__(self, reason: str | None):
-        self.reason = reason
-        super().__init__(reason)
 
 
 @dataclass
@@ -111,12 +103,10 @@ class Runner:
             self.context.skills = (
                 skills if isinstance(skills, SkillsContext) else load_skills(list(skills))
             )
-        self._last_cancel_poll = 0.0
-        self.started = False
-        self._written_status: str | None = None
-        # the run sees only the first ``history_limit`` messages (``None``: all); prompts
-        # queued behind this run (``tasks.complete_chat``) wait for their own turn
-        self.history_limit: int | None = None
+        self.execution: runs.Execution | None = None
+        # ``retry_on(exc)``: whether a failed run goes back to the queue (a task retries it)
+        self.retry_on: Any = None
+        self.holds_text = any(AFTER in g.phases for g in self.guardrails)
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -181,38 +171,59 @@ class Runner:
             schema=self.chat.schema,
         )
 
-    # -- cancellation ---------------------------------------------------------------------
-    def _check_interrupt(self, force: bool = False) -> None:
-        """Raise :class:`_Cancelled` when ``chat.interrupt()``/``cancel()`` was called (from
-        any process); polls the database at most every ``CANCEL_POLL_SECONDS``."""
-        now = time.monotonic()
-        if not force and now - self._last_cancel_poll < CANCEL_POLL_SECONDS:
-            return
-        self._last_cancel_poll = now
-        rows = _CANCEL_REQUESTED.rows(self.chat.pk)
-        if rows and rows[0][0]:
-            raise _Cancelled(rows[0][1] or None)
+    # -- starting -------------------------------------------------------------------------
+    def begin(self, prompt: str | None, attachments: list[tuple] | None = None) -> list:
+        """Store ``prompt`` (after the before-guardrails) with a run answering it, and take
+        the run (waiting for the runs ahead of it); returns the guardrails' events. A
+        blocked prompt raises :class:`Blocked` and stores nothing."""
+        from .models import Message
+
+        chat = self.chat
+        events: list[StreamEvent] = []
+        message = None
+        if prompt is not None:
+            text, events = self.check_prompt(prompt)
+            message = Message(chat=chat, role="user", content=text)
+        else:
+            # continuing: the chat's next run, when nobody else is on it (a run queued
+            # again after tool-call decisions, one whose worker died), is this one
+            found = runs.claim(chat.pk)
+            if found.execution is not None:
+                self.run_row, self.execution = found.execution.run, found.execution
+                return events
+            if found.state == runs.PAUSED:
+                raise ChatBusyError(
+                    f"chat {chat.pk} is waiting for a decision on its tool calls: approve "
+                    "or deny them (or cancel the run) first"
+                )
+        run, execution = runs.enqueue(chat, message, attachments, start=True, wait=True)
+        self.run_row = run
+        self.execution = execution or runs.wait_for_turn(run)
+        return events
+
+    def resume(self, run: Run) -> None:
+        """Take ``run`` (queued again after a tool-call decision) to continue it here."""
+        self.run_row = run
+        self.execution = runs.wait_for_turn(run)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, *, stream: bool = True, pre_events: list[StreamEvent] | None = None):
         """Generator of events; ``self.result`` holds the outcome when it ends."""
+        if self.execution is None:
+            raise RuntimeError("Runner.run() needs a run: call begin() or resume() first")
         for event in self._run(stream=stream, pre_events=pre_events or []):
             if self.keep_events:
                 self.result.events.append(event)
             yield event
 
     def _run(self, *, stream: bool, pre_events: list[StreamEvent]) -> Iterator[StreamEvent]:
-        chat = self.chat
-        if not self.started:
-            RUN_STARTED.run(chat.pk)
-            self.started = True
-        final_status = "idle"
-        error_text = ""
+        chat, execution = self.chat, self.execution
+        assert execution is not None
+        # what the run ends with when the loop leaves: (status, error_type, error, reason)
+        outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
             history, pending_ids = load_history(chat)
-            if self.history_limit is not None:
-                del history[self.history_limit :]
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (
@@ -220,30 +231,39 @@ class Runner:
                 if pending_ids
                 else []
             )
-            steps = 0
+            steps = execution.run.steps
             while True:
                 if pending:
-                    outcome = yield from self._run_tools(pending, history)
-                    if outcome is not None:
-                        self.result.interrupt = outcome
-                        yield outcome
-                        final_status = "interrupted"
+                    stop = yield from self._run_tools(pending, history)
+                    if stop is not None:
+                        self.result.interrupt = stop
+                        yield stop
+                        outcome = (
+                            (Run.AWAITING_APPROVAL, "", "", "")
+                            if stop.reason == "approval_required"
+                            else (Run.INTERRUPTED, "", "", stop.reason or "")
+                        )
                         return
                     pending = []
                 if steps:
-                    self._check_interrupt(force=True)
+                    execution.poll(force=True)
                 if steps >= self.max_steps:
                     event = Interrupt(reason="max_steps")
                     self.result.interrupt = event
                     yield event
-                    final_status = "interrupted"
+                    outcome = (Run.INTERRUPTED, "", "", "max_steps")
                     return
                 request = self._request(history)
                 response = yield from self._call(request, stream=stream)
                 steps += 1
                 self.result.steps = steps
                 if response is None:  # blocked by an after-guardrail
-                    final_status = "blocked"
+                    outcome = (
+                        Run.FAILED,
+                        "guardrail_tripwire",
+                        "A guardrail blocked the reply.",
+                        "",
+                    )
                     return
                 message, calls = response
                 history.append(provider_message(message, calls=calls, attachments=[]))
@@ -254,42 +274,60 @@ class Runner:
                     event = Interrupt(reason=exc.reason)
                     self.result.interrupt = event
                     yield event
-                    final_status = "interrupted"
+                    outcome = (Run.INTERRUPTED, "", "", exc.reason or "")
                     return
                 if not calls:
-                    return
+                    return  # stored with the step: the run succeeded
                 pending = calls
-        except _Cancelled as exc:
+        except runs.CancelRequested as exc:
             event = Interrupt(reason=exc.reason)
             self.result.interrupt = event
+            status = Run.CANCELLED if exc.reason == "cancelled" else Run.INTERRUPTED
+            outcome = (status, "", "", exc.reason or "")
             yield event
-            final_status = "interrupted"
+        except RunLostError:
+            raise
+        except GeneratorExit:
+            # the stream was closed or dropped before its end
+            outcome = (Run.CANCELLED, "", "", "stream_closed")
+            raise
         except Exception as exc:
-            final_status = "failed"
-            error_text = str(exc)[:4000]
+            error_type, error = safe_error(exc)
+            if self.retry_on is not None and self.retry_on(exc):
+                outcome = (Run.QUEUED, error_type, error, "")
+            else:
+                outcome = (Run.FAILED, error_type, error, "")
             raise
         finally:
-            updates: dict[str, Any] = {}
-            if self._written_status != final_status or error_text:
-                updates = {
-                    "status": final_status,
-                    "error": error_text,
-                    "cancel_requested": False,
-                    "updated_at": Now(),
-                }
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
-                updates["context"] = caller
+                Chat.objects.filter(pk=chat.pk).update(context=caller)
                 chat.context = caller
-            if updates:
-                Chat.objects.filter(pk=chat.pk).update(**updates)
-            chat.status, chat.error, chat.cancel_requested = final_status, error_text, False
+            self._end(outcome)
+
+    def _end(self, outcome: tuple[str, str, str, str] | None) -> None:
+        execution = self.execution
+        if execution is None or execution.done:
+            return
+        if outcome is None:  # the loop left without saying why: do not leave it running
+            outcome = (Run.FAILED, "internal_error", "The reply failed.", "")
+        status, error_type, error, reason = outcome
+        if status == Run.AWAITING_APPROVAL:
+            execution.pause()
+        elif status == Run.QUEUED:
+            execution.requeue(error_type, error)
+        else:
+            execution.finish(status, error_type=error_type, error=error, interrupt_reason=reason)
 
     # -- one provider response ------------------------------------------------------------
     def _call(self, request: ProviderRequest, *, stream: bool):
-        chat, provider = self.chat, self.provider
+        chat, provider, execution = self.chat, self.provider, self.execution
+        assert execution is not None
         failed: list[Usage] = []
         clock = {"started": time.monotonic(), "first_token": None}
+        # with after-guardrails, the step's events wait until they pass: a blocked reply
+        # never leaves (to the caller, to Redis, to the database)
+        held: list[StreamEvent] | None = [] if self.holds_text else None
 
         def attempt(status: str, *, tokens=None, error: str = "") -> Usage:
             """The Usage row of the attempt that just ended, its cost frozen now."""
@@ -302,6 +340,7 @@ class Runner:
                 started=clock["started"],
                 first_token=clock["first_token"],
                 error=error,
+                run_id=execution.pk,
             )
 
         def on_retry(error: ProviderError, number: int) -> None:
@@ -316,9 +355,12 @@ class Runner:
                     for event in events:
                         if clock["first_token"] is None:
                             clock["first_token"] = time.monotonic()
-                        self._check_interrupt()
+                        execution.poll()
                         if isinstance(event, TextDone) and self.guardrails:
                             continue  # re-emitted after the after-guardrails
+                        if held is not None:
+                            held.append(event)
+                            continue
                         yield event
                 finally:
                     close = getattr(events, "close", None)
@@ -328,7 +370,8 @@ class Runner:
             else:
                 response = provider.complete(request, on_retry=on_retry)
                 clock["first_token"] = time.monotonic()
-        except _Cancelled:
+        except (runs.CancelRequested, RunLostError, GeneratorExit):
+            # stopped, lost or the stream dropped: the tokens spent so far are still spent
             record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
             raise
         except (ProviderError, IncompleteStreamError) as exc:
@@ -373,10 +416,9 @@ class Runner:
             model_id=chat.model_id,
             content=content,
             usages=failed + [succeeded],
+            execution=execution,
             final=final,
         )
-        if final:
-            self._written_status = "idle"
         self.result.message = message
         if not response.tokens.is_empty:
             # a deferred total is read from the usage rows, which now include this step
@@ -385,6 +427,15 @@ class Runner:
                 self.context.token_usage = (
                     response.tokens if usage is None else usage + response.tokens
                 )
+        if held:
+            first_text = True
+            for event in held:
+                if isinstance(event, TextDelta) and modified:
+                    if first_text:  # transformed: the text as the guardrails left it
+                        first_text = False
+                        yield TextDelta(content)
+                    continue
+                yield event
         yield from modified
         if not stream:
             for tc in response.tool_calls:
@@ -442,7 +493,7 @@ class Runner:
         # keep the transcript's order: results follow their calls
         order = {c.pk: i for i, c in enumerate(calls)}
         results.sort(key=lambda pair: order[pair[0].pk])
-        saved = save_tool_results(self.chat, results)
+        saved = save_tool_results(self.chat, results, self.execution)
         for m in saved:
             history.append(provider_message(m, calls=[]))  # a tool message calls nothing
             if self.agent is not None and interrupt is None:

@@ -38,6 +38,7 @@ __all__ = [
     "enabled",
     "flush",
     "follow",
+    "has_id",
     "last_id",
     "publish",
     "publish_later",
@@ -247,6 +248,25 @@ def last_id(chat_id: int | str) -> str:
     see only what comes next, e.g. read it before ``ask_later`` to follow that run."""
     entries = client().xrevrange(stream_key(chat_id), "+", "-", count=1)
     return entries[0][0] if entries else "0-0"
+
+
+def has_id(chat_id: int | str, event_id: str) -> bool:
+    """Whether ``event_id`` is the id of an event in the chat's stream, or older than the
+    oldest event the stream still holds (trimmed or expired: resuming from it replays what
+    is left)."""
+    redis_client = client()
+    key = stream_key(chat_id)
+    if redis_client.xrange(key, event_id, event_id, count=1):
+        return True
+    oldest = redis_client.xrange(key, "-", "+", count=1)
+    if not oldest:
+        return False
+    return _id_tuple(event_id) < _id_tuple(oldest[0][0])
+
+
+def _id_tuple(event_id: str) -> tuple[int, int]:
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def decode(fields: dict[str, str]) -> StreamEvent | None:

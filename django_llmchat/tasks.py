@@ -1,10 +1,11 @@
 """Celery tasks: the loop run by workers.
 
-``complete_chat(chat_id, reply_to=None)`` answers the prompts queued with
-``Chat.ask_later``. It is safe to run twice (a redelivered or duplicated task makes no
-second reply), two tasks never run one chat at the same time (a per-chat lock from
-:mod:`django_llmchat.locks`), and a worker killed mid-stream loses nothing but the
-interrupted step, which the redelivered task runs again (``acks_late``).
+``complete_chat(chat_id, run_id=None)`` answers the chat's queued runs, oldest first
+(``Chat.ask_later`` sends it). It is safe to run twice (a run is claimed once, through
+:mod:`django_llmchat.runs`), two processes never work on one chat at the same time, and a
+worker killed mid-run loses nothing but the step it was in: the redelivered task
+(``acks_late``), the periodic :func:`recover_runs` or ``manage.py llmchat_recover``
+resumes the run from its last stored step once its lease ran out.
 
 Every event of a run, framed by ``RunStarted`` and ``RunFinished``, is published to the
 chat's Redis Stream when ``LLMCHAT["EVENTS_URL"]`` is set (:mod:`django_llmchat.streams`).
@@ -22,208 +23,39 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, timedelta
-from typing import Any
 
 from celery import Task, shared_task
 from celery.result import EagerResult
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
-from django.db.models import Case, IntegerField, Value, When
-from django.db.models.functions import Now
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from . import streams
+from . import runs, streams
 from .conf import settings
-from .errors import ProviderError
-from .events import Interrupt, RunFinished, RunStarted, StreamEvent
-from .prepared import PreparedQuery
+from .errors import ProviderError, RunLostError, safe_error
+from .events import RunFinished, RunStarted, StreamEvent
 
 logger = logging.getLogger("django_llmchat.tasks")
 
 __all__ = [
-    "QUEUED",
     "complete_chat",
     "in_process_mode",
+    "recover_runs",
     "run_chat",
     "wait_for_background_runs",
 ]
 
-QUEUED = "queued"
-"""Key set on a user message's ``raw`` by ``ask_later``: ``True`` while the prompt waits
-for its reply, ``False`` once its turn was taken without a reply (cancelled, failed)."""
-
-LOCK_WAIT = 2.0
-"""Seconds a task waits for the chat's lock before re-queueing itself."""
-LOCK_RETRY_DELAY = 1.0
-"""Countdown of that re-queued task (doubling with each retry, up to 30 s)."""
-
-# the run's outcome, named after the chat status the loop leaves behind
-_RUN_STATUS = {"idle": "completed", "running": "completed"}
-
-NOTHING, BUSY, DONE = "nothing", "busy", "done"
+NOTHING, BUSY, PAUSED, DONE = runs.NOTHING, runs.BUSY, runs.PAUSED, "done"
 
 
 class RetryLater(Exception):
-    """The run hit a retryable error: try again in ``countdown`` seconds."""
+    """Try the task again in ``countdown`` seconds (a retryable error, or a busy chat)."""
 
-    def __init__(self, countdown: float, attempt: int, error: BaseException):
+    def __init__(self, countdown: float, attempt: int, error: BaseException | None = None):
         self.countdown = countdown
         self.attempt = attempt
         self.error = error
-        super().__init__(f"retrying in {countdown:.1f}s after: {error}")
-
-
-@dataclass
-class _Turn:
-    """One run: the prompt it answers and how much of the transcript it sees."""
-
-    message_id: int | None = None
-    queued: bool = False
-    limit: int | None = None
-    later: list[int] = field(default_factory=list)
-
-
-# -- planning --------------------------------------------------------------------------
-def _models():
-    from .models import Chat, Message, ToolCall
-
-    return Chat, Message, ToolCall
-
-
-@dataclass
-class _Row:
-    """One message of the transcript, as much as planning needs."""
-
-    pk: int
-    role: str
-    created_at: Any
-    mark: bool | None  # ask_later's mark: True waiting, False taken, None never queued
-
-
-def _skeleton_query(chat_id: int):
-    _, Message, _ = _models()
-    return (
-        Message.objects.filter(chat_id=chat_id)
-        .annotate(
-            _mark=Case(
-                When(role="user", **{f"raw__{QUEUED}": True}, then=Value(1)),
-                When(role="user", raw__has_key=QUEUED, then=Value(0)),
-                default=None,
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("created_at", "id")
-        .values_list("id", "role", "created_at", "_mark")
-    )
-
-
-_SKELETON = PreparedQuery(_skeleton_query)
-
-
-def _aware(value: Any) -> Any:
-    """A ``created_at`` read without Django's converters (SQLite gives naive UTC, or text)."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    if django_settings.USE_TZ and timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
-def _skeleton(chat_id: int) -> list[_Row]:
-    """Every message of the chat in order, without its content (one light query)."""
-    return [
-        _Row(pk, role, _aware(at), None if mark is None else bool(mark))
-        for pk, role, at, mark in _SKELETON.rows(chat_id)
-    ]
-
-
-def _answered(rows: list[_Row], index: int) -> bool:
-    """Whether something other than a prompt follows ``rows[index]``."""
-    return any(r.role != "user" for r in rows[index + 1 :])
-
-
-def _move_after_the_rest(chat_id: int, ids: list[int], rows: list[_Row]) -> None:
-    """Give the user messages ``ids`` a ``created_at`` after every other message, keeping
-    their order (ties sort by id): a prompt queued during a run follows that run's reply."""
-    if not ids:
-        return
-    _, Message, _ = _models()
-    moving = set(ids)
-    others = [r.created_at for r in rows if r.pk not in moving]
-    when = timezone.now()
-    if others and when <= max(others):
-        when = max(others) + timedelta(microseconds=1)
-    Message.objects.filter(pk__in=ids, role="user").update(created_at=when)
-
-
-def _next(rows: list[_Row]) -> tuple[_Turn | None, _Row | None]:
-    """The run answering the oldest waiting prompt (it sees the transcript up to it; the
-    messages after it wait for their own turn), or the waiting prompt a run already
-    answered (its worker died before it could say so: only its turn is left to close)."""
-    for i, row in enumerate(rows):
-        if row.mark is True:
-            if _answered(rows, i):
-                return None, row
-            later = [r.pk for r in rows[i + 1 :]]
-            return _Turn(message_id=row.pk, queued=True, limit=i + 1, later=later), None
-    return None, None
-
-
-def _decide(
-    chat_id: int, rows: list[_Row], reply_to: int | None, first: bool
-) -> tuple[_Turn | None, _Row | None]:
-    if first and reply_to is not None:
-        index = next((i for i, r in enumerate(rows) if r.pk == reply_to), None)
-        if index is None or rows[index].role != "user":
-            return None, None  # deleted, or not a prompt of this chat
-        mark = rows[index].mark
-        if mark is False:
-            return None, None  # its turn was taken (cancelled or failed): no second try
-        if mark is None:
-            # a prompt saved without ask_later: answer it if nothing answered it yet
-            if _answered(rows, index):
-                return None, None
-            turn, stale = _next(rows)
-            if turn is None and stale is None:
-                turn = _Turn(message_id=reply_to)
-            return turn, stale
-    turn, stale = _next(rows)
-    if turn is not None or stale is not None or not first or reply_to is not None:
-        return turn, stale
-    # no reply_to: continue when the transcript ends waiting for the model
-    if not rows:
-        return None, None
-    last = rows[-1]
-    if last.role == "user":
-        return _Turn(message_id=last.pk), None
-    if last.role == "tool":
-        return _Turn(), None
-    if last.role == "assistant":
-        _, _, ToolCall = _models()
-        if ToolCall.objects.filter(message_id=last.pk, result__isnull=True).exists():
-            return _Turn(), None
-    return None, None
-
-
-def plan(
-    chat_id: int, reply_to: int | None = None, *, first: bool = True, settle: bool = False
-) -> _Turn | None:
-    """The next run a task should make for the chat, or ``None`` when nothing awaits a
-    reply. ``first=False`` only looks at queued prompts (a task draining the queue);
-    ``settle=True`` (only under the chat's lock) closes the turn of a queued prompt that a
-    run already answered, e.g. one whose worker died before it could say so."""
-    while True:
-        rows = _skeleton(chat_id)
-        turn, stale = _decide(chat_id, rows, reply_to, first)
-        if stale is None:
-            return turn
-        if not settle:
-            return _Turn(message_id=stale.pk, queued=True)  # there is work: settling it
-        _close_turn(chat_id, _Turn(message_id=stale.pk, queued=True), rows)
+        super().__init__(f"retrying in {countdown:.1f}s" + (f" after: {error}" if error else ""))
 
 
 # -- running ---------------------------------------------------------------------------
@@ -265,96 +97,98 @@ def _retry_delay(exc: BaseException, attempt: int) -> float | None:
     return min(cap, 2.0 * 2**attempt) * random.uniform(0.5, 1.0)
 
 
-def _close_turn(chat_id: int, turn: _Turn, rows: list[_Row] | None = None) -> None:
-    """After a run: the prompt's turn is over; the messages its run did not see (held back,
-    or queued meanwhile) move after what the run stored."""
-    _, Message, _ = _models()
-    if not turn.queued or turn.message_id is None:
-        return
-    rows = _skeleton(chat_id) if rows is None else rows
-    index = next((i for i, r in enumerate(rows) if r.pk == turn.message_id), None)
-    if index is None:
-        return
-    answered = _answered(rows, index)
-    Message.objects.filter(pk=turn.message_id).update(raw=None if answered else {QUEUED: False})
-    waiting = {r.pk for r in rows[index + 1 :] if r.mark is True}
-    _move_after_the_rest(chat_id, sorted(set(turn.later) | waiting), rows)
-
-
-def _run_turn(chat_id: int, turn: _Turn, attempt: int, publish: _Publisher) -> str:
-    """One run of the loop; returns its outcome, raises :class:`RetryLater` or the error."""
+def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> str:
+    """Work on one claimed run, publishing its events; returns its final status, raises
+    :class:`RetryLater` when a retryable error gave the run back to the queue."""
+    from .models import Chat
     from .runner import Runner
 
-    Chat, _, _ = _models()
-    chat = Chat.objects.get(pk=chat_id)
-    run_id = uuid.uuid4().hex
-    publish(RunStarted(run_id=run_id, message_id=turn.message_id))
-    if chat.cancel_requested:  # cancelled while it waited in the queue
-        Chat.objects.filter(pk=chat_id).update(
-            status="interrupted", error="", cancel_requested=False, updated_at=Now()
-        )
-        publish(Interrupt(reason=chat.interrupt_reason or None))
-        publish(RunFinished(run_id=run_id, status="interrupted"))
-        _close_turn(chat_id, turn)
-        return "interrupted"
-    runner = Runner(chat)
-    runner.history_limit = turn.limit
-    if chat.status == "running" and not chat.error:
-        runner.started = True  # ask_later marked the run started with its prompt
+    run = execution.run
+    run_id = str(run.pk)
+    publish(RunStarted(run_id=run_id, message_id=run.prompt_id))
+    try:
+        chat = Chat.objects.get(pk=execution.chat_id)
+        runner = Runner(chat)
+    except Exception as exc:  # the run cannot be resumed here (its agent or tools are gone)
+        error_type, error = safe_error(exc)
+        logger.exception("run %s of chat %s cannot start", run.pk, execution.chat_id)
+        execution.finish(runs.Run.FAILED, error_type=error_type, error=error)
+        publish(RunFinished(run_id=run_id, status="failed", error=error))
+        return "failed"
+    runner.execution, runner.run_row = execution, run
+    delay: list[float] = []
+
+    def retry_on(exc: BaseException) -> bool:
+        found = _retry_delay(exc, retries)
+        if found is not None:
+            delay.append(found)
+        return found is not None
+
+    runner.retry_on = retry_on
     try:
         for event in runner.run(stream=True):
             publish(event)
+    except RunLostError:
+        logger.warning("run %s of chat %s was taken over by another worker", run.pk, run.chat_id)
+        return "lost"
     except Exception as exc:
-        error = chat.error or str(exc)[:4000]
-        delay = _retry_delay(exc, attempt)
-        if delay is not None:
-            # the retry is pending: still running (and cancellable) for the user
-            Chat.objects.filter(pk=chat_id).update(status="running", updated_at=Now())
+        status = execution.outcome or "failed"
+        error = run.error or safe_error(exc)[1]
+        if status == runs.Run.QUEUED and delay:
             publish(RunFinished(run_id=run_id, status="retrying", error=error))
-            logger.info("chat %s: %s; retrying in %.1fs", chat_id, error, delay)
-            raise RetryLater(delay, attempt + 1, exc) from exc
-        publish(RunFinished(run_id=run_id, status="failed", error=error))
-        _close_turn(chat_id, turn)
-        raise
-    status = _RUN_STATUS.get(chat.status, chat.status)
+            logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, exc, delay[0])
+            raise RetryLater(delay[0], retries + 1, exc) from exc
+        publish(RunFinished(run_id=run_id, status=status, error=error))
+        logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, exc)
+        return status
+    status = execution.outcome or run.status
     publish(RunFinished(run_id=run_id, status=status))
-    _close_turn(chat_id, turn)
     return status
 
 
 def run_chat(
-    chat_id: int, reply_to: int | None = None, *, attempt: int = 0, wait: float | None = 0.0
+    chat_id: int,
+    run_id: int | None = None,
+    *,
+    attempt: int = 0,
+    task_id: str = "",
 ) -> str:
-    """The body of :func:`complete_chat`, callable anywhere: take the chat's lock (waiting
-    up to ``wait`` seconds, ``None`` forever), then answer the queued prompts in order.
+    """The body of :func:`complete_chat`, callable anywhere: answer the chat's unfinished
+    runs in order, starting with the one ahead of ``run_id`` (a run whose worker died is
+    resumed once its lease ran out).
 
-    Returns ``"nothing"`` (no prompt awaits a reply), ``"busy"`` (another run holds the
-    chat) or ``"done"``. Raises :class:`RetryLater` on a retryable error with retries left,
-    else the error (the chat is then marked failed with its text)."""
-    from .locks import ChatLock
-
-    Chat, _, _ = _models()
-    if plan(chat_id, reply_to) is None:
-        return NOTHING
+    Returns ``"nothing"`` (no run to answer), ``"paused"`` (the chat's run waits for a
+    tool-call decision) or ``"done"``. Raises :class:`RetryLater` on a retryable error with
+    retries left, or when another process is working on the chat (``countdown``: until its
+    lease runs out, when it would be taken over)."""
     try:
         publish = _Publisher(chat_id)
     except ImproperlyConfigured as exc:
-        Chat.objects.filter(pk=chat_id).update(status="failed", error=str(exc), updated_at=Now())
+        found = runs.claim(chat_id, run_id=run_id, task_id=task_id)
+        if found.execution is not None:
+            found.execution.finish(
+                runs.Run.FAILED, error_type="configuration_error", error=str(exc)[:500]
+            )
         raise
-    lock = ChatLock(chat_id, namespace=Chat._meta.db_table)
-    if not lock.acquire(wait=wait):
-        return BUSY
-    try:
-        first = True
-        while True:
-            turn = plan(chat_id, reply_to, first=first, settle=True)
-            if turn is None:
-                return DONE if not first else NOTHING
-            _run_turn(chat_id, turn, attempt, publish)
-            first, attempt = False, 0
-    finally:
-        lock.release()
-        publish.flush()
+    first = True
+    retries = attempt
+    while True:
+        found = runs.claim(chat_id, run_id=run_id if first else None, task_id=task_id)
+        if found.execution is None:
+            if not first:
+                return DONE
+            if found.state == BUSY:
+                # whoever works on the chat answers what is queued after it; come back
+                # when its lease would run out, in case it died
+                countdown = (found.retry_in or 0.0) + 0.5
+                raise RetryLater(min(countdown, float(settings.RUN_LEASE) + 1.0), retries)
+            return found.state
+        found.execution.kick_next = False  # this loop answers what is queued next
+        try:
+            _execute(found.execution, retries, publish)
+        finally:
+            publish.flush()
+        first, retries = False, 0
 
 
 # -- where the task runs ---------------------------------------------------------------
@@ -378,28 +212,46 @@ _threads: set[threading.Thread] = set()
 _threads_mutex = threading.Lock()
 
 
-def _call_args(chat_id: int, reply_to: int | None = None, attempt: int = 0):
-    return chat_id, reply_to
+def _call_args(
+    chat_id: int, run_id: int | None = None, reply_to: int | None = None, attempt: int = 0
+) -> tuple[int, int | None]:
+    if run_id is None and reply_to is not None:
+        run_id = _run_of_prompt(chat_id, reply_to)
+    return chat_id, run_id
 
 
-def run_in_process(chat_id: int, reply_to: int | None = None) -> str | None:
-    """Run the task here, retrying in place; errors are logged (the chat records them)."""
+def _run_of_prompt(chat_id: int, message_id: int) -> int | None:
+    """A task sent by an earlier version names the prompt, not the run."""
+    from .models import Run
+
+    return (
+        Run.objects.filter(chat_id=chat_id, prompt_id=message_id)
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def run_in_process(chat_id: int, run_id: int | None = None) -> str | None:
+    """Run the task here, retrying in place; errors are logged (the run records them)."""
     attempt = 0
     try:
         while True:
             try:
-                return run_chat(chat_id, reply_to, attempt=attempt, wait=None)
+                return run_chat(chat_id, run_id, attempt=attempt)
             except RetryLater as later:
                 time.sleep(later.countdown)
                 attempt = later.attempt
     except Exception:
         logger.exception("the in-process run of chat %s failed", chat_id)
         return None
+    finally:
+        close_old_connections()
 
 
-def _in_thread(chat_id: int, reply_to: int | None) -> None:
+def _in_thread(chat_id: int, run_id: int | None) -> None:
     try:
-        run_in_process(chat_id, reply_to)
+        run_in_process(chat_id, run_id)
     finally:
         connections.close_all()  # this thread's connections
         with _threads_mutex:
@@ -429,13 +281,13 @@ class ChatTask(Task):
         mode = in_process_mode(self.app)
         if mode is None:
             return super().apply_async(args, kwargs, *rest, **options)
-        chat_id, reply_to = _call_args(*(args or ()), **(kwargs or {}))
+        chat_id, run_id = _call_args(*(args or ()), **(kwargs or {}))
         task_id = options.get("task_id") or uuid.uuid4().hex
         if mode == "inline":
-            outcome = run_in_process(chat_id, reply_to)
+            outcome = run_in_process(chat_id, run_id)
             return EagerResult(task_id, outcome, "SUCCESS", name=self.name)
         thread = threading.Thread(
-            target=_in_thread, args=(chat_id, reply_to), name=f"llmchat-chat-{chat_id}", daemon=True
+            target=_in_thread, args=(chat_id, run_id), name=f"llmchat-chat-{chat_id}", daemon=True
         )
         with _threads_mutex:
             _threads.add(thread)
@@ -452,27 +304,38 @@ class ChatTask(Task):
     max_retries=None,  # retries are bounded by LLMCHAT["TASK_MAX_RETRIES"] below
     ignore_result=True,
 )
-def complete_chat(self, chat_id: int, reply_to: int | None = None, attempt: int = 0) -> str:
-    """Answer the chat's queued prompts (``reply_to``: the prompt this task was queued for;
-    nothing happens when it has its reply already). ``attempt`` counts the retries after
-    provider errors so far."""
+def complete_chat(
+    self,
+    chat_id: int,
+    run_id: int | None = None,
+    attempt: int = 0,
+    reply_to: int | None = None,
+) -> str:
+    """Answer the chat's queued runs, starting with ``run_id`` (or the runs ahead of it).
+    ``attempt`` counts the retries after provider errors so far; ``reply_to`` (a prompt's
+    id) is what tasks of earlier versions sent instead of ``run_id``."""
     close_old_connections()
     try:
-        outcome = run_chat(chat_id, reply_to, attempt=attempt, wait=LOCK_WAIT)
+        chat_id, run_id = _call_args(chat_id, run_id, reply_to)
+        outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
     except RetryLater as later:
         raise self.retry(
             args=(chat_id,),
-            kwargs={"reply_to": reply_to, "attempt": later.attempt},
+            kwargs={"run_id": run_id, "attempt": later.attempt},
             countdown=later.countdown,
         ) from None
     finally:
         close_old_connections()
-    if outcome == BUSY:
-        # another task runs this chat: come back when it may be done (waiting longer
-        # each time, up to half a minute)
-        raise self.retry(
-            args=(chat_id,),
-            kwargs={"reply_to": reply_to, "attempt": attempt},
-            countdown=min(30.0, LOCK_RETRY_DELAY * 2 ** min(self.request.retries or 0, 5)),
-        )
     return outcome
+
+
+@shared_task(name="django_llmchat.tasks.recover_runs", ignore_result=True)
+def recover_runs() -> int:
+    """Send ``complete_chat`` for every run nobody works on although it should be (its
+    worker died, or its task was lost): schedule it with Celery beat, e.g. every minute.
+    Returns how many runs it found."""
+    close_old_connections()
+    try:
+        return len(runs.recover())
+    finally:
+        close_old_connections()

@@ -8,12 +8,12 @@ the model as a typed error result.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -24,6 +24,8 @@ from .errors import ArgumentError, InterruptError
 from .providers.types import ToolSpec
 
 ERROR_TYPES = ("unknown_tool", "validation_error", "timeout_error", "execution_error", "denied")
+
+logger = logging.getLogger(__name__)
 
 _registry: dict[str, Tool] = {}
 _registry_lock = threading.Lock()
@@ -124,11 +126,9 @@ class Tool:
         limit = self.timeout if self.timeout is not None else timeout
         try:
             if limit:
-                value = _call_with_timeout(self.func, kwargs, limit)
+                value = _call_with_timeout(self.name, self.func, kwargs, limit)
             else:
                 value = self.func(**kwargs)
-        except FutureTimeout:
-            return ToolResult.error("timeout_error", f"{self.name} did not finish within {limit} s")
         except InterruptError:
             raise
         except Exception as exc:  # the model hears about it; the run goes on
@@ -138,19 +138,100 @@ class Tool:
         return ToolResult(content=value if value is not None else "")
 
 
-_timeout_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="llmchat-tool")
+# Timed calls: each one runs in a fresh daemon thread of its own, so a tool that hangs
+# keeps only that thread and can never hold up another call, run or chat. Python cannot
+# kill a thread: when the limit passes the caller gets a ``timeout_error`` and the thread
+# is abandoned; if it ever ends, it closes its own DB connections and its result is dropped.
+_abandoned_lock = threading.Lock()
+_abandoned = 0
 
 
-def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], limit: float) -> Any:
+def abandoned_tool_threads() -> int:
+    """How many tool threads passed their time limit and are still running."""
+    with _abandoned_lock:
+        return _abandoned
+
+
+class _TimedCall:
+    """The outcome of one timed call, shared by the caller and the tool's thread."""
+
+    __slots__ = ("done", "value", "error", "abandoned")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+    def finish(self) -> None:
+        global _abandoned
+        with _abandoned_lock:
+            if self.abandoned:  # nobody waits any more: drop the late outcome
+                _abandoned -= 1
+                self.value = self.error = None
+            self.done.set()
+
+    def abandon(self) -> bool:
+        """Give up on the call; ``False`` when it finished in the meantime."""
+        global _abandoned
+        with _abandoned_lock:
+            if self.done.is_set():
+                return False
+            self.abandoned = True
+            _abandoned += 1
+            return True
+
+
+def _call_with_timeout(
+    name: str, func: Callable[..., Any], kwargs: dict[str, Any], limit: float
+) -> Any:
+    """``func(**kwargs)`` in its own daemon thread, waiting at most ``limit`` seconds.
+
+    Returns the value, a ``timeout_error`` result when the limit passes, or an
+    ``execution_error`` result for a ``BaseException`` that is not an ``Exception``
+    (``SystemExit``, ``KeyboardInterrupt``: they end the tool, never the process);
+    re-raises the tool's own exceptions (``InterruptError`` among them) in the caller."""
     from django.db import connections
 
-    def call() -> Any:
-        try:
-            return func(**kwargs)
-        finally:
-            connections.close_all()  # this thread's connections
+    call = _TimedCall()
 
-    return _timeout_pool.submit(call).result(timeout=limit)
+    def body() -> None:
+        try:
+            call.value = func(**kwargs)
+        except BaseException as exc:  # reported to the caller, never raised in this thread
+            call.error = exc
+        finally:
+            try:
+                connections.close_all()  # this thread's connections
+            except Exception:
+                logger.exception("tool %s: closing its database connections failed", name)
+            finally:
+                call.finish()
+
+    context = contextvars.copy_context()  # the tool sees the caller's context variables
+    threading.Thread(
+        target=context.run, args=(body,), name=f"llmchat-tool-{name}", daemon=True
+    ).start()
+    if not call.done.wait(limit) and call.abandon():
+        # the name only: the arguments may hold secrets
+        logger.warning(
+            "tool %s did not finish within %s s; its thread is abandoned "
+            "(%d abandoned tool threads still running)",
+            name,
+            limit,
+            abandoned_tool_threads(),
+        )
+        return ToolResult.error("timeout_error", f"{name} did not finish within {limit} s")
+    error, value = call.error, call.value
+    call.error = call.value = None
+    if error is None:
+        return value
+    if isinstance(error, Exception):
+        try:
+            raise error
+        finally:
+            del error
+    return ToolResult.error("execution_error", f"{type(error).__name__}: {error}")
 
 
 def tool(

@@ -10,7 +10,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
-from .models import Attachment, Chat, Message, ToolCall, Usage
+from .models import Attachment, Chat, Message, Run, ToolCall, Usage
+from .models.message import QUEUED_POSITION
 from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate, json_value
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
@@ -111,12 +112,13 @@ MESSAGE_COLUMNS = (
 # The hot-path reads, compiled once per database (see django_llmchat.prepared).
 _HISTORY = PreparedQuery(
     lambda chat_id: (
-        Message.objects.filter(chat_id=chat_id)
+        # prompts queued behind the run wait for their own turn
+        Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION)
         .annotate(
             _calls=Exists(ToolCall.objects.filter(message=OuterRef("pk"))),
             _files=Exists(Attachment.objects.filter(message=OuterRef("pk"))),
         )
-        .order_by("created_at", "id")
+        .order_by("position", "id")
         .values_list(*MESSAGE_COLUMNS, "_calls", "_files")
     )
 )
@@ -132,10 +134,6 @@ _CALLS = PreparedQuery(
 # The hot-path writes: a reply costs the same few statements, none of them compiled twice.
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_USAGE = PreparedInsert(Usage)
-RUN_STARTED = PreparedUpdate(Chat, status="running", error="", updated_at=Now())
-_RUN_FINISHED = PreparedUpdate(
-    Chat, status="idle", error="", cancel_requested=False, updated_at=Now()
-)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
 
 
@@ -173,16 +171,6 @@ def known_relations(instance: Any, **relations: list) -> None:
     instance._prefetched_objects_cache = _RowsJustWritten(
         instance, {name: list(rows) for name, rows in relations.items()}
     )
-
-
-def save_prompt(chat: Chat, message: Message, attachments: list[tuple]) -> None:
-    """Store a prompt and mark the chat's run as started, in one transaction."""
-    with transaction.atomic():
-        if attachments:
-            chat._insert(message, attachments)
-        else:
-            _INSERT_MESSAGE.save(message)
-        RUN_STARTED.run(chat.pk)
 
 
 def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
@@ -256,10 +244,12 @@ def usage_row(
     started: float,
     first_token: float | None = None,
     error: str = "",
+    run_id: int | None = None,
 ) -> Usage:
     """An unsaved Usage row for one attempt, with its cost frozen now."""
     row = Usage(
         chat=chat,
+        run_id=run_id,
         provider=provider,
         model_id=model_id,
         status=status,
@@ -286,12 +276,14 @@ def save_step(
     model_id: str,
     content: str,
     usages: list[Usage],
+    execution,
     final: bool = False,
 ) -> tuple[Message, list[ToolCall]]:
     """Write one provider response: the assistant message, its tool calls, citations and
-    the link to its usage rows, in ONE transaction. ``final``: the run ends with this
-    response, so the chat goes back to ``idle`` in the same transaction. Returns the
-    message and its tool calls."""
+    the link to its usage rows, in ONE transaction, fenced by the run's ``execution``
+    (a run this process lost stores nothing). ``final``: the run ends with this response,
+    so it is marked succeeded in the same transaction. Returns the message and its tool
+    calls."""
     raw: dict[str, Any] = {}
     if isinstance(response.raw, dict):
         raw["response"] = response.raw
@@ -310,9 +302,12 @@ def save_step(
         citations=list(response.citations),
         server_tool_calls=list(response.server_tool_calls),
         raw=raw or None,
+        run_id=execution.pk,
     )
     message.thinking = response.thinking
     with transaction.atomic():
+        if final:
+            execution.lock_chat()  # first: the run's end changes the chat's status
         _INSERT_MESSAGE.save(message)
         calls = [
             ToolCall(
@@ -333,13 +328,22 @@ def save_step(
             _INSERT_USAGE.save(usages[0])
         else:
             Usage.objects.bulk_create(usages)
-        (_RUN_FINISHED if final else _TOUCHED).run(chat.pk)
+        execution.step_stored(final_status=Run.SUCCEEDED if final else None)
+        if not final:
+            _TOUCHED.run(chat.pk)
     known_relations(message, tool_calls=calls, attachments=[], usages=usages)
     return message, calls
 
 
-def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) -> list[Message]:
-    """Write the tool messages answering ``results``' calls, in one transaction."""
+def save_tool_results(
+    chat: Chat,
+    results: list[tuple[ToolCall, ToolResult]],
+    execution=None,
+    *,
+    run_id: int | None = None,
+) -> list[Message]:
+    """Write the tool messages answering ``results``' calls, in one transaction (fenced by
+    the run's ``execution`` when given)."""
     if not results:
         return []
     messages = []
@@ -351,6 +355,7 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
             content=result.text,
             parent_tool_call=call,
             raw=raw,
+            run_id=execution.pk if execution is not None else run_id,
         )
         messages.append(m)
     with transaction.atomic():
@@ -364,6 +369,8 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
                         message=m, data=data, filename=filename, mime_type=mime[0] if mime else None
                     )
                 )
+        if execution is not None:
+            execution.fence()
         _TOUCHED.run(chat.pk)
     for m in messages:
         known_relations(
@@ -377,7 +384,6 @@ def save_tool_results(chat: Chat, results: list[tuple[ToolCall, ToolResult]]) ->
 __all__ = [
     "provider_message",
     "record_failed_attempts",
-    "save_prompt",
     "save_step",
     "save_tool_results",
     "load_history",

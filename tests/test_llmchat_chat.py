@@ -157,4 +157,12 @@ def test_ctrl_c_stops_the_reply_and_the_transcript_stays_valid(fake_llm):
         ("user", "Something short"),
         ("assistant", "Short answer."),
     ]
-    assert list(Usage.objects.values_list("status", flat=True)) == ["succeeded"]
+    # the stopped attempt keeps its usage row (tokens spent are spent)
+    assert list(Usage.objects.order_by("id").values_list("status", flat=True)) == [
+        "cancelled",
+        "succeeded",
+    ]
+    assert list(chat.runs.order_by("id").values_list("status", flat=True)) == [
+        "cancelled",
+        "succeeded",
+    ]

@@ -1,19 +1,24 @@
-"""complete_chat and Chat.ask_later in this process: queued prompts, idempotency, crash
-leftovers, task retries, cancellation and where the task runs (no broker needed)."""
+"""complete_chat and Chat.ask_later in this process: queued runs, idempotency, runs whose
+worker died, task retries, cancellation and where the task runs (no broker needed)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
+from django.utils import timezone
 
-from django_llmchat import tasks
+from django_llmchat import runs, tasks
 from django_llmchat.agents import Agent
 from django_llmchat.errors import ProviderError, RateLimitError
 from django_llmchat.guardrails import Guardrail, GuardrailResult
-from django_llmchat.models import Chat, Message, Usage
-from django_llmchat.tasks import QUEUED, complete_chat, in_process_mode, plan, run_chat
-from django_llmchat.testing import Fault
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.tasks import complete_chat, in_process_mode, run_chat
+from django_llmchat.testing import Fault, Reply
+from django_llmchat.tools import tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +41,11 @@ def transcript(chat):
 
 
 def inputs(request):
-    return [m["content"] for m in request.body["input"]]
+    return [m.get("content") or m.get("output") for m in request.body["input"]]
+
+
+def statuses(chat):
+    return list(chat.runs.order_by("id").values_list("status", flat=True))
 
 
 def test_ask_later_saves_the_prompt_and_the_task_fills_in_the_reply(inline):
@@ -46,22 +55,28 @@ def test_ask_later_saves_the_prompt_and_the_task_fills_in_the_reply(inline):
     assert prompt.role == "user" and prompt.content == "Capital of France?"
     chat.refresh_from_db()
     assert transcript(chat) == [("user", "Capital of France?"), ("assistant", "Paris.")]
-    assert chat.status == "idle" and chat.error == ""
-    assert Message.objects.get(pk=prompt.pk).raw is None
+    assert chat.status == "idle" and chat.active_run is None
+    run = chat.last_run
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+    run.refresh_from_db()
+    assert run.prompt_id == prompt.pk and run.attempt == 1 and run.steps == 1
+    reply = Message.objects.get(chat=chat, role="assistant")
+    assert reply.run == run and [u.run_id for u in reply.usages.all()] == [run.pk]
+    assert Message.objects.get(pk=prompt.pk).raw is None  # nothing is marked on raw
 
 
 def test_the_task_is_queued_when_the_transaction_commits(inline):
     chat = Chat.objects.create()
     with transaction.atomic():
         prompt = chat.ask_later("Hello?")
-        assert Message.objects.get(pk=prompt.pk).raw == {QUEUED: True}
-        assert Chat.objects.get(pk=chat.pk).status == "running"
+        assert Chat.objects.get(pk=chat.pk).status == "queued"
+        assert statuses(chat) == ["queued"] and chat.last_run.prompt_id == prompt.pk
         assert not inline.requests
     assert len(inline.requests) == 1
     with transaction.atomic():
         chat.ask_later("Rolled back")
         transaction.set_rollback(True)
-    assert len(inline.requests) == 1 and chat.messages.count() == 2
+    assert len(inline.requests) == 1 and chat.messages.count() == 2 and chat.runs.count() == 1
 
 
 def test_prompts_queued_together_get_one_reply_each_in_order(inline):
@@ -70,6 +85,8 @@ def test_prompts_queued_together_get_one_reply_each_in_order(inline):
     with transaction.atomic():
         for text in ("1?", "2?", "3?"):
             chat.ask_later(text)
+        # queued prompts read after everything else until their turn comes
+        assert [m.content for m in chat.transcript()] == ["1?", "2?", "3?"]
     assert transcript(chat) == [
         ("user", "1?"),
         ("assistant", "One."),
@@ -81,6 +98,10 @@ def test_prompts_queued_together_get_one_reply_each_in_order(inline):
     assert [inputs(r)[-1] for r in inline.requests] == ["1?", "2?", "3?"]
     assert len(inline.requests[0].body["input"]) == 1  # the later prompts waited
     assert len(inline.requests[2].body["input"]) == 5
+    assert statuses(chat) == ["succeeded"] * 3
+    # created_at is never rewritten: it says when each prompt was asked
+    prompts = list(Message.objects.filter(chat=chat, role="user").order_by("id"))
+    assert prompts[0].created_at <= prompts[1].created_at <= prompts[2].created_at
 
 
 def test_a_prompt_added_by_hand_goes_with_the_next_queued_one(inline):
@@ -99,59 +120,124 @@ def test_a_prompt_added_by_hand_goes_with_the_next_queued_one(inline):
 def test_a_duplicated_or_redelivered_task_makes_no_second_reply(inline):
     inline.script("Once.")
     chat = Chat.objects.create()
-    prompt = chat.ask_later("Once?")
-    assert run_chat(chat.pk, prompt.pk) == "nothing"
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
-    assert complete_chat.apply(args=(chat.pk,), kwargs={"reply_to": prompt.pk}).get() == "nothing"
+    chat.ask_later("Once?")
+    run = chat.last_run
+    assert run_chat(chat.pk, run.pk) == "nothing"
+    complete_chat.delay(chat.pk, run_id=run.pk)
+    assert complete_chat.apply(args=(chat.pk,), kwargs={"run_id": run.pk}).get() == "nothing"
+    # a task of an earlier version names the prompt
+    assert complete_chat.apply(args=(chat.pk,), kwargs={"reply_to": run.prompt_id}).get() == (
+        "nothing"
+    )
     assert len(inline.requests) == 1
     assert transcript(chat) == [("user", "Once?"), ("assistant", "Once.")]
 
 
-def test_a_reply_stored_before_the_worker_died_is_not_made_again(inline):
-    # the worker stored the reply, then died before closing the prompt's turn
+def _dead_run(chat, prompt=None, *, attempt=1, steps=0):
+    """A run a worker took and then died on: running, its lease run out."""
+    return Run.objects.create(
+        chat=chat,
+        prompt=prompt,
+        status="running",
+        attempt=attempt,
+        steps=steps,
+        worker="gone:1",
+        started_at=timezone.now(),
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+
+@tool
+def task_lookup(key: str) -> str:
+    """Looks a key up"""
+    return f"value of {key}"
+
+
+def test_a_run_whose_worker_died_after_a_tool_round_resumes_from_it(inline):
+    # the worker stored user, assistant tool call and tool result, then was killed
     chat = Chat.objects.create()
-    prompt = chat.add_message(role="user", content="Q", raw={QUEUED: True})
-    chat.add_message(role="assistant", content="A")
-    assert run_chat(chat.pk, prompt.pk) == "nothing"
-    assert not inline.requests
-    assert Message.objects.get(pk=prompt.pk).raw is None
+    chat.with_tools(task_lookup)
+    prompt = chat.add_message(role="user", content="Look up k")
+    run = _dead_run(chat, prompt, steps=1)
+    call_msg = chat.add_message(role="assistant", content="", run=run, finish_reason="tool_calls")
+    call = ToolCall.objects.create(
+        chat=chat, message=call_msg, call_id="call_1", name="task_lookup", arguments={"key": "k"}
+    )
+    chat.add_message(role="tool", content="value of k", parent_tool_call=call, run=run)
+    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
+    inline.script("k is value of k.")
+    assert run_chat(chat.pk, run.pk) == "done"
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.attempt == 2 and run.steps == 2
+    assert transcript(chat) == [
+        ("user", "Look up k"),
+        ("assistant", ""),
+        ("tool", "value of k"),
+        ("assistant", "k is value of k."),
+    ]
+    assert len(inline.requests) == 1  # the stored tool round was not run again
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+
+
+def test_a_run_cut_mid_step_is_retried_from_the_step(inline):
+    chat = Chat.objects.create()
+    prompt = chat.add_message(role="user", content="Q")
+    run = _dead_run(chat, prompt)
+    inline.script("A")
+    assert run_chat(chat.pk, run.pk) == "done"
     assert transcript(chat) == [("user", "Q"), ("assistant", "A")]
+    assert statuses(chat) == ["succeeded"]
 
 
-def test_a_prompt_queued_during_a_run_that_died_moves_after_its_reply(inline):
-    inline.script("A2")
+def test_a_live_lease_is_left_alone_and_the_task_comes_back_later(inline):
     chat = Chat.objects.create()
-    chat.add_message(role="user", content="Q1", raw={QUEUED: True})
-    q2 = chat.add_message(role="user", content="Q2", raw={QUEUED: True})
-    chat.add_message(role="assistant", content="A1")  # stored after Q2 arrived
-    assert run_chat(chat.pk, q2.pk) == "done"
+    prompt = chat.add_message(role="user", content="Q")
+    run = Run.objects.create(
+        chat=chat,
+        prompt=prompt,
+        status="running",
+        attempt=1,
+        worker="alive:1",
+        lease_expires_at=timezone.now() + timedelta(seconds=20),
+    )
+    with pytest.raises(tasks.RetryLater) as info:
+        run_chat(chat.pk, run.pk)
+    assert 19 <= info.value.countdown <= 21
+    assert not inline.requests
+    run.refresh_from_db()
+    assert run.status == "running" and run.attempt == 1
+
+
+def test_a_run_that_keeps_losing_its_worker_ends_failed(inline):
+    chat = Chat.objects.create()
+    prompt = chat.add_message(role="user", content="Q")
+    with override_settings(LLMCHAT={**inline_settings(), "RUN_MAX_ATTEMPTS": 3}):
+        run = _dead_run(chat, prompt, attempt=3)
+        inline.script("A")
+        chat.ask_later("Next")
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error_type == "worker_lost"
+    assert "3 times" in run.error
+    # the queue went on: the next prompt was answered (with the failed one in its history)
+    assert transcript(chat)[-1] == ("assistant", "A")
+    assert statuses(chat) == ["failed", "succeeded"]
+
+
+def test_a_prompt_queued_during_a_run_moves_after_its_reply(inline):
+    inline.script(Reply("A1"), Reply("A2"))
+    chat = Chat.objects.create()
+    q1 = chat.add_message(role="user", content="Q1")
+    first = _dead_run(chat, q1)
+    chat.ask_later("Q2")  # queued behind the dead run: the task answers both, in order
     assert transcript(chat) == [
         ("user", "Q1"),
         ("assistant", "A1"),
         ("user", "Q2"),
         ("assistant", "A2"),
     ]
-    assert inputs(inline.requests[0])[-1] == "Q2"
-
-
-def test_a_prompt_without_ask_later_is_answered_when_named(inline):
-    inline.script("Hi!")
-    chat = Chat.objects.create()
-    prompt = chat.add_message(role="user", content="Hello")
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
-    assert transcript(chat) == [("user", "Hello"), ("assistant", "Hi!")]
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
-    complete_chat.delay(chat.pk)  # nothing awaits a reply
-    assert len(inline.requests) == 1
-
-
-def test_without_reply_to_the_task_continues_a_waiting_chat(inline):
-    inline.script("Continued.")
-    chat = Chat.objects.create()
-    assert plan(chat.pk) is None
-    chat.add_message(role="user", content="Go on")
-    complete_chat.delay(chat.pk)
-    assert transcript(chat)[-1] == ("assistant", "Continued.")
+    assert inputs(inline.requests[0]) == ["Q1"] and inputs(inline.requests[1])[-1] == "Q2"
+    first.refresh_from_db()
+    assert first.attempt == 2 and statuses(chat) == ["succeeded", "succeeded"]
 
 
 def test_a_rate_limit_retries_the_task_then_one_reply(inline):
@@ -159,24 +245,29 @@ def test_a_rate_limit_retries_the_task_then_one_reply(inline):
     chat = Chat.objects.create()
     chat.ask_later("Busy?")
     assert transcript(chat) == [("user", "Busy?"), ("assistant", "Done.")]
-    rows = list(Usage.objects.filter(chat=chat).order_by("id").values_list("status", "message"))
+    rows = list(
+        Usage.objects.filter(chat=chat).order_by("id").values_list("status", "message", "run")
+    )
     reply = Message.objects.get(chat=chat, role="assistant")
-    assert rows == [("failed", None), ("succeeded", reply.pk)]
+    run = chat.last_run
+    assert rows == [("failed", None, run.pk), ("succeeded", reply.pk, run.pk)]
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.attempt == 2
     assert Chat.objects.get(pk=chat.pk).status == "idle"
 
 
-def test_after_the_last_retry_the_chat_is_failed_and_stays_answered_once(inline):
+def test_after_the_last_retry_the_run_is_failed_and_a_new_prompt_goes_on(inline):
     inline.script(*[Fault(status=503) for _ in range(3)])
     chat = Chat.objects.create()
     with override_settings(LLMCHAT={**inline_settings(), "TASK_MAX_RETRIES": 2}):
-        prompt = chat.ask_later("Anyone?")
-        chat.refresh_from_db()
-        assert chat.status == "failed"
-        assert "503" in chat.error and "test-key" not in chat.error
+        chat.ask_later("Anyone?")
+        run = Run.objects.get(pk=chat.last_run.pk)
+        assert run.status == "failed" and run.error_type == "provider_error"
+        assert run.error == "The provider returned an error."  # not the provider's own text
         assert len(inline.requests) == 3
-        assert Message.objects.get(pk=prompt.pk).raw == {QUEUED: False}
-        # a redelivered copy does not try again; a new prompt goes with the failed one
-        complete_chat.delay(chat.pk, reply_to=prompt.pk)
+        assert Chat.objects.get(pk=chat.pk).status == "idle"
+        # a redelivered copy does not try again; a new prompt sees the failed one
+        complete_chat.delay(chat.pk, run_id=run.pk)
         assert len(inline.requests) == 3
         inline.script("Both answered.")
         chat.ask_later("Still there?")
@@ -194,8 +285,9 @@ def test_a_non_retryable_error_fails_at_once(inline):
     inline.script(Fault(status=401))
     chat = Chat.objects.create()
     chat.ask_later("Key?")
-    chat.refresh_from_db()
-    assert chat.status == "failed" and len(inline.requests) == 1
+    run = Run.objects.get(pk=chat.last_run.pk)
+    assert run.status == "failed" and run.error_type == "authentication_error"
+    assert "test-key" not in run.error and len(inline.requests) == 1
 
 
 def test_cancel_before_the_worker_starts(inline, monkeypatch):
@@ -206,16 +298,18 @@ def test_cancel_before_the_worker_starts(inline, monkeypatch):
         lambda self, args=None, kwargs=None, **o: queued.append(kwargs),
     )
     chat = Chat.objects.create()
-    prompt = chat.ask_later("Never mind")
-    assert queued == [{"reply_to": prompt.pk}]
+    chat.ask_later("Never mind")
+    run = chat.last_run
+    assert queued == [{"run_id": run.pk}]
     assert chat.cancel() is True
+    assert chat.cancel() is False  # nothing left to cancel
     monkeypatch.undo()
-    assert run_chat(chat.pk, prompt.pk) == "done"
+    assert run_chat(chat.pk, run.pk) == "nothing"
     chat.refresh_from_db()
-    assert chat.status == "interrupted" and not chat.cancel_requested
+    assert chat.status == "idle" and not chat.cancel_requested
+    assert statuses(chat) == ["cancelled"]
     assert not inline.requests
     assert transcript(chat) == [("user", "Never mind")]
-    assert Message.objects.get(pk=prompt.pk).raw == {QUEUED: False}
 
 
 class Strict(Guardrail):
@@ -233,7 +327,8 @@ def test_a_blocked_prompt_is_not_saved_nor_queued(inline):
     chat = Guarded.start_chat()
     assert chat.ask_later("something forbidden") is None
     assert chat.last_run.tripwire.reason == "no"
-    assert chat.messages.count() == 0 and not inline.requests
+    assert chat.last_run.pk is None and chat.last_run.error_type == "guardrail_tripwire"
+    assert chat.messages.count() == 0 and chat.runs.count() == 0 and not inline.requests
 
 
 def test_background_thread_without_a_broker(fake_llm):
@@ -282,16 +377,6 @@ def test_retry_delays():
         assert tasks._retry_delay(ValueError("bug"), 0) is None
 
 
-def test_a_second_task_finds_the_chat_busy(inline):
-    from django_llmchat.locks import ChatLock
-
-    chat = Chat.objects.create()
-    prompt = chat.add_message(role="user", content="Q", raw={QUEUED: True})
-    with ChatLock(chat.pk, namespace=Chat._meta.db_table):
-        assert run_chat(chat.pk, prompt.pk, wait=0.1) == "busy"
-    assert not inline.requests
-
-
 def test_events_url_without_redis_fails_the_run_with_a_clear_error(inline, monkeypatch):
     import sys
 
@@ -302,7 +387,51 @@ def test_events_url_without_redis_fails_the_run_with_a_clear_error(inline, monke
     with override_settings(LLMCHAT={**inline_settings(), "EVENTS_URL": "redis://127.0.0.1:1/0"}):
         chat = Chat.objects.create()
         chat.ask_later("Hello?")
-    chat.refresh_from_db()
-    assert chat.status == "failed"
-    assert "LLMCHAT['EVENTS_URL']" in chat.error
+    run = Run.objects.get(pk=chat.last_run.pk)
+    assert run.status == "failed" and run.error_type == "configuration_error"
+    assert "LLMCHAT['EVENTS_URL']" in run.error
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
     assert not inline.requests
+
+
+def test_the_recovery_finds_runs_nobody_works_on_and_sends_their_tasks(inline, monkeypatch):
+    chat = Chat.objects.create()
+    prompt = chat.add_message(role="user", content="Q")
+    dead = _dead_run(chat, prompt)
+    other = Chat.objects.create()
+    alive = Run.objects.create(
+        chat=other, status="running", attempt=1, lease_expires_at=timezone.now() + timedelta(60)
+    )
+    assert [r.pk for r in runs.stale_runs()] == [dead.pk]
+    sent = []
+    monkeypatch.setattr(
+        tasks.ChatTask,
+        "apply_async",
+        lambda self, args=None, kwargs=None, **o: sent.append((args, kwargs)),
+    )
+    assert tasks.recover_runs() == 1
+    assert sent == [((chat.pk,), {"run_id": dead.pk})]
+    alive.refresh_from_db()
+    assert alive.status == "running" and alive.attempt == 1
+
+
+def test_a_queued_run_whose_task_was_lost_is_sent_again(inline, monkeypatch):
+    monkeypatch.setattr(tasks.ChatTask, "apply_async", lambda *a, **k: None)  # the task is lost
+    chat = Chat.objects.create()
+    chat.ask_later("Q")
+    run = chat.last_run
+    assert runs.stale_runs() == []  # not yet: its task may still come
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    assert [r.pk for r in runs.stale_runs()] == [run.pk]
+
+
+def test_llmchat_recover_command(inline, capsys):
+    inline.script("A")
+    chat = Chat.objects.create()
+    prompt = chat.add_message(role="user", content="Q")
+    _dead_run(chat, prompt)
+    call_command("llmchat_recover", "--inline")
+    assert transcript(chat) == [("user", "Q"), ("assistant", "A")]
+    assert "1 run" in capsys.readouterr().out
+    call_command("llmchat_recover")
+    assert "no run" in capsys.readouterr().out.lower()

@@ -15,7 +15,12 @@ from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-__all__ = ["ChatCursorPagination", "MessageCursorPagination", "ModelPagination"]
+__all__ = [
+    "ChatCursorPagination",
+    "MessageCursorPagination",
+    "ModelPagination",
+    "RunCursorPagination",
+]
 
 MAX_ID = 2**63 - 1
 
@@ -28,6 +33,7 @@ class KeysetPagination(BasePagination):
     """
 
     time_field = "created_at"
+    integer_key = False  # the ordering field is an integer (a position), not a timestamp
     descending = False
     page_size = 50
     max_page_size = 200
@@ -37,8 +43,9 @@ class KeysetPagination(BasePagination):
 
     # -- cursor encoding ------------------------------------------------------------------
     @staticmethod
-    def encode_cursor(position: tuple[datetime, int], backwards: bool) -> str:
-        data = {"t": position[0].isoformat(), "i": position[1]}
+    def encode_cursor(position: tuple[datetime | int, int], backwards: bool) -> str:
+        key = position[0]
+        data = {"t": key if isinstance(key, int) else key.isoformat(), "i": position[1]}
         if backwards:
             data["b"] = 1
         raw = json.dumps(data, separators=(",", ":")).encode()
@@ -57,9 +64,13 @@ class KeysetPagination(BasePagination):
         if not isinstance(data, dict):
             raise self._invalid()
         stamp, pk, backwards = data.get("t"), data.get("i"), data.get("b", 0)
-        if not isinstance(stamp, str) or type(pk) is not int or backwards not in (0, 1):
+        if type(pk) is not int or backwards not in (0, 1) or not 0 <= pk <= MAX_ID:
             raise self._invalid()
-        if not 0 <= pk <= MAX_ID:
+        if self.integer_key:
+            if type(stamp) is not int or not 0 <= stamp <= MAX_ID:
+                raise self._invalid()
+            return (stamp, pk), bool(backwards)
+        if not isinstance(stamp, str):
             raise self._invalid()
         try:
             when = datetime.fromisoformat(stamp)
@@ -190,10 +201,20 @@ class KeysetPagination(BasePagination):
 
 
 class MessageCursorPagination(KeysetPagination):
-    """Messages oldest first by ``(created_at, id)``; ``?from=end`` gives the latest page."""
+    """Messages in transcript order, by ``(position, id)``; ``?from=end`` gives the latest
+    page."""
+
+    time_field = "position"
+    integer_key = True
+    descending = False
+    page_size = 50
+
+
+class RunCursorPagination(KeysetPagination):
+    """Runs newest first by ``(created_at, id)``."""
 
     time_field = "created_at"
-    descending = False
+    descending = True
     page_size = 50
 
 

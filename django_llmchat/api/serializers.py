@@ -347,16 +347,77 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         return [check_upload(f) for f in files]
 
 
-class RunSerializer(serializers.Serializer):
-    """The run a new message started."""
+class RunSerializer(serializers.ModelSerializer):
+    """A run: the answer to one prompt (or one continuation), how it went and what it cost.
+    ``error`` is safe to show a user; the provider's own words stay in the logs."""
 
-    chat = serializers.IntegerField()
-    status = serializers.CharField(help_text="The chat's status: idle, running, failed...")
-    events_url = serializers.URLField(
-        help_text="Follow the run live (Server-Sent Events); it carries the position to "
-        "resume from, so a run that ends before the client connects is still seen."
+    url = serializers.SerializerMethodField()
+    chat = serializers.IntegerField(source="chat_id", read_only=True)
+    prompt = serializers.IntegerField(source="prompt_id", read_only=True, allow_null=True)
+    tokens = serializers.SerializerMethodField()
+    cost = serializers.SerializerMethodField()
+    events_url = serializers.SerializerMethodField(
+        help_text="Follow the chat's runs live (Server-Sent Events); after a POST it carries "
+        "the position to resume from, so a run that ends before the client connects is "
+        "still seen."
     )
-    messages_url = serializers.URLField()
+    messages_url = serializers.SerializerMethodField()
+
+    class Meta:
+        from ..models import Run
+
+        model = Run
+        fields = (
+            "id",
+            "url",
+            "chat",
+            "prompt",
+            "status",
+            "error",
+            "error_type",
+            "interrupt_reason",
+            "cancel_requested",
+            "attempt",
+            "steps",
+            "tokens",
+            "cost",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "events_url",
+            "messages_url",
+        )
+        read_only_fields = fields
+
+    def _absolute(self, path: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_url(self, obj) -> str:
+        return self._absolute(reverse("llmchat-api:run-detail", kwargs={"pk": obj.pk}))
+
+    @extend_schema_field(TokensSerializer)
+    def get_tokens(self, obj) -> dict[str, int]:
+        return tokens_dict(obj.tokens)
+
+    @extend_schema_field(CostSerializer)
+    def get_cost(self, obj) -> dict[str, str]:
+        return cost_dict(obj.cost())
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_events_url(self, obj) -> str:
+        from urllib.parse import urlencode
+
+        path = reverse("llmchat-api:chat-events", kwargs={"pk": obj.chat_id})
+        after = self.context.get("events_after")
+        if after is not None:
+            path += "?" + urlencode({"last_event_id": after})
+        return self._absolute(path)
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_messages_url(self, obj) -> str:
+        return self._absolute(reverse("llmchat-api:chat-messages", kwargs={"pk": obj.chat_id}))
 
 
 class MessageAcceptedSerializer(serializers.Serializer):
@@ -393,6 +454,13 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     messages_url = serializers.SerializerMethodField()
     events_url = serializers.SerializerMethodField()
+    status = serializers.CharField(
+        read_only=True,
+        help_text="What the chat is doing: idle, queued, running or awaiting_approval.",
+    )
+    last_run = serializers.SerializerMethodField(
+        help_text="The chat's latest run: its id, status and safe error (null before the first)."
+    )
 
     class Meta:
         model = Chat
@@ -408,7 +476,7 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "context",
             "schema",
             "status",
-            "error",
+            "last_run",
             "message_count",
             "total_tokens",
             "total_cost",
@@ -417,7 +485,7 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "created_at",
             "updated_at",
         )
-        read_only_fields = ("agent", "schema", "status", "error", "created_at", "updated_at")
+        read_only_fields = ("agent", "schema", "status", "created_at", "updated_at")
 
     def _url(self, name: str, obj: Chat) -> str:
         path = reverse(f"llmchat-api:{name}", kwargs={"pk": obj.pk})
@@ -427,6 +495,33 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, obj: Chat) -> str:
         return self._url("chat-detail", obj)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "id": {"type": "integer"},
+                "status": {"type": "string"},
+                "error": {"type": "string"},
+                "error_type": {"type": "string"},
+                "url": {"type": "string", "format": "uri"},
+            },
+        }
+    )
+    def get_last_run(self, obj: Chat) -> dict[str, Any] | None:
+        if hasattr(obj, "_last_run_id"):  # annotated by Chat.objects.with_totals()
+            values = {
+                name: getattr(obj, f"_last_run_{name}")
+                for name in ("id", "status", "error", "error_type")
+            }
+        else:
+            values = obj.runs.order_by("-id").values("id", "status", "error", "error_type").first()
+        if not values or values["id"] is None:
+            return None
+        request = self.context.get("request")
+        path = reverse("llmchat-api:run-detail", kwargs={"pk": values["id"]})
+        return {**values, "url": request.build_absolute_uri(path) if request else path}
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_messages_url(self, obj: Chat) -> str:

@@ -8,21 +8,20 @@ rather than a broken connection.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
-from .. import errors
+from .. import errors, streams
+from ..conf import settings
 from ..events import RunFinished, RunStarted, StreamEvent, to_sse
-from ..models import Chat, Message
+from ..models import Chat
 
 __all__ = [
     "EventStreamRenderer",
@@ -72,48 +71,15 @@ def comment(text: str = "keep-alive") -> str:
     return f": {text}\n\n"
 
 
-# Safe messages, most specific first: the provider's own error text stays in the logs
-# and in Chat.error, it is not sent to browsers.
-_SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (
-    (errors.AuthenticationError, "authentication_error", "The provider rejected the credentials."),
-    (errors.RateLimitError, "rate_limit", "The provider is rate limiting requests; retry later."),
-    (
-        errors.ContextLengthExceededError,
-        "context_length_exceeded",
-        "The conversation is too long for the model.",
-    ),
-    (errors.OverloadedError, "overloaded", "The provider is overloaded; retry later."),
-    (errors.ProviderTimeoutError, "timeout", "The provider did not answer in time."),
-    (
-        errors.IncompleteStreamError,
-        "incomplete_stream",
-        "The provider's stream ended early; retry to continue.",
-    ),
-    (errors.ProviderError, "provider_error", "The provider returned an error."),
-    (
-        errors.StructuredOutputError,
-        "structured_output_error",
-        "The reply was not valid JSON for the chat's schema.",
-    ),
-    (errors.ConfigurationError, "configuration_error", "The provider is not configured."),
-    (ImproperlyConfigured, "configuration_error", "The provider is not configured."),
-    (errors.UnsupportedFeatureError, "unsupported", ""),
-    (errors.ArgumentError, "invalid", ""),
-)
-
-
 def error_payload(exc: BaseException) -> dict[str, Any]:
-    """``{"type", "message"}`` for an ``error`` event, safe to show to the user."""
-    for cls, kind, message in _SAFE_ERRORS:
-        if isinstance(exc, cls):
-            # our own messages (unsupported feature, bad argument) name no secret
-            text = message or str(exc)[:500]
-            out: dict[str, Any] = {"type": kind, "message": text}
-            status = getattr(exc, "status", None)
-            if isinstance(exc, errors.ProviderError) and status is not None:
-                out["status"] = status
-            return out
-    return {"type": "internal_error", "message": "The reply failed."}
+    """``{"type", "message"}`` for an ``error`` event, safe to show to the user (the
+    provider's own error text stays in the logs)."""
+    kind, message = errors.safe_error(exc)
+    out: dict[str, Any] = {"type": kind, "message": message}
+    status = getattr(exc, "status", None)
+    if isinstance(exc, errors.ProviderError) and status is not None:
+        out["status"] = status
+    return out
 
 
 def sse_response(content, status: int = 200) -> StreamingHttpResponse:
@@ -124,109 +90,113 @@ def sse_response(content, status: int = 200) -> StreamingHttpResponse:
 
 
 class InlineRun:
-    """A run streamed in the response itself, its frames numbered from 1: ``run_started``,
-    the loop's events, then ``run_finished`` (after an ``error`` event if it failed).
+    """A run streamed in the response itself: ``run_started``, the loop's events, then
+    ``run_finished`` (after an ``error`` event if it failed). It is the same kind of run a
+    worker makes (:mod:`django_llmchat.runs`); with ``LLMCHAT["EVENTS_URL"]`` set each
+    event also goes to the chat's Redis Stream and the frames carry the stream's ids, so
+    another tab can follow the run on ``events/`` and resume it; without it frames are
+    numbered from 1.
 
-    ``start`` is called (in the thread that iterates) to begin the run and return its
-    events; ``release`` undoes the caller's claim on the chat when the loop never took
-    it over (a blocked prompt, a failure to start, a client gone before the first byte).
-    It iterates synchronously (WSGI) or, with ``asynchronous=True``, asynchronously with
-    the loop in a worker thread (ASGI).
+    Nothing is stored before the first frame is asked for. A client that disconnects
+    before the end does not throw the reply away: the run goes on in a background thread
+    and is stored (``LLMCHAT["CANCEL_ON_DISCONNECT"] = True`` cancels it instead); either
+    way every provider attempt keeps its usage row. It iterates synchronously (WSGI) or,
+    with ``asynchronous=True``, asynchronously with the loop in a worker thread (ASGI).
     """
-
-    STATUSES = {"idle": "completed", "interrupted": "interrupted", "blocked": "blocked"}
 
     def __init__(
         self,
         chat: Chat,
-        start: Callable[[], Any],
         *,
-        release: Callable[[], None],
+        prompt: str | None = None,
+        attachments: list | None = None,
+        resume: Any = None,
         asynchronous: bool = False,
     ):
         self.chat = chat
-        self.run_id = uuid.uuid4().hex
-        self._start = start
-        self._release = release
-        self._begun = False
-        self._owned = False  # the loop took over the chat's status
-        self._released = False
-        self._error: dict[str, Any] | None = None
+        self.prompt = prompt
+        self.attachments = attachments
+        self.resume = resume
         self.asynchronous = asynchronous
-        self._frames: Any = self._aframes() if asynchronous else self._sframes()
+        self.runner: Any = None
+        self._n = 0
+        self._error: dict[str, Any] | None = None
+        self._blocked = False
+        self._done = False
+        self._publish = streams.enabled()
+        self._gen = self._frames_sync()
 
-    # -- driving the run ------------------------------------------------------------------
-    def _open(self) -> Iterator[StreamEvent]:
+    # -- the run --------------------------------------------------------------------------
+    def _events(self) -> Iterator[StreamEvent]:
+        from ..runner import Blocked
+
+        runner = self.runner = self.chat._runner()
         try:
-            events = self._start()
-        except BaseException:
-            self._release_once()
-            raise
-        # a generator is the loop: its own ``finally`` writes the chat's final status
-        self._owned = inspect.isgenerator(events)
-        prompt = (
-            Message.objects.filter(chat_id=self.chat.pk, role="user")
-            .order_by("-created_at", "-id")
-            .values_list("pk", flat=True)
-            .first()
-        )
-        return self._chain(RunStarted(run_id=self.run_id, message_id=prompt), events)
+            if self.resume is not None:
+                runner.resume(self.resume)
+                pre: list = []
+            else:
+                items = self.chat._check_prompt_type(self.prompt, self.attachments)
+                pre = runner.begin(self.prompt, items)
+        except Blocked as exc:
+            self._blocked = True
+            yield exc.event
+            return
+        run = runner.run_row
+        yield RunStarted(run_id=str(run.pk), message_id=run.prompt_id)
+        yield from runner.run(stream=True, pre_events=pre)
 
-    @staticmethod
-    def _chain(first: StreamEvent, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-        yield first
-        yield from events
-
-    def _release_once(self) -> None:
-        if not self._released and not self._owned:
-            self._released = True
-            self._release()
-
-    def _failure(self, exc: BaseException, n: int) -> str:
-        logger.exception("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
-        self._error = error_payload(exc)
-        return frame("error", self._error, n)
+    def _id(self, event: StreamEvent | None) -> str | int | None:
+        """The frame's id: the Redis stream id the event got, else the next number."""
+        if self._publish and event is not None:
+            try:
+                return streams.publish(self.chat.pk, event)
+            except Exception as exc:  # the reply goes on without followers
+                logger.warning("could not publish an event of chat %s: %s", self.chat.pk, exc)
+                return None
+        if self._publish:
+            return None
+        self._n += 1
+        return self._n
 
     def _finished(self) -> RunFinished:
-        status = Chat.objects.filter(pk=self.chat.pk).values_list("status", flat=True).first()
+        runner = self.runner
+        run = getattr(runner, "run_row", None) if runner is not None else None
+        run_id = str(run.pk) if run is not None else ""
+        if self._blocked:
+            return RunFinished(run_id, "blocked")
+        execution = getattr(runner, "execution", None)
+        status = (execution.outcome if execution is not None else None) or (
+            run.status if run is not None else "failed"
+        )
         if self._error is not None:
-            return RunFinished(self.run_id, "failed", self._error["message"])
-        return RunFinished(self.run_id, self.STATUSES.get(status or "", status or "completed"))
+            return RunFinished(run_id, status, self._error["message"])
+        return RunFinished(run_id, status)
 
-    def _sframes(self) -> Iterator[str]:
-        n = 0
-        events = None
+    def _frames_sync(self) -> Iterator[str]:
+        events = self._events()
         try:
-            events = self._open()
             for event in events:
-                n += 1
-                yield to_sse(event, n)
+                yield to_sse(event, self._id(event))
         except Exception as exc:
-            n += 1
-            yield self._failure(exc, n)
+            logger.exception("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
+            self._error = error_payload(exc)
+            yield frame("error", self._error, None if self._publish else self._id(None))
         finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-            self._release_once()
-        yield to_sse(self._finished(), n + 1)
+            events.close()
+        finished = self._finished()
+        self._done = True
+        yield to_sse(finished, self._id(finished))
 
-    async def _aframes(self) -> AsyncIterator[str]:
-        from ..aio import stream_in_thread
-
-        n = 0
+    def _drain(self) -> None:
+        """The client left: finish the run here, in the background."""
         try:
-            async for event in stream_in_thread(self._open):
-                n += 1
-                yield to_sse(event, n)
-        except Exception as exc:
-            n += 1
-            yield self._failure(exc, n)
+            for _ in self._gen:
+                pass
+        except Exception:
+            logger.exception("the run of chat %s failed after its client left", self.chat.pk)
         finally:
-            if not self._released and not self._owned:
-                await sync_to_async(self._release_once)()
-        finished = await sync_to_async(self._finished)()
-        yield to_sse(finished, n + 1)
+            connections.close_all()  # this thread's connections
 
     def frames(self):
         """The iterator to give ``StreamingHttpResponse``: Django tells sync from async
@@ -235,11 +205,15 @@ class InlineRun:
 
     def close(self) -> None:
         """Called by Django when the response ends (or the client went away)."""
-        if not self._begun:
-            self._release_once()
-        close = getattr(self._frames, "close", None)
-        if close is not None:
-            close()
+        if self._done:
+            return
+        self._done = True
+        if self.runner is None or settings.CANCEL_ON_DISCONNECT:
+            self._gen.close()  # nothing began, or cancel: the run ends cancelled
+            return
+        threading.Thread(
+            target=self._drain, name=f"llmchat-inline-{self.chat.pk}", daemon=True
+        ).start()
 
 
 class _SyncFrames:
@@ -250,8 +224,7 @@ class _SyncFrames:
         return self
 
     def __next__(self) -> str:
-        self.run._begun = True
-        return next(self.run._frames)
+        return next(self.run._gen)
 
     def close(self) -> None:
         self.run.close()
@@ -260,16 +233,24 @@ class _SyncFrames:
 class _AsyncFrames:
     def __init__(self, run: InlineRun):
         self.run = run
+        self._it: Any = None
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> str:
-        self.run._begun = True
-        return await self.run._frames.__anext__()
+        from ..aio import stream_in_thread
+
+        if self._it is None:
+            self.run._done = True  # the thread below owns the generator from now on
+            self._it = stream_in_thread(
+                lambda: self.run._gen, drain=not settings.CANCEL_ON_DISCONNECT
+            ).__aiter__()
+        return await self._it.__anext__()
 
     def close(self) -> None:
-        self.run.close()
+        if self._it is None:
+            self.run.close()
 
 
 # -- following a chat's event stream ------------------------------------------------------

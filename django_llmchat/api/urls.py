@@ -5,7 +5,13 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .schema import SCHEMA_SETTINGS
-from .views import ChatViewSet, LLMModelViewSet, MessageListCreateView, ToolCallDecisionView
+from .views import (
+    ChatViewSet,
+    LLMModelViewSet,
+    MessageListCreateView,
+    RunViewSet,
+    ToolCallDecisionView,
+)
 
 app_name = "llmchat-api"
 
@@ -21,6 +27,8 @@ urlpatterns = [
     path("chats/<int:pk>/events/", ChatViewSet.as_view({"get": "events"}), name="chat-events"),
     path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
     path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),
+    path("chats/<int:chat_pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
+    path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),
     path(
         "chats/<int:pk>/tool-calls/<str:call_id>/approve/",
         ToolCallDecisionView.as_view(decision="approved"),

@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
-from urllib.parse import urlencode
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404
-from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -28,10 +26,17 @@ from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from .. import runs
 from ..conf import settings
-from ..models import Chat, LLMModel, Message, ToolCall
+from ..errors import ChatBusyError
+from ..models import Chat, LLMModel, Message, Run, ToolCall
 from .filters import LLMModelFilter
-from .pagination import ChatCursorPagination, MessageCursorPagination, ModelPagination
+from .pagination import (
+    ChatCursorPagination,
+    MessageCursorPagination,
+    ModelPagination,
+    RunCursorPagination,
+)
 from .permissions import ChatAccess, chats_for, default_authenticators, default_throttles
 from .schema import document
 from .serializers import (
@@ -40,6 +45,7 @@ from .serializers import (
     MessageAcceptedSerializer,
     MessageCreateSerializer,
     MessageSerializer,
+    RunSerializer,
     UsageSerializer,
 )
 from .sse import EventStreamRenderer, InlineRun, follow_frames, sse_response
@@ -49,19 +55,22 @@ __all__ = [
     "ChatViewSet",
     "LLMModelViewSet",
     "MessageListCreateView",
+    "RunViewSet",
     "ToolCallDecisionView",
 ]
 
 logger = logging.getLogger("django_llmchat.api")
 
-RUNNING = "running"
-_EVENT_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+_EVENT_ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
 
 
 def _valid_event_id(value: str) -> bool:
-    """A Redis stream id (``<ms>-<seq>`` or ``<ms>``), each part a 64-bit unsigned int."""
+    """A Redis stream id ``<ms>-<seq>``, each part a 64-bit unsigned int (or ``0``: from
+    the start of what the stream holds)."""
+    if value == "0":
+        return True
     found = _EVENT_ID.match(value)
-    return bool(found) and all(int(p) < 2**64 for p in found.groups() if p is not None)
+    return bool(found) and all(int(p) < 2**64 for p in found.groups())
 
 
 # -- plumbing -------------------------------------------------------------------------------
@@ -133,31 +142,10 @@ class LLMChatView(GenericAPIView):
         return isinstance(self.request._request, ASGIRequest)
 
 
-def _claim(chat: Chat) -> None:
-    """Mark the chat running, atomically; 409 when a run already holds it."""
-    taken = (
-        Chat.objects.filter(pk=chat.pk)
-        .exclude(status=RUNNING)
-        .update(status=RUNNING, error="", cancel_requested=False)
-    )
-    if not taken:
-        raise Conflict("The chat is already running; cancel it or wait for it to finish.")
-
-
-def _releaser(chat: Chat):
-    previous = chat.status if chat.status != RUNNING else "idle"
-
-    def release() -> None:
-        Chat.objects.filter(pk=chat.pk, status=RUNNING).update(status=previous)
-
-    return release
-
-
-def _inline(view: LLMChatView, chat: Chat, start, *, status_code: int = 200):
+def _inline(view: LLMChatView, chat: Chat, *, status_code: int = 200, **run: Any):
     """Stream a run in the response (WSGI: a sync iterator; ASGI: an async one)."""
-    _claim(chat)
-    run = InlineRun(chat, start, release=_releaser(chat), asynchronous=view.is_asgi())
-    return sse_response(run.frames(), status=status_code)
+    inline = InlineRun(chat, asynchronous=view.is_asgi(), **run)
+    return sse_response(inline.frames(), status=status_code)
 
 
 SSE_RESPONSE = OpenApiResponse(
@@ -249,9 +237,10 @@ class ChatViewSet(
     def cancel(self, request, pk=None):
         chat = self.get_chat(pk)
         if not chat.cancel():
-            raise Conflict("The chat is not running.")
+            raise Conflict("The chat has no run to cancel, or its cancel was already asked for.")
+        chat.refresh_from_db(fields=["status"])
         return Response(
-            {"status": RUNNING, "cancel_requested": True}, status=status.HTTP_202_ACCEPTED
+            {"status": chat.status, "cancel_requested": True}, status=status.HTTP_202_ACCEPTED
         )
 
     @document(summary="Token and cost totals", responses={200: UsageSerializer})
@@ -301,6 +290,10 @@ class ChatViewSet(
             raise ValidationError({"follow": ["must be 'run' or 'all'"]})
         if not settings.EVENTS_URL:
             raise EventsUnavailable()
+        if last_id not in (None, "0") and not _known_event_id(chat.pk, last_id):
+            raise ValidationError(
+                {"Last-Event-ID": ["is not the id of an event of this chat's stream"]}
+            )
         frames = follow_frames(
             chat.pk, last_id, until_end=scope == "run", asynchronous=self.is_asgi()
         )
@@ -345,9 +338,11 @@ class MessageListCreateView(LLMChatView):
     @document(
         summary="Send a user message and start the reply",
         description=(
-            "Saves the message and starts a run: 202 with the message and the run (follow "
-            "it at `events_url`). With `Accept: text/event-stream` the reply streams in "
-            "this response instead. 409 when the chat is already running."
+            "Saves the message and queues a run answering it: 202 with the message and the "
+            "run (follow it at `events_url`). A message sent while an earlier run works is "
+            "queued behind it and answered in order. With `Accept: text/event-stream` the "
+            "run streams in this response instead (409 when the chat's run waits for a "
+            "tool-call decision)."
         ),
         request={
             "application/json": MessageCreateSerializer,
@@ -374,9 +369,12 @@ class MessageListCreateView(LLMChatView):
         content = serializer.validated_data["content"]
         attachments = serializer.validated_data.get("attachments") or None
         if self.wants_events():
-            return _inline(self, chat, lambda: chat.stream(content, attachments))
-        if chat.status == RUNNING:
-            raise Conflict("The chat is already running; cancel it or wait for it to finish.")
+            if chat.status == Run.AWAITING_APPROVAL:
+                raise Conflict(
+                    "The chat's run waits for a decision on its tool calls: approve or deny "
+                    "them (or cancel the run) first."
+                )
+            return _inline(self, chat, prompt=content, attachments=attachments)
         after = _stream_position(chat)
         message = chat.ask_later(content, attachments=attachments)
         if message is None:
@@ -385,12 +383,12 @@ class MessageListCreateView(LLMChatView):
                 {"detail": "A guardrail blocked the message.", "guardrail": tripwire.to_dict()},
                 status=status.HTTP_422_UNPROCESSABLE_ENTITY,
             )
-        chat.refresh_from_db(fields=["status"])
+        run = Run.objects.filter(pk=chat.last_run.pk).with_totals().get()
         message = Message.objects.filter(pk=message.pk).transcript().get()
         context = self.get_serializer_context()
         body = {
             "message": MessageSerializer(message, context=context).data,
-            "run": run_links(request, chat, after=after),
+            "run": RunSerializer(run, context={**context, "events_after": after}).data,
         }
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
@@ -409,19 +407,16 @@ def _stream_position(chat: Chat) -> str | None:
         return None
 
 
-def run_links(request, chat: Chat, *, after: str | None = None) -> dict[str, Any]:
-    """The run's links; ``events_url`` resumes after ``after`` when given."""
-    events = reverse("llmchat-api:chat-events", kwargs={"pk": chat.pk})
-    if after is not None:
-        events += "?" + urlencode({"last_event_id": after})
-    return {
-        "chat": chat.pk,
-        "status": chat.status,
-        "events_url": request.build_absolute_uri(events),
-        "messages_url": request.build_absolute_uri(
-            reverse("llmchat-api:chat-messages", kwargs={"pk": chat.pk})
-        ),
-    }
+def _known_event_id(chat_id: int, event_id: str) -> bool:
+    """Whether ``event_id`` is an id of the chat's event stream (or older than what the
+    stream still holds: resuming from it replays what is left)."""
+    from .. import streams
+
+    try:
+        return streams.has_id(chat_id, event_id)
+    except Exception as exc:
+        logger.warning("cannot read the event stream of chat %s: %s", chat_id, exc)
+        return True  # the follow itself reports the event store's failure
 
 
 def _attach_registry(messages: list[Message]) -> None:
@@ -458,15 +453,7 @@ class ToolCallDecisionView(LLMChatView):
                     "call_id": serializers.CharField(),
                     "approval": serializers.CharField(),
                     "resumed": serializers.BooleanField(),
-                    "run": inline_serializer(
-                        "ToolCallRun",
-                        {
-                            "chat": serializers.IntegerField(),
-                            "status": serializers.CharField(),
-                            "events_url": serializers.URLField(),
-                            "messages_url": serializers.URLField(),
-                        },
-                    ),
+                    "run": RunSerializer(allow_null=True),
                 },
             ),
             (200, "text/event-stream"): SSE_RESPONSE,
@@ -476,42 +463,79 @@ class ToolCallDecisionView(LLMChatView):
     )
     def post(self, request, pk: int, call_id: str):
         chat = self.get_chat(pk)
-        call = ToolCall.objects.filter(chat=chat, call_id=call_id).select_related("result").first()
-        if call is None:
+        calls = list(
+            ToolCall.objects.filter(chat=chat, call_id=call_id)
+            .select_related("result")
+            .order_by("id")
+        )
+        if not calls:
             raise Http404("No such tool call.")
-        if call.approval or call.get_result() is not None:
-            raise Conflict("The tool call has already been answered.")
-        if chat.status == RUNNING:
-            raise Conflict("The chat is running; wait for it to pause.")
-        if self.decision == "approved":
-            chat.approve(call_id, resume=False)
-        else:
-            chat.deny(call_id, resume=False)
-        waiting = ToolCall.objects.filter(chat=chat, approval="", result__isnull=True).exists()
-        resumed = not waiting
+        # vendors may repeat an id: the first call with it still waiting is the one
+        call = next((c for c in calls if not c.approval and c.get_result() is None), calls[0])
+        try:
+            run = runs.decide(chat.pk, call, self.decision)
+        except runs.AlreadyDecided:
+            raise Conflict("The tool call has already been answered.") from None
+        except ChatBusyError:
+            raise Conflict("The chat is running; wait for it to pause.") from None
+        resumed = run is not None
         if resumed and self.wants_events():
-            return _inline(self, chat, lambda: chat.stream())
+            return _inline(self, chat, resume=run)
         after = None
         if resumed:
             after = _stream_position(chat)
-            _resume_later(chat)
-            chat.refresh_from_db(fields=["status"])
+            _resume_later(chat, run)
+        head = chat.runs.order_by("-id").with_totals().first()
+        context = {**self.get_serializer_context(), "events_after": after}
         return Response(
             {
                 "call_id": call_id,
                 "approval": self.decision,
                 "resumed": resumed,
-                "run": run_links(request, chat, after=after),
+                "run": RunSerializer(head, context=context).data if head is not None else None,
             },
             status=status.HTTP_202_ACCEPTED,
         )
 
 
-def _resume_later(chat: Chat) -> None:
-    """Continue the chat's run outside the request (the Celery task, or in-process)."""
+def _resume_later(chat: Chat, run: Run) -> None:
+    """Continue the run outside the request (the Celery task, or in-process)."""
+    from django.db import transaction
+
     from ..tasks import complete_chat
 
-    complete_chat.delay(chat.pk, None)
+    chat_id, run_id = chat.pk, run.pk
+    transaction.on_commit(lambda: complete_chat.delay(chat_id, run_id=run_id))
+
+
+# -- runs -----------------------------------------------------------------------------------
+class RunViewSet(
+    LLMChatView, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """The runs of the chats you can see: each answer's status, safe error, attempts,
+    steps, tokens and cost."""
+
+    serializer_class = RunSerializer
+    pagination_class = RunCursorPagination
+    queryset = Run.objects.none()
+
+    def get_queryset(self):
+        runs_qs = Run.objects.filter(chat__in=chats_for(self.request.user)).with_totals()
+        chat_pk = self.kwargs.get("chat_pk")
+        if chat_pk is not None:
+            runs_qs = runs_qs.filter(chat_id=self.get_chat(chat_pk).pk)
+        return runs_qs
+
+    @document(
+        summary="List a chat's runs, newest first",
+        responses={200: RunSerializer(many=True), 404: ERROR},
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @document(summary="Read one run", responses={200: RunSerializer, 404: ERROR})
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)
 
 
 # -- the model registry ---------------------------------------------------------------------

@@ -2,6 +2,7 @@ from .attachment import AbstractAttachment, Attachment
 from .chat import AbstractChat, Chat
 from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
+from .run import AbstractRun, Run
 from .tool_call import AbstractToolCall, ToolCall
 from .usage import AbstractUsage, Usage
 
@@ -10,12 +11,14 @@ __all__ = [
     "AbstractChat",
     "AbstractLLMModel",
     "AbstractMessage",
+    "AbstractRun",
     "AbstractToolCall",
     "AbstractUsage",
     "Attachment",
     "Chat",
     "LLMModel",
     "Message",
+    "Run",
     "ToolCall",
     "Usage",
 ]

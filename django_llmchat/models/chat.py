@@ -67,6 +67,7 @@ class ChatQuerySet(models.QuerySet):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
         (no row multiplication, one query for any number of chats)."""
         from .message import Message
+        from .run import Run
         from .usage import Usage
 
         count = (
@@ -86,10 +87,15 @@ class ChatQuerySet(models.QuerySet):
             )
         ).values("t")
         cost = usage.annotate(c=Sum("total_cost")).values("c")
+        last = Run.objects.filter(chat=OuterRef("pk")).order_by("-id")
         return self.annotate(
             message_count=Coalesce(Subquery(count), Value(0)),
             total_tokens=Subquery(tokens),
             total_cost=Subquery(cost),
+            **{
+                f"_last_run_{name}": Subquery(last.values(name)[:1])
+                for name in ("id", "status", "error", "error_type")
+            },
         )
 
     def for_user(self, user):
@@ -109,12 +115,14 @@ class AbstractChat(models.Model):
     schema = models.JSONField(null=True, blank=True)
     tools = models.JSONField(default=list, blank=True)
     context = models.JSONField(default=dict, blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    interrupt_reason = models.CharField(
-        max_length=255, blank=True, help_text="The reason given with the last interrupt request."
+    status = models.CharField(
+        max_length=24,
+        default="idle",
+        blank=True,
+        editable=False,
+        help_text="What the chat is doing: idle, queued, running or awaiting_approval (kept "
+        "by django_llmchat.runs from the chat's runs).",
     )
-    status = models.CharField(max_length=16, default="idle", blank=True)
-    error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -131,7 +139,7 @@ class AbstractChat(models.Model):
     def transcript(self):
         """The messages in order, with tool calls, results, attachments and usage loaded in a
         constant number of queries."""
-        return self.messages.transcript().order_by("created_at", "id")
+        return self.messages.transcript().order_by("position", "id")
 
     def add_message(
         self,
@@ -234,34 +242,13 @@ class AbstractChat(models.Model):
 
     def cache_until_here(self):
         """Mark the latest message as the end of the cacheable prefix."""
-        last = self.messages.order_by("-created_at", "-id").first()
+        last = self.messages.order_by("-position", "-id").first()
         if last is None:
             raise ArgumentError("the chat has no message to mark as a cache boundary")
         last.cache_until_here()
         return self
 
     # -- running the loop -----------------------------------------------------------------
-    def _save_prompt(self, runner, prompt: str | None, attachments=None, *, raw=None):
-        """Run the before-guardrails on the prompt, then save it (it stays if the run fails);
-        the saved message is ``runner.prompt_message``."""
-        if prompt is None:
-            if attachments:
-                raise ArgumentError("attachments need a prompt")
-            return []
-        if not isinstance(prompt, str):
-            raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
-        from ..transcript import save_prompt
-        from .message import Message
-
-        text, events = runner.check_prompt(prompt)
-        items = _attachment_items(attachments)
-        message = Message(chat=self, role="user", content=text, raw=raw)
-        # one commit: the prompt is stored and the run marked as started together
-        save_prompt(self, message, items)
-        runner.started = True
-        runner.prompt_message = message
-        return events
-
     def _runner(self, context=None):
         from ..runner import Runner
 
@@ -271,21 +258,74 @@ class AbstractChat(models.Model):
             )
         return Runner(self, context=context)
 
-    def ask(self, prompt: str | None = None, attachments=None, *, context=None):
-        """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
-        returns the final assistant Message (``None`` when a guardrail blocked the run)."""
+    @staticmethod
+    def _check_prompt_type(prompt: Any, attachments: Any) -> list[tuple]:
+        if prompt is None:
+            if attachments:
+                raise ArgumentError("attachments need a prompt")
+            return []
+        if not isinstance(prompt, str):
+            raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
+        return _attachment_items(attachments)
+
+    def _blocked_run(self, runner, event):
+        """What ``last_run`` is after a before-guardrail blocked the prompt: nothing was
+        stored, so an unsaved Run saying why."""
+        from .run import Run
+
+        run = Run(
+            chat=self,
+            status=Run.FAILED,
+            error_type="guardrail_tripwire",
+            error="A guardrail blocked the prompt.",
+        )
+        run.tripwire = event
+        runner.result.tripwire = event
+        self.last_run = run
+        return run
+
+    def _remember(self, runner) -> None:
+        """``chat.last_run``: the run ``runner`` worked on, with what this call saw."""
+        run = getattr(runner, "run_row", None)
+        if run is None:
+            return
+        result = runner.result
+        run.message, run.interrupt, run.tripwire = result.message, result.interrupt, result.tripwire
+        run.events = result.events if runner.keep_events else None
+        if runner.execution is not None:
+            run.steps = max(run.steps, result.steps)
+        self.last_run = run
+
+    def _events(self, runner, prompt, items, *, stream: bool, resume=None):
+        """The run's events; nothing is stored or marked before the first ``next()``, and
+        closing or dropping the iterator ends the run ``cancelled``."""
         from ..runner import Blocked
 
-        runner = self._runner(context)
         try:
-            pre = self._save_prompt(runner, prompt, attachments)
+            if resume is not None:
+                runner.resume(resume)
+                pre = []
+            else:
+                pre = runner.begin(prompt, items)
         except Blocked as exc:
-            runner.result.tripwire = exc.event
-            self.last_run = runner.result
-            return None
-        for _ in runner.run(stream=False, pre_events=pre):
+            self._blocked_run(runner, exc.event)
+            yield exc.event
+            return
+        self.last_run = runner.run_row
+        try:
+            yield from runner.run(stream=stream, pre_events=pre)
+        finally:
+            self._remember(runner)
+
+    def ask(self, prompt: str | None = None, attachments=None, *, context=None):
+        """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
+        returns the final assistant Message (``None`` when a guardrail blocked the run).
+        ``chat.last_run`` is the run. Asked while another run of the chat works, it waits
+        for its turn."""
+        runner = self._runner(context)
+        items = self._check_prompt_type(prompt, attachments)
+        for _ in self._events(runner, prompt, items, stream=False):
             pass
-        self.last_run = runner.result
         return runner.result.message
 
     def complete(self, *, context=None):
@@ -294,47 +334,49 @@ class AbstractChat(models.Model):
         return self.ask(None, context=context)
 
     def stream(self, prompt: str | None = None, attachments=None, *, context=None):
-        """Send ``prompt`` (saved now, before the first event) and return an iterator of
-        stream events. With no prompt, the saved history is continued (a retry after an
+        """An iterator of the stream events of a run answering ``prompt``. Nothing happens
+        until the first ``next()``: then the prompt is stored with its run, before the first
+        event. Closing the iterator (or dropping it) ends the run ``cancelled``, its usage
+        row kept. With no prompt, the saved history is continued (a retry after an
         ``IncompleteStreamError`` adds no second user turn)."""
-        from ..runner import Blocked
-
         runner = self._runner(context)
-        try:
-            pre = self._save_prompt(runner, prompt, attachments)
-        except Blocked as exc:
-            runner.result.tripwire = exc.event
-            self.last_run = runner.result
-            return iter([exc.event])
-        self.last_run = runner.result
-        return runner.run(stream=True, pre_events=pre)
+        items = self._check_prompt_type(prompt, attachments)
+        return self._events(runner, prompt, items, stream=True)
 
     def ask_later(self, prompt: str, attachments=None):
-        """Save ``prompt`` now (before-guardrails applied) and let a worker fill in the reply:
-        ``tasks.complete_chat`` is queued when the current transaction commits. Returns the
-        user Message (``None`` when a before-guardrail blocked the prompt: nothing is saved,
-        ``chat.last_run.tripwire`` says why).
+        """Store ``prompt`` (before-guardrails applied) with a queued run, and let a worker
+        answer it: ``tasks.complete_chat`` is sent when the current transaction commits.
+        Returns the user Message (``None`` when a before-guardrail blocked the prompt:
+        nothing is stored, ``chat.last_run.tripwire`` says why); ``chat.last_run`` is the
+        queued run.
 
-        Prompts asked while an earlier one is still being answered each get their own reply,
-        in order. With no Celery broker configured, the task runs in this process (see
-        ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``)."""
+        Prompts asked while an earlier one is still being answered are queued runs, each
+        answered in order. With no Celery broker configured, the task runs in this process
+        (see ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``)."""
+        import uuid
+
         from ..runner import Blocked
-        from ..tasks import QUEUED, complete_chat
+        from ..runs import enqueue
+        from ..tasks import complete_chat
+        from .message import Message
 
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         runner = self._runner()
+        items = _attachment_items(attachments)
         try:
-            self._save_prompt(runner, prompt, attachments, raw={QUEUED: True})
+            text, _events = runner.check_prompt(prompt)
         except Blocked as exc:
-            runner.result.tripwire = exc.event
-            self.last_run = runner.result
+            self._blocked_run(runner, exc.event)
             return None
-        message = runner.prompt_message
-        self.status, self.error = "running", ""
-        chat_id, message_id = self.pk, message.pk
+        message = Message(chat=self, role="user", content=text)
+        task_id = uuid.uuid4().hex
+        run, _ = enqueue(self, message, items, task_id=task_id)
+        self.last_run = run
+        chat_id, run_id = self.pk, run.pk
         transaction.on_commit(
-            lambda: complete_chat.delay(chat_id, reply_to=message_id), using=self._state.db
+            lambda: complete_chat.apply_async((chat_id,), {"run_id": run_id}, task_id=task_id),
+            using=self._state.db,
         )
         return message
 
@@ -358,43 +400,70 @@ class AbstractChat(models.Model):
 
         return stream_in_thread(lambda: self.stream(prompt, attachments, context=context))
 
+    @property
+    def last_run(self):
+        """The chat's latest run (``None`` before the first). After ``ask()``,
+        ``stream()`` or ``ask_later()`` in this process: the run that call made, with
+        ``message``, ``interrupt`` and ``tripwire`` as that call saw them."""
+        found = self.__dict__.get("_last_run")
+        if found is not None:
+            return found
+        if self.pk is None:
+            return None
+        return self.runs.order_by("-id").first()
+
+    @last_run.setter
+    def last_run(self, run) -> None:
+        self.__dict__["_last_run"] = run
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether a stop was asked for the run working now."""
+        from .run import Run
+
+        if self.pk is None:
+            return False
+        return Run.objects.filter(chat=self, status=Run.RUNNING, cancel_requested=True).exists()
+
     def interrupt(self, reason: str | None = None) -> bool:
-        """Ask the running loop (in any process) to stop between chunks or steps; it ends
-        with ``Interrupt(reason=reason)``, the transcript valid, and ``complete()`` resumes
-        it. Returns whether a run was running."""
+        """Ask the chat's current run (in any process) to stop between chunks or steps; it
+        ends with ``Interrupt(reason=reason)``, the transcript valid, and ``complete()``
+        resumes it. A run waiting for a tool-call decision, or queued, ends at once.
+        Returns whether there was a run to stop (the first of concurrent requests wins)."""
+        from ..runs import interrupt
+
         if reason is not None and not isinstance(reason, str):
             raise ArgumentError(f"reason must be a string or None, got {type(reason).__name__}")
-        updated = (
-            type(self)
-            .objects.filter(pk=self.pk, status="running")
-            .update(cancel_requested=True, interrupt_reason=(reason or "")[:255])
-        )
-        return bool(updated)
+        if self.pk is None:
+            return False
+        return interrupt(self.pk, reason)
 
     def cancel(self) -> bool:
-        """``interrupt("cancelled")``: the run ends with ``Interrupt(reason="cancelled")``."""
+        """``interrupt("cancelled")``: the run ends ``cancelled``, with
+        ``Interrupt(reason="cancelled")``."""
         return self.interrupt("cancelled")
 
     def _decide(self, call_id: str, approval: str, resume: bool):
+        from ..runs import decide
         from .tool_call import ToolCall
 
-        try:
-            call = ToolCall.objects.get(chat=self, call_id=call_id)
-        except ToolCall.DoesNotExist:
-            raise ArgumentError(f"chat {self.pk} has no tool call {call_id!r}") from None
-        if call.get_result() is not None:
+        calls = list(ToolCall.objects.filter(chat=self, call_id=call_id).select_related("result"))
+        if not calls:
+            raise ArgumentError(f"chat {self.pk} has no tool call {call_id!r}")
+        waiting = [c for c in calls if not c.approval and c.get_result() is None]
+        if not waiting:
             raise ArgumentError(f"tool call {call_id!r} has already been answered")
-        call.approval = approval
-        call.save(update_fields=["approval"])
-        if resume:
-            pending = ToolCall.objects.filter(chat=self, approval="", result__isnull=True).exists()
-            if not pending:
-                return self.complete()
+        run = decide(self.pk, waiting[0], approval)
+        if run is not None and resume:
+            runner = self._runner()
+            for _ in self._events(runner, None, [], stream=False, resume=run):
+                pass
+            return runner.result.message
         return None
 
     def approve(self, call_id: str, *, resume: bool = True):
         """Approve a tool call waiting for approval; when none is left waiting, the run
-        resumes (returns the final Message, else ``None``)."""
+        resumes here (returns the final Message, else ``None``)."""
         return self._decide(call_id, "approved", resume)
 
     def deny(self, call_id: str, *, resume: bool = True):
@@ -434,6 +503,15 @@ class Chat(AbstractChat):
         blank=True,
         related_name="llm_chats",
         db_index=False,  # llmchat_chat_user_idx starts with it
+    )
+    active_run = models.ForeignKey(
+        "django_llmchat.Run",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        help_text="The run working on the chat now (kept by django_llmchat.runs).",
     )
 
     class Meta(AbstractChat.Meta):

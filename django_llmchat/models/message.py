@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,15 @@ if TYPE_CHECKING:
     from .llm_model import LLMModel
 
 _UNSET = object()
+
+QUEUED_POSITION = 10**17
+"""Added to the position of a prompt stored while an earlier run of the chat works: the
+prompt reads after everything else until its own run starts (see ``next_position``)."""
+
+
+def clock_position() -> int:
+    """A new message's place in the transcript: microseconds since the epoch."""
+    return time.time_ns() // 1000
 
 
 class MessageQuerySet(models.QuerySet):
@@ -60,13 +70,20 @@ class AbstractMessage(models.Model):
         db_column="cost",
         help_text="A cost supplied by hand (USD); usage rows take precedence.",
     )
+    position = models.BigIntegerField(
+        default=clock_position,
+        editable=False,
+        help_text="The message's place in the transcript (ordered by position, then id): "
+        "when it was stored, or, for a prompt asked while an earlier run worked, when its "
+        "own run started.",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=False)
 
     objects = MessageQuerySet.as_manager()
 
     class Meta:
         abstract = True
-        ordering = ("created_at", "id")
+        ordering = ("position", "id")
 
     def __str__(self) -> str:
         text = self.content if len(self.content) <= 60 else self.content[:57] + "..."
@@ -142,9 +159,7 @@ class AbstractMessage(models.Model):
     @property
     def tool_results(self) -> models.QuerySet:
         """The tool messages answering this message's tool calls."""
-        return (
-            type(self).objects.filter(parent_tool_call__message=self).order_by("created_at", "id")
-        )
+        return type(self).objects.filter(parent_tool_call__message=self).order_by("position", "id")
 
     # -- structured output ----------------------------------------------------------------
     @property
@@ -262,9 +277,19 @@ class Message(AbstractMessage):
         blank=True,
         related_name="result",
     )
+    run = models.ForeignKey(
+        "django_llmchat.Run",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="messages",
+        db_index=False,  # llmchat_message_run_idx
+        help_text="The run that stored the message (for a prompt: the run answering it).",
+    )
 
     class Meta(AbstractMessage.Meta):
         db_table = "llmchat_message"
         indexes = [
-            models.Index(fields=["chat", "created_at", "id"], name="llmchat_message_chat_idx"),
+            models.Index(fields=["chat", "position", "id"], name="llmchat_message_chat_idx"),
+            models.Index(fields=["run"], name="llmchat_message_run_idx"),
         ]

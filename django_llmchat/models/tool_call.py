@@ -46,8 +46,8 @@ class AbstractToolCall(models.Model):
 
 
 class ToolCall(AbstractToolCall):
-    # no index of their own: ``llmchat_tool_call_msg_idx`` and the (chat, call_id)
-    # constraint serve these lookups
+    # no index of their own: ``llmchat_tool_call_msg_idx`` and ``llmchat_tool_call_chat_idx``
+    # serve these lookups
     message = models.ForeignKey(
         "django_llmchat.Message",
         on_delete=models.CASCADE,
@@ -61,7 +61,9 @@ class ToolCall(AbstractToolCall):
     class Meta(AbstractToolCall.Meta):
         db_table = "llmchat_tool_call"
         ordering = ("id",)
-        constraints = [
-            models.UniqueConstraint(fields=["chat", "call_id"], name="llmchat_tool_call_chat_uniq")
+        # ``call_id`` is the vendor's, stored as sent: vendors and proxies repeat ids or send
+        # none, so it is indexed, not unique
+        indexes = [
+            models.Index(fields=["message"], name="llmchat_tool_call_msg_idx"),
+            models.Index(fields=["chat", "call_id"], name="llmchat_tool_call_chat_idx"),
         ]
-        indexes = [models.Index(fields=["message"], name="llmchat_tool_call_msg_idx")]

@@ -108,6 +108,14 @@ class Usage(AbstractUsage):
         related_name="usages",
         db_index=False,
     )
+    run = models.ForeignKey(
+        "django_llmchat.Run",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usages",
+        db_index=False,  # llmchat_usage_run_idx
+    )
 
     class Meta(AbstractUsage.Meta):
         db_table = "llmchat_usage"
@@ -116,5 +124,6 @@ class Usage(AbstractUsage):
         indexes = [
             models.Index(fields=["chat", "created_at"], name="llmchat_usage_chat_idx"),
             models.Index(fields=["message"], name="llmchat_usage_msg_idx"),
+            models.Index(fields=["run"], name="llmchat_usage_run_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_usage_model_idx"),
         ]

@@ -405,8 +405,8 @@ class AnthropicProvider(Provider):
                     continue
                 tool_calls.append(
                     ToolCallData(
-                        call_id=block["id"],
-                        name=block["name"],
+                        call_id=str(block.get("id") or ""),  # kept as sent, even repeated
+                        name=block.get("name") or "",
                         arguments=block.get("input") or {},
                     )
                 )

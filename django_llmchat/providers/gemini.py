@@ -332,7 +332,11 @@ class GeminiProvider(Provider):
         """``(system instruction text, contents)`` for a transcript."""
         system: list[str] = []
         contents: list[dict[str, Any]] = []
-        calls: dict[str, ToolCallData] = {}
+        # The calls of the last assistant message not answered yet, in order: its results
+        # follow it in the same order, so each pairs with its call by position (ids may
+        # repeat or be empty).
+        pending: list[ToolCallData] = []
+        native = False
         results_turn: dict[str, Any] | None = None
         for msg in messages:
             if msg.role == "system":
@@ -340,7 +344,8 @@ class GeminiProvider(Provider):
                     system.append(msg.content)
                 continue
             if msg.role == "tool":
-                part = self.function_response(msg, calls.get(msg.tool_call_id or ""))
+                call = take_call(pending, msg.tool_call_id)
+                part = self.function_response(msg, call, native=native)
                 if results_turn is None:
                     results_turn = {"role": "user", "parts": []}
                     contents.append(results_turn)
@@ -355,8 +360,8 @@ class GeminiProvider(Provider):
                 if parts:
                     contents.append({"role": "user", "parts": parts})
             elif msg.role == "assistant":
-                for call in msg.tool_calls:
-                    calls[call.call_id] = call
+                pending = list(msg.tool_calls)
+                native = msg.provider == self.name
                 parts = self.model_parts(msg)
                 if parts:
                     contents.append({"role": "model", "parts": parts})
@@ -390,7 +395,11 @@ class GeminiProvider(Provider):
             parts.append(part)
         return parts
 
-    def function_response(self, msg: ProviderMessage, call: ToolCallData | None) -> dict:
+    def function_response(
+        self, msg: ProviderMessage, call: ToolCallData | None, *, native: bool = True
+    ) -> dict:
+        """A tool result as a ``functionResponse`` part; ``call`` is the call it answers
+        (``native``: made by this provider), whose Gemini id goes back with it."""
         response: dict[str, Any]
         try:
             value = json.loads(msg.content) if msg.content else None
@@ -404,7 +413,7 @@ class GeminiProvider(Provider):
             response = {"result": msg.content}
         name = msg.tool_name or (call.name if call else "") or "tool"
         function_response: dict[str, Any] = {"name": name, "response": response}
-        if call is not None and call.item_id and call.item_id == msg.tool_call_id:
+        if native and call is not None and call.item_id and call.item_id == msg.tool_call_id:
             function_response["id"] = call.item_id
         return {"functionResponse": function_response}
 
@@ -427,7 +436,7 @@ class GeminiProvider(Provider):
                         name=call.get("name") or "",
                         arguments=call.get("args") or {},
                         thought_signature=part.get("thoughtSignature"),
-                        item_id=call.get("id"),
+                        item_id=call.get("id") or None,
                     )
                 )
                 continue
@@ -501,9 +510,25 @@ class GeminiProvider(Provider):
         return error
 
 
+def take_call(pending: list[ToolCallData], tool_call_id: str | None) -> ToolCallData | None:
+    """Remove and return the call a tool result answers from the calls still unanswered:
+    the next one in order when its id matches (or the result names none), else the first
+    with that id (results sent in another order), else the next one anyway."""
+    if not pending:
+        return None
+    if tool_call_id is None or pending[0].call_id == tool_call_id:
+        return pending.pop(0)
+    for index, call in enumerate(pending):
+        if call.call_id == tool_call_id:
+            return pending.pop(index)
+    return pending.pop(0)
+
+
 class CallIds:
-    """Call ids for one response: Gemini's own ``functionCall.id`` when it sends one, else
-    ``call_<responseId>_<n>`` (unique within a chat, the same on every replay)."""
+    """Call ids for one response: Gemini's own ``functionCall.id`` exactly as sent whenever
+    it sends the field (an empty or repeated id included), else ``call_<responseId>_<n>``
+    (``n`` the call's position; unique within a chat, the same on every replay). A made-up
+    id is never sent back: only Gemini's own go back as ``functionCall.id``."""
 
     def __init__(self, response_id: str | None):
         self.prefix = response_id or uuid.uuid4().hex[:16]
@@ -511,6 +536,7 @@ class CallIds:
 
     def call_id(self, call: dict[str, Any]) -> str:
         self.count += 1
-        if call.get("id"):
-            return str(call["id"])
+        value = call.get("id")
+        if value is not None:
+            return value if isinstance(value, str) else str(value)
         return f"call_{self.prefix}_{self.count}"

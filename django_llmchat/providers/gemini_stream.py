@@ -57,7 +57,8 @@ class GeminiStreamParser(StreamParser):
         self.signature: str | None = None
         self.usage: dict[str, Any] | None = None
         self.grounding: dict[str, Any] | None = None
-        self.native_ids: set[str] = set()
+        self.native: list[bool] = []
+        """For each function call so far, by position: whether Gemini gave it an id."""
         self.finished: tuple[str | None, str | None] | None = None
         self.last_chunk: dict[str, Any] = {}
 
@@ -141,11 +142,12 @@ class GeminiStreamParser(StreamParser):
         call = part.get("functionCall") or {}
         assert self.ids is not None
         call_id = self.ids.call_id(call)
-        if call.get("id"):
-            self.native_ids.add(call_id)
+        position = len(self.native)
+        self.native.append(bool(call.get("id")))
         if part.get("thoughtSignature"):
             # read by the builder when it records the ToolCallDone below
-            self.builder.tool_call_extras[call_id] = {"thought_signature": part["thoughtSignature"]}
+            extras = {"thought_signature": part["thoughtSignature"]}
+            self.builder.tool_call_extras[position] = extras
         name = call.get("name") or ""
         arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
         return [
@@ -177,7 +179,7 @@ class GeminiStreamParser(StreamParser):
     def finish(self) -> ProviderResponse:
         response = self.builder.build()
         # Ids made up here are not Gemini's: only its own go back as ``functionCall.id``.
-        for call in response.tool_calls:
-            if call.call_id not in self.native_ids:
+        for call, native in zip(response.tool_calls, self.native, strict=False):
+            if not native:
                 call.item_id = None
         return response

@@ -135,6 +135,22 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+def wire_call_id(value: Any) -> str | None:
+    """A call id as the server sent it: ``None`` when it sent none (absent or ``null``),
+    else the string itself, even empty. Ids may repeat within one response (LiteLLM,
+    servers numbering calls ``call_0``...): they are kept, never made unique."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def call_id_or_new(value: Any) -> str:
+    """The id to store: the server's own (``""`` stays ``""``), or a made-up one only when
+    the server sent no id at all."""
+    call_id = wire_call_id(value)
+    return new_call_id() if call_id is None else call_id
+
+
 def arguments_text(value: Any) -> str:
     if value is None:
         return ""
@@ -301,7 +317,7 @@ class ChatCompletionsProvider(Provider):
             text = refusal
         calls = [
             ToolCallData(
-                call_id=call.get("id") or new_call_id(),
+                call_id=call_id_or_new(call.get("id")),
                 name=(call.get("function") or {}).get("name") or "",
                 arguments=_parsed_arguments((call.get("function") or {}).get("arguments")),
             )

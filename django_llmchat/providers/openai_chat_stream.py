@@ -5,6 +5,7 @@ into stream events and the whole response, tool-call fragments joined by index (
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..events import (
@@ -28,6 +29,7 @@ from .openai_chat import (
     new_call_id,
     split_content,
     usage_tokens,
+    wire_call_id,
 )
 from .types import ProviderRequest
 
@@ -39,22 +41,41 @@ class _Call:
 
     def __init__(self, call_id: str | None, name: str):
         self.call_id = call_id
+        """As the server sent it (``""`` included); ``None`` while it sent none."""
         self.name = name
         self.arguments: list[str] = []
         self.done = False
+
+    def complete_json(self) -> bool:
+        """Whether the arguments so far are a whole JSON value (the call is finished)."""
+        text = "".join(self.arguments).strip()
+        if not text:
+            return False
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
 
 
 class ChatCompletionsStreamParser(StreamParser):
     """``data: {chunk}`` ... ``data: [DONE]``.
 
-    Tool-call fragments are joined by ``index``; each call is complete at the chunk with a
-    ``finish_reason`` (or the end). Usage may come on that chunk or on a last chunk with
-    ``choices: []``; TokenUsageDone and FinishReasonDone are emitted once, at ``[DONE]``.
+    Tool-call fragments are joined by ``index``, never by id: ids may repeat or be empty,
+    and are kept exactly as sent. A fragment at an index already in use starts a new call
+    when it carries a different (non-empty) id, or an id and a name while the call there
+    already has whole arguments (servers that send every whole call at index 0). Each call
+    is complete at the chunk with a ``finish_reason`` (or the end). Usage may come on that
+    chunk or on a last chunk with ``choices: []``; TokenUsageDone and FinishReasonDone are
+    emitted once, at ``[DONE]``.
     """
 
     def __init__(self, provider: ChatCompletionsProvider, request: ProviderRequest):
         super().__init__(provider, request)
-        self.calls: dict[Any, _Call] = {}
+        self.calls: list[_Call] = []
+        """Every call, in the order the server started them."""
+        self.open: dict[Any, _Call] = {}
+        """The latest call at each ``index``."""
         self.reasoning: list[str] = []
         self.raw_finish: str | None = None
         self.refusal = False
@@ -119,40 +140,53 @@ class ChatCompletionsStreamParser(StreamParser):
         return out
 
     def _fragments(self, fragments: list[dict[str, Any]], out: list[StreamEvent]) -> None:
-        calls = self.calls
         for frag in fragments:
+            if not isinstance(frag, dict):
+                continue
             fn = frag.get("function") or {}
-            call_id = frag.get("id")
+            call_id = wire_call_id(frag.get("id"))
+            name = fn.get("name") or ""
             key = frag.get("index")
             if key is None:
-                key = call_id if call_id is not None else len(calls)
-            call = calls.get(key)
-            if call is not None and call_id and call.call_id and call_id != call.call_id:
-                # A new call reusing an index: the previous one is complete.
+                # No index: a fragment with an id or a name starts a call, the rest continue
+                # the last one.
+                key = ("no-index",)
+                if call_id is not None or name:
+                    self.open.pop(key, None)
+            call = self.open.get(key)
+            if call is not None and self._starts_new_call(call, call_id, name):
                 if not call.done:
                     out.append(self._call_done(call))
-                key = (key, call_id)
-                call = calls.get(key)
+                call = None
             arguments = arguments_text(fn.get("arguments"))
             if call is None:
-                call = calls[key] = _Call(call_id, fn.get("name") or "")
+                call = self.open[key] = _Call(call_id, name)
+                self.calls.append(call)
                 if arguments:
                     call.arguments.append(arguments)
                 out.append(
                     ToolCallDelta(item_id=call_id, name=call.name, arguments_delta=arguments)
                 )
                 continue
-            if call_id and not call.call_id:
+            if (call_id and not call.call_id) or call.call_id is None:
                 call.call_id = call_id
-            if fn.get("name") and not call.name:
-                call.name = fn["name"]
+            if name and not call.name:
+                call.name = name
             if arguments:
                 call.arguments.append(arguments)
                 out.append(ToolCallDelta(item_id=call.call_id, arguments_delta=arguments))
 
+    @staticmethod
+    def _starts_new_call(call: _Call, call_id: str | None, name: str) -> bool:
+        if call_id and call.call_id and call_id != call.call_id:
+            return True
+        # A repeated (or empty) id: a call's opening fragment (id and name) after whole
+        # arguments is the next call.
+        return call_id is not None and bool(name and call.name) and call.complete_json()
+
     def _call_done(self, call: _Call) -> ToolCallDone:
         call.done = True
-        if not call.call_id:
+        if call.call_id is None:  # the server sent no id at all: make one up
             call.call_id = new_call_id()
         return ToolCallDone(
             item_id=call.call_id,
@@ -169,7 +203,7 @@ class ChatCompletionsStreamParser(StreamParser):
     def _end_turn(self, out: list[StreamEvent]) -> None:
         if self.reasoning:
             out.append(self._end_reasoning())
-        for call in self.calls.values():
+        for call in self.calls:
             if not call.done:
                 out.append(self._call_done(call))
 

@@ -126,6 +126,15 @@ def annotation_citation(annotation: dict[str, Any], text: str) -> Citation | Non
     return None
 
 
+def item_call_id(item: dict[str, Any]) -> str:
+    """A ``function_call`` item's ``call_id`` exactly as sent (``""`` stays ``""``; ids may
+    repeat across items); the item id stands in only when no ``call_id`` was sent."""
+    call_id = item.get("call_id")
+    if call_id is None:
+        return str(item.get("id") or "")
+    return call_id if isinstance(call_id, str) else str(call_id)
+
+
 def web_search_call(item: dict[str, Any]) -> ServerToolCall:
     action = item.get("action") or {}
     return ServerToolCall(
@@ -379,7 +388,7 @@ class OpenAIResponsesProvider(Provider):
             elif kind == "function_call":
                 tool_calls.append(
                     ToolCallData(
-                        call_id=item.get("call_id") or item.get("id") or "",
+                        call_id=item_call_id(item),
                         name=item.get("name") or "",
                         arguments=parse_arguments(item.get("arguments")),
                         item_id=item.get("id"),

@@ -27,6 +27,7 @@ from .openai_responses import (
     OpenAIResponsesProvider,
     annotation_citation,
     finish_reason,
+    item_call_id,
     shift_citation,
     summary_text,
     usage_tokens,
@@ -44,7 +45,10 @@ class ResponsesStreamParser(StreamParser):
 
     def __init__(self, provider: Provider, request: ProviderRequest):
         super().__init__(provider, request)
-        self.calls: dict[str, dict[str, Any]] = {}
+        # Function calls by ``output_index`` (and by item id, for events without one);
+        # never by ``call_id``, which may repeat or be empty.
+        self.calls_by_index: dict[int, dict[str, Any]] = {}
+        self.calls_by_item: dict[str, dict[str, Any]] = {}
         self.reasoning_text: dict[str, list[tuple[int, str]]] = {}
         self.reasoning_order: list[str] = []
         self.text_length = 0
@@ -105,26 +109,39 @@ class ResponsesStreamParser(StreamParser):
     on_response_reasoning_text_delta = on_response_reasoning_summary_text_delta
 
     # -- function calls --------------------------------------------------------------
+    def _call(self, payload: dict[str, Any], item_id: str) -> dict[str, Any] | None:
+        index = payload.get("output_index")
+        if isinstance(index, int) and index in self.calls_by_index:
+            return self.calls_by_index[index]
+        return self.calls_by_item.get(item_id) if item_id else None
+
+    def _add_call(self, payload: dict[str, Any], item_id: str, **fields: Any) -> dict[str, Any]:
+        call = {"call_id": None, "name": "", "arguments": [], "named": False, "done": False}
+        call.update(fields)
+        index = payload.get("output_index")
+        if isinstance(index, int):
+            self.calls_by_index[index] = call
+        if item_id:
+            self.calls_by_item[item_id] = call
+        return call
+
     def on_response_output_item_added(self, payload: dict[str, Any]) -> list[StreamEvent]:
         item = payload.get("item") or {}
         kind = item.get("type")
         if kind == "function_call":
-            self.calls[item.get("id") or item.get("call_id") or ""] = {
-                "call_id": item.get("call_id"),
-                "name": item.get("name") or "",
-                "arguments": [],
-                "named": False,
-                "done": False,
-            }
+            self._add_call(
+                payload,
+                item.get("id") or "",
+                call_id=item.get("call_id"),
+                name=item.get("name") or "",
+            )
         elif kind == "web_search_call":
             return [WebSearchStatus("in_progress")]
         return []
 
     def on_response_function_call_arguments_delta(self, payload: dict[str, Any]) -> list:
         item_id = payload.get("item_id") or ""
-        call = self.calls.setdefault(
-            item_id, {"call_id": None, "name": "", "arguments": [], "named": False, "done": False}
-        )
+        call = self._call(payload, item_id) or self._add_call(payload, item_id)
         delta = payload.get("delta") or ""
         call["arguments"].append(delta)
         name = None if call["named"] else (call["name"] or None)
@@ -133,17 +150,18 @@ class ResponsesStreamParser(StreamParser):
 
     def on_response_function_call_arguments_done(self, payload: dict[str, Any]) -> list:
         item_id = payload.get("item_id") or ""
-        call = self.calls.get(item_id)
+        call = self._call(payload, item_id)
         if call is None or call["done"]:
             return []
         arguments = payload.get("arguments")
         if arguments is None:
             arguments = "".join(call["arguments"])
         call["done"] = True
+        call_id = call["call_id"]
         return [
             ToolCallDone(
                 item_id=item_id,
-                call_id=call["call_id"] or item_id,
+                call_id=item_id if call_id is None else str(call_id),
                 name=payload.get("name") or call["name"],
                 arguments=arguments or "{}",
             )
@@ -154,15 +172,17 @@ class ResponsesStreamParser(StreamParser):
         kind = item.get("type")
         item_id = item.get("id") or ""
         if kind == "function_call":
-            call = self.calls.get(item_id or item.get("call_id") or "")
+            call = self._call(payload, item_id)
             if call is not None and call["done"]:
                 return []
             if call is not None:
                 call["done"] = True
+                if item.get("call_id") is None and call["call_id"] is not None:
+                    item = {**item, "call_id": call["call_id"]}
             return [
                 ToolCallDone(
                     item_id=item_id or None,
-                    call_id=item.get("call_id") or item_id,
+                    call_id=item_call_id(item),
                     name=item.get("name") or (call or {}).get("name", ""),
                     arguments=item.get("arguments") or "{}",
                 )

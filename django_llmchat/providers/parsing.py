@@ -57,7 +57,9 @@ class ResponseBuilder:
         self.tokens = Tokens()
         self.model_id: str | None = None
         self.raw: dict[str, Any] = {}
-        self.tool_call_extras: dict[str, dict[str, Any]] = {}
+        self.tool_call_extras: dict[int, dict[str, Any]] = {}
+        """Extra fields of tool calls (Gemini's ``thought_signature``) by the call's position
+        in the response (0 for the first ToolCallDone): call ids may repeat or be empty."""
 
     @property
     def text(self) -> str:
@@ -70,7 +72,7 @@ class ResponseBuilder:
         elif kind is ReasoningDelta:
             pass
         elif kind is ToolCallDone:
-            extras = self.tool_call_extras.get(event.call_id, {})
+            extras = self.tool_call_extras.get(len(self.tool_calls), {})
             self.tool_calls.append(
                 ToolCallData(
                     call_id=event.call_id,

@@ -151,22 +151,34 @@ def _reply(request: RecordedRequest, text: str = "", thinking: str = "", calls=(
 
 
 def _tool_results(request: RecordedRequest) -> list[tuple[str, str]]:
-    """``(tool name, result text)`` for the tool messages at the end of the conversation."""
+    """``(tool name, result text)`` for the tool messages at the end of the conversation.
+
+    Each result pairs with the call of the assistant message before them at its position
+    (preferring a call with its id when the order differs): ids may repeat or be empty."""
     messages = [m for m in request.messages if isinstance(m, dict)]
-    names: dict[str, str] = {}
-    for m in messages:
-        for call in m.get("tool_calls") or []:
-            if isinstance(call, dict):
-                names[call.get("id", "")] = (call.get("function") or {}).get("name", "tool")
+    start = len(messages)
+    while start > 0 and messages[start - 1].get("role") == "tool":
+        start -= 1
+    calls = messages[start - 1].get("tool_calls") if start > 0 else None
+    pending = [c for c in calls or () if isinstance(c, dict)]
     results: list[tuple[str, str]] = []
-    for m in reversed(messages):
-        if m.get("role") != "tool":
-            break
+    for m in messages[start:]:
+        call = _take_call(pending, m.get("tool_call_id"))
+        name = ((call or {}).get("function") or {}).get("name") or "tool"
         content = m.get("content")
         if isinstance(content, list):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        results.append((names.get(m.get("tool_call_id", ""), "tool"), str(content or "")))
-    return list(reversed(results))
+        results.append((name, str(content or "")))
+    return results
+
+
+def _take_call(pending: list[dict[str, Any]], call_id: Any) -> dict[str, Any] | None:
+    if not pending:
+        return None
+    for index, call in enumerate(pending):
+        if call.get("id") == call_id:
+            return pending.pop(index)
+    return pending.pop(0)
 
 
 def _describe(name: str, result: str) -> str:

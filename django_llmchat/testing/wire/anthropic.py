@@ -66,7 +66,7 @@ class AnthropicRenderer(Renderer):
             blocks.append(
                 {
                     "type": "tool_use",
-                    "id": tc.call_id or f"toolu_01{_rand(22)}",
+                    "id": f"toolu_01{_rand(22)}" if tc.call_id is None else tc.call_id,
                     "name": tc.name,
                     "input": tc.arguments,
                 }

@@ -49,7 +49,7 @@ class ChatCompletionsRenderer(Renderer):
         return self.finish_reasons.get(reason, reason)
 
     def call_ids(self, reply: Reply) -> list[str]:
-        return [tc.call_id or f"call_{_rand()}" for tc in reply.tool_calls]
+        return [f"call_{_rand()}" if tc.call_id is None else tc.call_id for tc in reply.tool_calls]
 
     def body(self, reply: Reply, request: RecordedRequest) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant"}

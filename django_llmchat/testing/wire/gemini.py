@@ -64,7 +64,7 @@ class GeminiRenderer(Renderer):
         signed = any(tc.thought_signature for tc in reply.tool_calls)
         for index, tc in enumerate(reply.tool_calls):
             call: dict[str, Any] = {"name": tc.name, "args": tc.arguments}
-            if tc.call_id:
+            if tc.call_id is not None:  # "" is sent as an empty id
                 call["id"] = tc.call_id
             part: dict[str, Any] = {"functionCall": call}
             signature = tc.thought_signature

@@ -123,7 +123,7 @@ class ResponsesRenderer(Renderer):
                     "type": "function_call",
                     "status": "completed",
                     "arguments": tc.arguments_json,
-                    "call_id": tc.call_id or f"call_{_rand()}",
+                    "call_id": f"call_{_rand()}" if tc.call_id is None else tc.call_id,
                     "name": tc.name,
                 }
             )

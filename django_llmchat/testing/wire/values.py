@@ -27,8 +27,11 @@ Any other string is sent to the client verbatim (e.g. ``"pause_turn"``, ``"SAFET
 class ToolCall:
     """A function call the fake model makes.
 
-    ``call_id`` is generated in the vendor's style when omitted (``call_...`` for OpenAI,
-    ``toolu_...`` for Anthropic; Gemini sends no id unless one is given).
+    ``call_id`` is generated in the vendor's style when omitted or ``None`` (``call_...``
+    for OpenAI, ``toolu_...`` for Anthropic; Gemini sends no id unless one is given).
+    Any string given is sent exactly as it is, in every wire format: ``""`` sends an empty
+    id (Gemini: ``"id": ""``), and several calls of a reply may share one id, as some
+    servers and proxies do.
     ``thought_signature`` is Gemini's opaque token; when no call of a reply has one, the
     first call gets a generated signature, as Gemini does.
     """

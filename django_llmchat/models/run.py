@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Sum
+
+from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
+from .usage import USAGE_COST_COLUMNS
+
+
+class RunQuerySet(models.QuerySet):
+    def unfinished(self):
+        """Runs still to answer or answering: queued, running or awaiting approval."""
+        return self.filter(status__in=AbstractRun.UNFINISHED)
+
+    def finished(self):
+        return self.filter(status__in=AbstractRun.FINISHED)
+
+    def with_totals(self):
+        """Annotate each run's token and cost sums over its usage rows (one query): read
+        them as ``run.tokens`` and ``run.cost()`` without further queries."""
+        sums = {f"_sum_{name}": Sum(f"usages__{name}") for name in TOKEN_FIELDS}
+        sums.update({f"_sum_{col}": Sum(f"usages__{col}") for col in USAGE_COST_COLUMNS.values()})
+        return self.annotate(**sums)
+
+
+class AbstractRun(models.Model):
+    """One answer to one prompt (or one continuation of the saved history): its status,
+    the safe error it ended with, its attempts and steps, who works on it and until when.
+
+    Every change of status goes through :mod:`django_llmchat.runs` with conditional
+    UPDATEs, so two processes never both win; read runs anywhere, write them nowhere
+    else."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    STATUSES = (QUEUED, RUNNING, AWAITING_APPROVAL, SUCCEEDED, FAILED, CANCELLED, INTERRUPTED)
+    UNFINISHED = (QUEUED, RUNNING, AWAITING_APPROVAL)
+    FINISHED = (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED)
+
+    status = models.CharField(
+        max_length=24, default=QUEUED, choices=[(s, s.replace("_", " ")) for s in STATUSES]
+    )
+    error = models.TextField(blank=True, help_text="Why the run failed, in words safe to show.")
+    error_type = models.CharField(max_length=64, blank=True)
+    interrupt_reason = models.CharField(max_length=255, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="How many times a process took the run on (1 unless recovered)."
+    )
+    steps = models.PositiveIntegerField(default=0, help_text="Provider responses stored.")
+    task_id = models.CharField(max_length=255, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status})"
+
+    # What the call that ran it saw (set by ``chat.ask()``/``chat.stream()`` in this
+    # process; ``None`` on a run read from the database).
+    message: Any = None
+    interrupt: Any = None
+    tripwire: Any = None
+    events: list | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def is_working(self) -> bool:
+        return self.status in self.UNFINISHED
+
+    @property
+    def tokens(self) -> Tokens:
+        """Tokens over the run's provider attempts."""
+        if f"_sum_{TOKEN_FIELDS[0]}" in self.__dict__:
+            return Tokens(**{n: self.__dict__[f"_sum_{n}"] for n in TOKEN_FIELDS})
+        return self.usages.all().tokens() if self.pk else Tokens()
+
+    def cost(self) -> Cost:
+        """USD over the run's provider attempts (``None`` parts: no known price)."""
+        if "_sum_total_cost" in self.__dict__:
+            return Cost(*(self.__dict__[f"_sum_{USAGE_COST_COLUMNS[p]}"] for p in COST_FIELDS))
+        return self.usages.all().cost() if self.pk else Cost()
+
+
+class Run(AbstractRun):
+    chat = models.ForeignKey(
+        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
+    prompt = models.ForeignKey(
+        "django_llmchat.Message",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="prompted_runs",
+        help_text="The user message the run answers (empty for a continuation).",
+    )
+
+    class Meta(AbstractRun.Meta):
+        db_table = "llmchat_run"
+        indexes = [
+            models.Index(fields=["chat", "created_at", "id"], name="llmchat_run_chat_idx"),
+            models.Index(fields=["status", "lease_expires_at"], name="llmchat_run_lease_idx"),
+        ]

@@ -1,0 +1,712 @@
+"""The life of a run, and the one module that writes it.
+
+A :class:`~django_llmchat.models.Run` answers one prompt (or continues the saved history)::
+
+    queued ──claim──> running ──> succeeded | failed | cancelled | interrupted
+                         │  └──> awaiting_approval ──decision──> queued
+                         └──> queued (a retry later; a worker died: taken over)
+
+Every transition is one transaction that first takes the chat's row lock (an ``UPDATE`` of
+the chat row: a row lock on PostgreSQL, the write lock on SQLite), then changes run rows
+with conditional ``UPDATE``\\ s (compare-and-set on ``status`` and ``attempt``) and keeps the
+chat's cached ``status`` and ``active_run``. So transitions of one chat happen one at a
+time, and of two processes racing for one transition exactly one wins.
+
+A claimed run is worked on through an :class:`Execution`: its attempt number fences every
+write, so a process that lost the run (its lease ran out and another process took it over)
+can store nothing more: no second reply, ever. While it works, a thread of the process
+renews the lease every third of ``LLMCHAT["RUN_LEASE"]`` seconds.
+
+Prompts asked while a run works are queued runs, answered in order (oldest first); their
+messages read after everything else until their own run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections, router, transaction
+from django.db.models import Max, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
+
+from .conf import settings
+from .errors import ArgumentError, ChatBusyError, RunLostError
+from .models import Chat, Message, Run, ToolCall
+from .models.message import QUEUED_POSITION, clock_position
+from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate
+
+logger = logging.getLogger("django_llmchat.runs")
+
+__all__ = [
+    "BUSY",
+    "NOTHING",
+    "PAUSED",
+    "CancelRequested",
+    "Claim",
+    "Execution",
+    "claim",
+    "decide",
+    "enqueue",
+    "interrupt",
+    "recover",
+    "stale_runs",
+    "worker_name",
+]
+
+NOTHING, BUSY, PAUSED = "nothing", "busy", "paused"
+WAIT_POLL_SECONDS = 0.05
+CANCEL_POLL_SECONDS = 0.25
+
+_LOCK_CHAT = PreparedUpdate(Chat, updated_at=Now())
+_INSERT_MESSAGE = PreparedInsert(Message)
+_INSERT_RUN = PreparedInsert(Run)
+_POLL = PreparedQuery(
+    lambda run_id: Run.objects.filter(pk=run_id).values_list(
+        "status", "attempt", "cancel_requested", "interrupt_reason"
+    )
+)
+
+
+class CancelRequested(Exception):
+    """``chat.interrupt()``/``cancel()`` asked the run to stop (raised by ``poll``)."""
+
+    def __init__(self, reason: str | None):
+        self.reason = reason
+        super().__init__(reason)
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process, with the Celery worker's name when there is one."""
+    try:
+        from celery import current_task
+
+        hostname = getattr(getattr(current_task, "request", None), "hostname", None)
+    except Exception:  # pragma: no cover - celery is a dependency
+        hostname = None
+    return f"{hostname or socket.gethostname()}:{os.getpid()}"[:255]
+
+
+def _lease_seconds() -> float:
+    return float(settings.RUN_LEASE)
+
+
+def _lease_until():
+    return timezone.now() + timedelta(seconds=_lease_seconds())
+
+
+def _lock(chat_id: int) -> bool:
+    """Take the chat's row lock for this transaction (first statement of every
+    transition, so later statements see every transition committed before it)."""
+    return bool(_LOCK_CHAT.run(chat_id))
+
+
+def _head(chat_id: int) -> Run | None:
+    """The oldest unfinished run of the chat: the one to work on next."""
+    return Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED).order_by("id").first()
+
+
+def _sync_chat(chat_id: int, **updates: Any) -> None:
+    """Write the chat's cached status (its head run's, else ``idle``), in the caller's
+    transaction, after the chat's lock was taken."""
+    head = (
+        Run.objects.filter(chat_id=OuterRef("pk"), status__in=Run.UNFINISHED)
+        .order_by("id")
+        .values("status")[:1]
+    )
+    Chat.objects.filter(pk=chat_id).update(
+        status=Coalesce(Subquery(head), Value("idle")), **updates
+    )
+
+
+def _release(chat_id: int, run_id: int) -> None:
+    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock)."""
+    _sync_chat(chat_id, active_run=_active_after(run_id))
+
+
+def _active_after(run_id: int):
+    """``active_run`` after run ``run_id`` lets go: ``NULL`` when it held it."""
+    from django.db.models import Case, F, When
+
+    return Case(When(active_run_id=run_id, then=Value(None)), default=F("active_run"))
+
+
+def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
+    """A prompt stored while an earlier run worked reads after that run's messages from
+    the moment its own run starts (or ends unanswered)."""
+    if prompt_id is None:
+        return
+    latest = Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).aggregate(
+        m=Max("position")
+    )["m"]
+    position = clock_position()
+    if latest is not None and position <= latest:
+        position = latest + 1
+    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(position=position)
+
+
+# -- enqueue and claim ----------------------------------------------------------------------
+def enqueue(
+    chat: Chat,
+    prompt: Message | None = None,
+    attachments: list[tuple] | None = None,
+    *,
+    task_id: str = "",
+    start: bool = False,
+    wait: bool = False,
+) -> tuple[Run, Execution | None]:
+    """Store ``prompt`` (unsaved, with its attachments) and a queued run answering it, in
+    one transaction. ``start=True`` also claims the run when nothing is ahead of it (the
+    caller runs it now). ``wait=True``: the caller will wait for the run's turn (the run
+    holds a lease the waiting renews, so nobody else takes it); it raises
+    :class:`ChatBusyError` instead when the chat's run waits for a tool-call decision."""
+    if chat.pk is None:
+        raise ArgumentError(
+            "save the chat before running it (Chat.objects.create(...) or chat.save())"
+        )
+    worker = worker_name() if (start or wait) else ""
+    with transaction.atomic():
+        if not _lock(chat.pk):
+            raise ArgumentError(f"chat {chat.pk} does not exist")
+        head = _head(chat.pk)
+        if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
+            raise ChatBusyError(
+                f"chat {chat.pk} is waiting for a decision on its tool calls: approve or "
+                "deny them (or cancel the run) first"
+            )
+        if prompt is not None:
+            if head is not None:
+                prompt.position += QUEUED_POSITION
+            if attachments:
+                chat._insert(prompt, attachments)
+            else:
+                _INSERT_MESSAGE.save(prompt)
+        run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+        now = timezone.now()
+        claimed = start and head is None
+        if claimed:
+            run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+            run.worker, run.lease_expires_at = worker, _lease_until()
+        elif wait:
+            run.worker, run.lease_expires_at = worker, _lease_until()
+        _INSERT_RUN.save(run)
+        if claimed:
+            Chat.objects.filter(pk=chat.pk).update(status=Run.RUNNING, active_run=run)
+        elif head is None:
+            Chat.objects.filter(pk=chat.pk).update(status=Run.QUEUED)
+    chat.status = run.status if head is None else head.status
+    return run, (Execution(run, worker=worker) if claimed else None)
+
+
+@dataclass
+class Claim:
+    """What :func:`claim` found: an :class:`Execution` to work on, or why there is none
+    (``NOTHING`` to do, another process is ``BUSY`` with the chat, its run is ``PAUSED``
+    for a decision). ``retry_in``: seconds until a busy holder's lease runs out."""
+
+    execution: Execution | None = None
+    state: str = ""
+    retry_in: float | None = None
+
+
+def claim(
+    chat_id: int,
+    *,
+    run_id: int | None = None,
+    task_id: str = "",
+    waiting: bool = False,
+    worker: str | None = None,
+) -> Claim:
+    """Take the chat's next run, if it is this caller's to take.
+
+    The next run is the oldest unfinished one. A queued run is started; a running run
+    whose lease ran out (its process died) is taken over and resumed from its last stored
+    step. ``run_id``: the run the caller is for; when another run is ahead of it, a task
+    (``waiting=False``) answers that one first (in order), a caller waiting for its own
+    turn (``waiting=True``) renews its run's lease and gets ``BUSY``. A run taken on
+    ``RUN_MAX_ATTEMPTS`` times ends failed instead."""
+    worker = worker or worker_name()
+    for _ in range(100):  # each pass fails one run that cannot be resumed, or returns
+        with transaction.atomic():
+            if not _lock(chat_id):
+                return Claim(state=NOTHING)
+            head = _head(chat_id)
+            if head is None:
+                return Claim(state=NOTHING)
+            now = timezone.now()
+            if run_id is not None and head.pk != run_id:
+                if not waiting:
+                    run_id = None  # a task answers what is ahead of its run first, in order
+                else:
+                    mine = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+                    if mine is None or mine in Run.FINISHED:
+                        return Claim(state=NOTHING)
+                    Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
+                        lease_expires_at=_lease_until(), worker=worker
+                    )
+                    return Claim(state=PAUSED if head.status == Run.AWAITING_APPROVAL else BUSY)
+            if head.status == Run.AWAITING_APPROVAL:
+                return Claim(state=PAUSED)
+            lease_live = head.lease_expires_at is not None and head.lease_expires_at > now
+            if head.status == Run.RUNNING and lease_live:
+                return _busy_or_paused(head, now)
+            if head.status == Run.QUEUED and lease_live and head.pk != run_id:
+                return _busy_or_paused(head, now)  # its caller waits for it in-process
+            if head.status == Run.RUNNING and head.attempt >= int(settings.RUN_MAX_ATTEMPTS):
+                _give_up(head, now)
+                continue
+            updates: dict[str, Any] = {
+                "status": Run.RUNNING,
+                "attempt": head.attempt + 1,
+                "worker": worker,
+                "lease_expires_at": _lease_until(),
+                "cancel_requested": False if head.status == Run.QUEUED else head.cancel_requested,
+            }
+            if head.started_at is None:
+                updates["started_at"] = now
+            if task_id:
+                updates["task_id"] = task_id[:255]
+            taken = Run.objects.filter(pk=head.pk, status=head.status, attempt=head.attempt).update(
+                **updates
+            )
+            if not taken:  # cannot happen under the chat's lock; look again
+                continue
+            if head.status == Run.RUNNING:
+                logger.warning(
+                    "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
+                    "it from its last stored step (attempt %d)",
+                    head.pk,
+                    chat_id,
+                    head.worker,
+                    head.attempt + 1,
+                )
+            else:
+                _move_prompt_into_place(chat_id, head.prompt_id)
+            Chat.objects.filter(pk=chat_id).update(status=Run.RUNNING, active_run=head)
+            for name, value in updates.items():
+                setattr(head, name, value)
+            return Claim(execution=Execution(head, worker=worker))
+    raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
+
+
+def _busy_or_paused(head: Run, now) -> Claim:
+    if head.status == Run.AWAITING_APPROVAL:
+        return Claim(state=PAUSED)
+    retry_in = None
+    if head.lease_expires_at is not None:
+        retry_in = max(0.0, (head.lease_expires_at - now).total_seconds())
+    return Claim(state=BUSY, retry_in=retry_in)
+
+
+def _give_up(run: Run, now) -> None:
+    attempts = run.attempt
+    Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
+        status=Run.FAILED,
+        error_type="worker_lost",
+        error=f"The run stopped {attempts} times before it could finish (its worker was "
+        "lost each time); it was not tried again.",
+        finished_at=now,
+        lease_expires_at=None,
+    )
+    _move_prompt_into_place(run.chat_id, run.prompt_id)
+    _sync_chat(run.chat_id, active_run=_active_after(run.pk))
+    logger.error(
+        "run %s of chat %s failed: lost its worker %d times", run.pk, run.chat_id, attempts
+    )
+
+
+def wait_for_turn(run: Run, *, poll: float = WAIT_POLL_SECONDS) -> Execution:
+    """Block until ``run`` (enqueued with ``wait=True``) is claimed by this caller; raises
+    :class:`ChatBusyError` when a run ahead of it waits for a tool-call decision (``run``
+    is then cancelled) and :class:`RunLostError` when it was finished meanwhile."""
+    worker = run.worker or worker_name()
+    while True:
+        found = claim(run.chat_id, run_id=run.pk, waiting=True, worker=worker)
+        if found.execution is not None:
+            if found.execution.pk != run.pk:  # pragma: no cover - claim takes only ``run``
+                raise RuntimeError("claimed another run than the one waited for")
+            return found.execution
+        if found.state == NOTHING:
+            raise RunLostError(f"run {run.pk} was finished before its turn came")
+        if found.state == PAUSED:
+            _cancel_queued(run.chat_id, run.pk, error_type="chat_busy")
+            raise ChatBusyError(
+                f"chat {run.chat_id} is waiting for a decision on its tool calls: approve or "
+                "deny them (or cancel the run) first"
+            )
+        time.sleep(poll)
+
+
+def _cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
+    with transaction.atomic():
+        _lock(chat_id)
+        run = Run.objects.filter(pk=run_id, status=Run.QUEUED).first()
+        if run is None:
+            return False
+        Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
+            status=Run.CANCELLED,
+            error_type=error_type,
+            interrupt_reason=reason[:255],
+            finished_at=Now(),
+            lease_expires_at=None,
+        )
+        _move_prompt_into_place(chat_id, run.prompt_id)
+        _sync_chat(chat_id)
+    return True
+
+
+# -- the run being worked on ----------------------------------------------------------------
+class Execution:
+    """This process's claim on one run: every write of the run goes through it, fenced by
+    the attempt number, and its lease is renewed while it lives."""
+
+    def __init__(self, run: Run, *, worker: str):
+        self.run = run
+        self.pk: int = run.pk
+        self.chat_id: int = run.chat_id
+        self.attempt: int = run.attempt
+        self.worker = worker
+        self.lost = False
+        self.outcome: str | None = None  # the status this process wrote last
+        # when it ends, send the task of the run queued next (a task draining the queue
+        # itself turns it off)
+        self.kick_next = True
+        self._last_poll = 0.0
+        _keeper().add(self)
+
+    def __repr__(self) -> str:
+        return f"<Execution run={self.pk} attempt={self.attempt}>"
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or self.lost
+
+    def _fenced(self):
+        return Run.objects.filter(pk=self.pk, attempt=self.attempt, status=Run.RUNNING)
+
+    def _lost(self) -> RunLostError:
+        self.lost = True
+        _keeper().discard(self)
+        return RunLostError(
+            f"run {self.pk} is no longer this process's (attempt {self.attempt}): another "
+            "process took it over or it was finished"
+        )
+
+    # -- while working
+    def poll(self, force: bool = False) -> None:
+        """Raise :class:`CancelRequested` when a stop was asked for and
+        :class:`RunLostError` when the run is no longer this process's; reads the run at
+        most every ``CANCEL_POLL_SECONDS`` unless ``force``."""
+        if self.lost:
+            raise self._lost()
+        now = time.monotonic()
+        if not force and now - self._last_poll < CANCEL_POLL_SECONDS:
+            return
+        self._last_poll = now
+        rows = _POLL.rows(self.pk)
+        if not rows:
+            raise self._lost()
+        status, attempt, cancel, reason = rows[0]
+        if status != Run.RUNNING or attempt != self.attempt:
+            raise self._lost()
+        if cancel:
+            raise CancelRequested(reason or None)
+
+    def renew(self) -> bool:
+        """Extend the lease; ``False`` (and the execution marked lost) when the run is no
+        longer this process's."""
+        if self.done:
+            return False
+        if not self._fenced().update(lease_expires_at=_lease_until()):
+            self.lost = True
+            return False
+        return True
+
+    def step_stored(self, *, final_status: str | None = None) -> None:
+        """In the transaction storing a step: count it and renew the lease, or raise
+        :class:`RunLostError` (rolling the step back) when the run is not ours any more.
+        ``final_status``: the run ends with this step (the caller took the chat's lock
+        first, with :meth:`lock_chat`)."""
+        from django.db.models import F
+
+        updates: dict[str, Any] = {"steps": F("steps") + 1}
+        if final_status is None:
+            updates["lease_expires_at"] = _lease_until()
+        else:
+            updates.update(status=final_status, finished_at=Now(), lease_expires_at=None)
+        if not self._fenced().update(**updates):
+            raise self._lost()
+        if final_status is not None:
+            _release(self.chat_id, self.pk)
+            self._ended(final_status)
+
+    def fence(self) -> None:
+        """In a transaction storing tool results: raise :class:`RunLostError` when the run
+        is not ours any more."""
+        if not self._fenced().update(lease_expires_at=_lease_until()):
+            raise self._lost()
+
+    def lock_chat(self) -> None:
+        _lock(self.chat_id)
+
+    # -- ending
+    def finish(
+        self,
+        status: str,
+        *,
+        error_type: str = "",
+        error: str = "",
+        interrupt_reason: str = "",
+    ) -> bool:
+        """End the run with a finished ``status``; ``False`` when it was not ours any
+        more."""
+        if status not in Run.FINISHED:
+            raise ArgumentError(f"{status!r} is not a finished run status")
+        return self._transition(
+            status,
+            error_type=error_type[:64],
+            error=error[:4000],
+            interrupt_reason=(interrupt_reason or "")[:255],
+            finished_at=Now(),
+        )
+
+    def pause(self) -> bool:
+        """The run waits for tool-call decisions; ``decide`` queues it again."""
+        return self._transition(Run.AWAITING_APPROVAL)
+
+    def requeue(self, error_type: str = "", error: str = "") -> bool:
+        """Give the run back to the queue (a retry later): any process may take it."""
+        return self._transition(Run.QUEUED, error_type=error_type[:64], error=error[:4000])
+
+    def _transition(self, status: str, **updates: Any) -> bool:
+        if self.done:
+            return False
+        with transaction.atomic():
+            _lock(self.chat_id)
+            changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
+            if changed:
+                if status in Run.FINISHED and self.run.prompt_id is not None:
+                    _move_prompt_into_place(self.chat_id, self.run.prompt_id)
+                _sync_chat(self.chat_id, active_run=_active_after(self.pk))
+        if not changed:
+            self._lost()
+            return False
+        self._ended(status)
+        for name, value in updates.items():
+            if name != "finished_at":
+                setattr(self.run, name, value)
+        return True
+
+    def _ended(self, status: str) -> None:
+        self.outcome = status
+        self.run.status = status
+        self.run.lease_expires_at = None
+        _keeper().discard(self)
+        if self.kick_next and status != Run.QUEUED:
+            chat_id = self.chat_id
+            transaction.on_commit(lambda: kick(chat_id))
+
+
+def kick(chat_id: int) -> bool:
+    """Send the task of the chat's next run when it is a queued run waiting for a worker
+    (one no caller waits for in-process); returns whether one was sent."""
+    head = _head(chat_id)
+    if head is None or head.status != Run.QUEUED or head.lease_expires_at is not None:
+        return False
+    from .tasks import complete_chat
+
+    complete_chat.delay(chat_id, run_id=head.pk)
+    return True
+
+
+# -- lease renewal ----------------------------------------------------------------------------
+class _Keeper:
+    """One thread per process renewing the leases of the runs it works on."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.live: set[Execution] = set()
+        self.mutex = threading.Lock()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def add(self, execution: Execution) -> None:
+        if _private_database():
+            return  # no other process can see the database: nothing to prove alive
+        with self.mutex:
+            self.live.add(execution)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="llmchat-leases", daemon=True)
+                self.thread.start()
+
+    def discard(self, execution: Execution) -> None:
+        with self.mutex:
+            self.live.discard(execution)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self.wake.wait(max(0.2, _lease_seconds() / 3))
+                with self.mutex:
+                    live = list(self.live)
+                for execution in live:
+                    try:
+                        if not execution.renew():
+                            self.discard(execution)
+                    except Exception as exc:  # the next tick tries again
+                        logger.warning("could not renew the lease of run %s: %s", execution.pk, exc)
+        finally:
+            connections.close_all()
+
+
+_keeper_instance: _Keeper | None = None
+_keeper_mutex = threading.Lock()
+
+
+def _keeper() -> _Keeper:
+    global _keeper_instance
+    found = _keeper_instance
+    if found is not None and found.pid == os.getpid():
+        return found
+    with _keeper_mutex:
+        if _keeper_instance is None or _keeper_instance.pid != os.getpid():
+            _keeper_instance = _Keeper()
+        return _keeper_instance
+
+
+def _private_database() -> bool:
+    connection = connections[router.db_for_write(Run)]
+    name = str(connection.settings_dict.get("NAME") or "")
+    return connection.vendor == "sqlite" and (
+        not name or ":memory:" in name or "mode=memory" in name
+    )
+
+
+# -- stopping, deciding -----------------------------------------------------------------------
+def interrupt(chat_id: int, reason: str | None = None) -> bool:
+    """Stop the chat's current run: a running one stops between chunks or steps (its
+    process sees the request within a quarter second); one waiting for a decision or in
+    the queue ends now. ``reason == "cancelled"`` ends it ``cancelled``, any other
+    reason ``interrupted``. Returns whether there was a run to stop (``False`` as well
+    when a stop was asked for already: the first request wins)."""
+    reason = (reason or "")[:255]
+    status = Run.CANCELLED if reason == "cancelled" else Run.INTERRUPTED
+    with transaction.atomic():
+        if not _lock(chat_id):
+            return False
+        head = _head(chat_id)
+        if head is None:
+            return False
+        if head.status == Run.RUNNING:
+            return bool(
+                Run.objects.filter(pk=head.pk, status=Run.RUNNING, cancel_requested=False).update(
+                    cancel_requested=True, interrupt_reason=reason
+                )
+            )
+        if head.status == Run.AWAITING_APPROVAL:
+            _answer_waiting_calls(chat_id, head)
+        changed = Run.objects.filter(pk=head.pk, status=head.status).update(
+            status=status,
+            interrupt_reason=reason,
+            finished_at=Now(),
+            lease_expires_at=None,
+        )
+        if changed:
+            _move_prompt_into_place(chat_id, head.prompt_id)
+            _sync_chat(chat_id, active_run=_active_after(head.pk))
+        return bool(changed)
+
+
+def _answer_waiting_calls(chat_id: int, run: Run) -> None:
+    """A run stopped while it waited for decisions: each waiting call gets an error
+    result, so the transcript holds no call without its result."""
+    from .tools import ToolResult
+    from .transcript import save_tool_results
+
+    waiting = list(ToolCall.objects.filter(chat_id=chat_id, result__isnull=True).order_by("id"))
+    if waiting:
+        result = ToolResult.error("cancelled", "The run was stopped before this call was decided.")
+        save_tool_results(Chat(pk=chat_id), [(call, result) for call in waiting], run_id=run.pk)
+
+
+def decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
+    """Record ``approval`` (``"approved"``/``"denied"``) on a call the chat's run waits
+    for, once: a second decision on the same call raises :class:`AlreadyDecided`; a run
+    that is not waiting raises :class:`ChatBusyError`. Returns the run when this was
+    the last decision it waited for (it is queued again: run it, or send its task)."""
+    if approval not in ("approved", "denied"):
+        raise ArgumentError(f"approval must be 'approved' or 'denied', got {approval!r}")
+    with transaction.atomic():
+        _lock(chat_id)
+        taken = ToolCall.objects.filter(pk=call.pk, approval="", result__isnull=True).update(
+            approval=approval
+        )
+        if not taken:
+            raise AlreadyDecided(f"tool call {call.call_id!r} has already been answered")
+        head = _head(chat_id)
+        if head is None or head.status != Run.AWAITING_APPROVAL:
+            raise ChatBusyError(
+                f"chat {chat_id} has no run waiting for a decision (it is running: wait for "
+                "it to pause)"
+            )
+        if ToolCall.objects.filter(chat_id=chat_id, approval="", result__isnull=True).exists():
+            return None
+        Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
+        _sync_chat(chat_id)
+        head.status = Run.QUEUED
+        return head
+
+
+class AlreadyDecided(ArgumentError):
+    """The tool call was approved, denied or answered already."""
+
+
+# -- recovery ---------------------------------------------------------------------------------
+def stale_runs(now=None) -> list[Run]:
+    """Runs nobody works on although they should be: running or waited for with a lease
+    that ran out (the process died), or queued longer than
+    ``LLMCHAT["RECOVER_QUEUED_AFTER"]`` seconds with no run of the chat working (its task
+    was lost). The oldest unfinished run of each such chat, one per chat."""
+    now = now or timezone.now()
+    queued_before = now - timedelta(seconds=float(settings.RECOVER_QUEUED_AFTER))
+    candidates = Run.objects.filter(
+        Q(status__in=(Run.RUNNING, Run.QUEUED), lease_expires_at__lt=now)
+        | Q(
+            status=Run.QUEUED,
+            lease_expires_at__isnull=True,
+            created_at__lt=queued_before,
+            chat__active_run__isnull=True,
+        )
+    ).order_by("id")
+    heads: dict[int, Run] = {}
+    for run in candidates:
+        if run.chat_id in heads:
+            continue
+        head = _head(run.chat_id)
+        if head is not None and head.pk == run.pk:
+            heads[run.chat_id] = run
+    return list(heads.values())
+
+
+def recover(dispatch=None) -> list[Run]:
+    """Send a task for every stale run (:func:`stale_runs`); ``dispatch(chat_id, run_id)``
+    replaces sending (``manage.py llmchat_recover --inline`` runs them in-process).
+    Returns the runs found."""
+    if dispatch is None:
+        from .tasks import complete_chat
+
+        def dispatch(chat_id: int, run_id: int) -> None:
+            complete_chat.delay(chat_id, run_id=run_id)
+
+    found = stale_runs()
+    for run in found:
+        logger.info("recovering run %s of chat %s (%s)", run.pk, run.chat_id, run.status)
+        dispatch(run.chat_id, run.pk)
+    return found
