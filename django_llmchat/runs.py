@@ -113,22 +113,20 @@ def _head(chat_id: int) -> Run | None:
     return Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED).order_by("id").first()
 
 
-def _sync_chat(chat_id: int, **updates: Any) -> None:
+def _sync_chat(chat_id: int, **updates: Any) -> Run | None:
     """Write the chat's cached status (its head run's, else ``idle``), in the caller's
-    transaction, after the chat's lock was taken."""
-    head = (
-        Run.objects.filter(chat_id=OuterRef("pk"), status__in=Run.UNFINISHED)
-        .order_by("id")
-        .values("status")[:1]
-    )
+    transaction, after the chat's lock was taken; returns the head run."""
+    head = _head(chat_id)
     Chat.objects.filter(pk=chat_id).update(
-        status=Coalesce(Subquery(head), Value("idle")), **updates
+        status=head.status if head is not None else "idle", **updates
     )
+    return head
 
 
-def _release(chat_id: int, run_id: int) -> None:
-    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock)."""
-    _sync_chat(chat_id, active_run=_active_after(run_id))
+def _release(chat_id: int, run_id: int) -> Run | None:
+    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock);
+    returns the chat's next run."""
+    return _sync_chat(chat_id, active_run=_active_after(run_id))
 
 
 def _active_after(run_id: int):
@@ -316,7 +314,7 @@ def _give_up(run: Run, now) -> None:
         lease_expires_at=None,
     )
     _move_prompt_into_place(run.chat_id, run.prompt_id)
-    _sync_chat(run.chat_id, active_run=_active_after(run.pk))
+    _release(run.chat_id, run.pk)
     logger.error(
         "run %s of chat %s failed: lost its worker %d times", run.pk, run.chat_id, attempts
     )
@@ -358,7 +356,9 @@ def _cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: s
             lease_expires_at=None,
         )
         _move_prompt_into_place(chat_id, run.prompt_id)
-        _sync_chat(chat_id)
+        following = _sync_chat(chat_id)
+        if _waits_for_a_worker(following):
+            transaction.on_commit(lambda: _send(following))
     return True
 
 
@@ -444,8 +444,7 @@ class Execution:
         if not self._fenced().update(**updates):
             raise self._lost()
         if final_status is not None:
-            _release(self.chat_id, self.pk)
-            self._ended(final_status)
+            self._ended(final_status, _release(self.chat_id, self.pk))
 
     def fence(self) -> None:
         """In a transaction storing tool results: raise :class:`RunLostError` when the run
@@ -488,42 +487,41 @@ class Execution:
     def _transition(self, status: str, **updates: Any) -> bool:
         if self.done:
             return False
+        head = None
         with transaction.atomic():
             _lock(self.chat_id)
             changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
             if changed:
                 if status in Run.FINISHED and self.run.prompt_id is not None:
                     _move_prompt_into_place(self.chat_id, self.run.prompt_id)
-                _sync_chat(self.chat_id, active_run=_active_after(self.pk))
+                head = _release(self.chat_id, self.pk)
         if not changed:
             self._lost()
             return False
-        self._ended(status)
+        self._ended(status, head)
         for name, value in updates.items():
             if name != "finished_at":
                 setattr(self.run, name, value)
         return True
 
-    def _ended(self, status: str) -> None:
+    def _ended(self, status: str, head: Run | None) -> None:
         self.outcome = status
         self.run.status = status
         self.run.lease_expires_at = None
         _keeper().discard(self)
-        if self.kick_next and status != Run.QUEUED:
-            chat_id = self.chat_id
-            transaction.on_commit(lambda: kick(chat_id))
+        if self.kick_next and status != Run.QUEUED and _waits_for_a_worker(head):
+            transaction.on_commit(lambda: _send(head))
 
 
-def kick(chat_id: int) -> bool:
-    """Send the task of the chat's next run when it is a queued run waiting for a worker
-    (one no caller waits for in-process); returns whether one was sent."""
-    head = _head(chat_id)
-    if head is None or head.status != Run.QUEUED or head.lease_expires_at is not None:
-        return False
+def _waits_for_a_worker(run: Run | None) -> bool:
+    """A queued run no caller waits for in-process: its task answers it."""
+    return run is not None and run.status == Run.QUEUED and run.lease_expires_at is None
+
+
+def _send(run: Run) -> None:
     from .tasks import complete_chat
 
-    complete_chat.delay(chat_id, run_id=head.pk)
-    return True
+    complete_chat.delay(run.chat_id, run_id=run.pk)
 
 
 # -- lease renewal ----------------------------------------------------------------------------
@@ -620,7 +618,9 @@ def interrupt(chat_id: int, reason: str | None = None) -> bool:
         )
         if changed:
             _move_prompt_into_place(chat_id, head.prompt_id)
-            _sync_chat(chat_id, active_run=_active_after(head.pk))
+            following = _release(chat_id, head.pk)
+            if _waits_for_a_worker(following):
+                transaction.on_commit(lambda: _send(following))
         return bool(changed)
 
 

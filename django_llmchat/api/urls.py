@@ -27,7 +27,7 @@ urlpatterns = [
     path("chats/<int:pk>/events/", ChatViewSet.as_view({"get": "events"}), name="chat-events"),
     path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
     path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),
-    path("chats/<int:chat_pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
+    path("chats/<int:pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
     path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),
     path(
         "chats/<int:pk>/tool-calls/<str:call_id>/approve/",

@@ -174,10 +174,36 @@ def test_create_message_with_attachments(api, chat, fake_llm, django_capture_on_
     assert Attachment.objects.get(filename="note.txt").read() == "héllo".encode()
 
 
-def test_a_running_chat_answers_409(api, chat):
-    Chat.objects.filter(pk=chat.pk).update(status="running")
+def test_a_message_sent_while_a_run_works_is_queued(api, chat):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_llmchat.models import Run
+
+    working = Run.objects.create(
+        chat=chat,
+        status="running",
+        attempt=1,
+        lease_expires_at=timezone.now() + timedelta(seconds=60),
+    )
+    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=working)
     response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json")
-    assert response.status_code == 409
+    assert response.status_code == 202, response.content
+    run = response.json()["run"]
+    assert run["status"] == "queued" and run["prompt"] == response.json()["message"]["id"]
+    assert run["url"].endswith(f"/runs/{run['id']}/")
+    assert list(chat.runs.order_by("id").values_list("status", flat=True)) == [
+        "running",
+        "queued",
+    ]
+
+
+def test_an_inline_stream_while_the_run_waits_for_a_decision_answers_409(api, chat):
+    from django_llmchat.models import Run
+
+    Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
+    Chat.objects.filter(pk=chat.pk).update(status="awaiting_approval")
     response = api.post(
         url("chat-messages", pk=chat.pk),
         {"content": "hi"},
@@ -186,7 +212,7 @@ def test_a_running_chat_answers_409(api, chat):
     )
     assert response.status_code == 409
     assert response["Content-Type"] == "application/json"
-    assert "already running" in response.json()["detail"]
+    assert "decision" in response.json()["detail"]
     assert not Message.objects.filter(chat=chat).exists()
 
 

@@ -36,7 +36,8 @@ def paused(chat, fake_llm):
     )
     chat.ask("Pay both")
     chat.refresh_from_db()
-    assert chat.status == "interrupted"
+    assert chat.status == "awaiting_approval"
+    assert chat.last_run.status == "awaiting_approval"
     return chat
 
 
@@ -90,19 +91,43 @@ def test_approval_can_stream_the_resumed_run(api, paused, fake_llm):
 
 
 def test_approving_while_running_conflicts(api, paused):
-    Chat.objects.filter(pk=paused.pk).update(status="running")
+    from django_llmchat.models import Run
+
+    Run.objects.filter(chat=paused).update(status="running")
     response = api.post(url("tool-call-approve", pk=paused.pk, call_id="call_a"))
     assert response.status_code == 409
+    assert ToolCall.objects.get(call_id="call_a").approval == ""  # nothing was recorded
 
 
 def test_cancel(api, chat):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_llmchat.models import Run
+
     response = api.post(url("chat-cancel", pk=chat.pk))
     assert response.status_code == 409
-    Chat.objects.filter(pk=chat.pk).update(status="running")
+    run = Run.objects.create(
+        chat=chat, status="running", attempt=1, lease_expires_at=timezone.now() + timedelta(60)
+    )
+    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
     response = api.post(url("chat-cancel", pk=chat.pk))
     assert response.status_code == 202
     assert response.json() == {"status": "running", "cancel_requested": True}
     assert Chat.objects.get(pk=chat.pk).cancel_requested
+    again = api.post(url("chat-cancel", pk=chat.pk))  # the first request won
+    assert again.status_code == 409
+
+
+def test_cancel_of_a_run_waiting_for_approval_answers_its_calls(api, paused):
+    response = api.post(url("chat-cancel", pk=paused.pk))
+    assert response.status_code == 202 and response.json()["status"] == "idle"
+    run = paused.runs.get()
+    assert run.status == "cancelled"
+    results = Message.objects.filter(chat=paused, role="tool").order_by("id")
+    assert [m.tool_call_id for m in results] == ["call_a", "call_b"]
+    assert all("cancelled" in m.content for m in results)  # no call is left without a result
 
 
 def test_usage_totals_and_per_model(api, chat):

@@ -40,9 +40,12 @@ def test_inline_stream_wsgi(api, chat, fake_llm):
     assert len([n for n in names if n == "text_delta"]) > 1
     usage = next(f for f in frames if f["event"] == "token_usage_done")
     assert usage["data"]["token_usage"]["input_tokens"] == 7
-    assert frames[-1]["data"]["status"] == "completed"
+    assert frames[-1]["data"]["status"] == "succeeded"
     user = Message.objects.get(chat=chat, role="user")
     assert frames[0]["data"]["message_id"] == user.pk
+    run = chat.runs.get()
+    assert frames[0]["data"]["run_id"] == str(run.pk) == frames[-1]["data"]["run_id"]
+    assert run.status == "succeeded" and run.prompt == user
     assert [m.content for m in chat.transcript()] == ["A story", "Once upon a time."]
     assert Chat.objects.get(pk=chat.pk).status == "idle"
 
@@ -62,8 +65,10 @@ def test_inline_stream_ends_with_an_error_event(api, chat, fake_llm):
     }
     assert frames[2]["data"]["status"] == "failed"
     assert "sk-secret" not in body
-    # the prompt stays; the chat records the failure
-    assert Chat.objects.get(pk=chat.pk).status == "failed"
+    # the prompt stays; its run records the failure in safe words
+    run = chat.runs.get()
+    assert run.status == "failed" and run.error == "The provider rejected the credentials."
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
     assert [m.role for m in chat.transcript()] == ["user"]
 
 
@@ -75,31 +80,69 @@ def test_inline_stream_of_a_blocked_prompt_releases_the_chat(api, owner, fake_ll
         url("chat-messages", pk=chat.pk), {"content": "a secret"}, format="json", **SSE
     )
     frames = sse_frames(read(response))
-    assert [f["event"] for f in frames] == ["run_started", "guardrail_tripwire", "run_finished"]
+    assert [f["event"] for f in frames] == ["guardrail_tripwire", "run_finished"]
+    assert frames[-1]["data"]["status"] == "blocked"
     assert Chat.objects.get(pk=chat.pk).status == "idle"
+    assert not chat.runs.exists() and not chat.messages.exists()  # nothing was stored
 
 
 @pytest.mark.django_db
-def test_a_stream_never_read_releases_the_chat(api, chat, fake_llm):
+def test_a_stream_never_read_stores_nothing(api, chat, fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)
-    assert Chat.objects.get(pk=chat.pk).status == "running"  # claimed by the response
+    assert Chat.objects.get(pk=chat.pk).status == "idle"  # nothing happens before a read
     close_response(response)  # the client went away before the first byte
     assert Chat.objects.get(pk=chat.pk).status == "idle"
-    assert not Message.objects.filter(chat=chat).exists()
+    assert not Message.objects.filter(chat=chat).exists() and not chat.runs.exists()
     assert fake_llm.requests == []
 
 
-@pytest.mark.django_db
-def test_a_client_leaving_mid_stream_stops_the_run(api, chat, fake_llm):
+@pytest.mark.django_db(transaction=True)
+def test_a_client_leaving_mid_stream_lets_the_run_finish(api, chat, fake_llm):
+    from django_llmchat.models import Usage
+
     fake_llm.configure("openai", "gpt-4.1-mini")
-    fake_llm.script(Reply("x" * 400, chunk_size=4))
+    fake_llm.script(Reply("x" * 400, chunk_size=4, usage={"input_tokens": 5, "output_tokens": 9}))
     response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)
     stream = iter(response.streaming_content)
     next(stream), next(stream)
+    close_response(response)  # the run goes on in the background and is stored
+    run = wait_for_run(chat)
+    assert run.status == "succeeded"
+    assert chat.messages.get(role="assistant").content == "x" * 400
+    assert list(Usage.objects.filter(run=run).values_list("status", "output_tokens")) == [
+        ("succeeded", 9)
+    ]
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_leaving_mid_stream_cancels_the_run_when_set(api, chat, fake_llm, settings):
+    from django_llmchat.models import Usage
+
+    fake_llm.configure("openai", "gpt-4.1-mini", CANCEL_ON_DISCONNECT=True)
+    fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("x" * 400, chunk_size=4)))
+    response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)
+    stream = iter(response.streaming_content)
+    next(stream), next(stream), next(stream)
     close_response(response)
-    status = Chat.objects.get(pk=chat.pk).status
-    assert status != "running"
+    run = chat.runs.get()
+    assert run.status == "cancelled" and run.interrupt_reason == "stream_closed"
+    assert not chat.messages.filter(role="assistant").exists()
+    assert list(Usage.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+
+
+def wait_for_run(chat, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run = chat.runs.order_by("-id").first()
+        if run is not None and run.is_finished:
+            return run
+        assert time.monotonic() < deadline, "the run did not finish"
+        time.sleep(0.02)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -150,7 +193,9 @@ def test_inline_stream_asgi_error_event(owner, fake_llm):
     frames = sse_frames(async_to_sync(go)())
     assert [f["event"] for f in frames] == ["run_started", "error", "run_finished"]
     assert frames[1]["data"]["type"] == "provider_error"
-    assert Chat.objects.get(pk=chat.pk).status == "failed"
+    assert frames[2]["data"]["status"] == "failed"
+    assert chat.runs.get().status == "failed"
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
 
 
 @pytest.mark.django_db

@@ -142,8 +142,12 @@ def test_failure_keeps_prompt_and_marks_chat_failed(chat, fake_llm, settings):
     assert "test-key" not in str(info.value)
     assert [m.role for m in chat.transcript()] == ["user"]
     chat.refresh_from_db()
-    assert chat.status == "failed" and chat.error
-    assert "test-key" not in chat.error
+    assert chat.status == "idle"
+    run = chat.runs.get()
+    assert run.status == "failed" and run.error_type == "rate_limit"
+    assert run.error == "The provider is rate limiting requests; retry later."
+    assert chat.last_run == run and run.finished_at is not None
+    assert list(run.usages.values_list("status", flat=True)) == ["failed"] * 3
 
 
 def test_reply_step_query_count_is_constant(chat, fake_llm):
@@ -171,8 +175,10 @@ def test_message_reads_back_from_db(chat, fake_llm):
 
 
 def test_reply_statements(chat, fake_llm):
-    """A plain reply is six statements in two transactions: the prompt with the run's
-    start, the transcript read, the reply with its usage row and the run's end."""
+    """A plain reply is twelve statements: the prompt with its run, started (the chat's
+    lock, the runs ahead, two INSERTs, the chat's status), the transcript read, then the
+    reply with its usage row and the run's end (the chat's lock, two INSERTs, the fenced
+    run UPDATE, the next run, the chat's status)."""
     chat.ask("warm up")  # compiles the prepared statements
     fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
     with CaptureQueriesContext(connection) as ctx:
@@ -183,11 +189,17 @@ def test_reply_statements(chat, fake_llm):
         if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))
     ]
     assert statements == [
+        "UPDATE llmchat_chat",
+        "SELECT llmchat_run",
         "INSERT llmchat_message",
+        "INSERT llmchat_run",
         "UPDATE llmchat_chat",
         "SELECT llmchat_message",
+        "UPDATE llmchat_chat",
         "INSERT llmchat_message",
         "INSERT llmchat_usage",
+        "UPDATE llmchat_run",
+        "SELECT llmchat_run",
         "UPDATE llmchat_chat",
     ]
     assert reply.content == "fine" and reply.usages.get().output_tokens == 1

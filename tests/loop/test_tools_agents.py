@@ -288,6 +288,7 @@ def test_skills(fake_llm, tmp_path):
     from django_llmchat.skills import load_skills
 
     runner.context.skills = load_skills(Reviewer.skills)
+    runner.begin(None)  # a run continuing the saved history
     events = list(runner.run())
     assert SkillActivation("code-review") in events
     assert "Check for bugs first." in chat.messages.get(role="tool").content
@@ -374,6 +375,7 @@ def test_non_streaming_ask_emits_summary_events(chat, fake_llm):
     chat.with_tools(add)
     chat.add_message(role="user", content="1+1")
     runner = Runner(chat, keep_events=True)
+    runner.begin(None)
     list(runner.run(stream=False))
     assert any(isinstance(e, ToolCallDone) for e in runner.result.events)
     assert runner.result.message.content == "2"
