@@ -33,8 +33,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Max, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce, Now
+from django.db.models import Max, Q, Value
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import settings

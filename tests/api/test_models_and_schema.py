@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from django_llmchat.models import Chat, LLMModel
+from django_llmchat.models import LLMModel
 
 from .conftest import url
 
