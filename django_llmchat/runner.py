@@ -547,25 +547,31 @@ def _none_if_empty(tokens):
 
 def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage]:
     """Providers want each tool result right after the message that called it; a result
-    saved later (a resumed run after a new prompt) is moved up to its call."""
-    results = {m.tool_call_id: m for m in history if m.role == "tool" and m.tool_call_id}
+    stored later is moved up to its call. Results pair with their calls by the stored
+    call (vendors repeat or omit call ids), by id only for messages built by hand."""
+
+    def key(ref: int | None, call_id: str | None) -> Any:
+        return ("ref", ref) if ref is not None else ("id", call_id)
+
+    results: dict[Any, ProviderMessage] = {}
+    for m in history:
+        if m.role == "tool" and (m.tool_call_ref is not None or m.tool_call_id):
+            results.setdefault(key(m.tool_call_ref, m.tool_call_id), m)
     if not results:
         return history
     ordered: list[ProviderMessage] = []
-    placed: set[str] = set()
+    placed: set[int] = set()  # ids of the result messages already in place
     for m in history:
-        if m.role == "tool" and m.tool_call_id in results:
-            if m.tool_call_id in placed:
-                continue
-            # an orphan result (its call is not in the history) keeps its place
+        if m.role == "tool" and id(m) in placed:
+            continue
         ordered.append(m)
-        if m.role == "tool" and m.tool_call_id:
-            placed.add(m.tool_call_id)
+        if m.role == "tool":
+            placed.add(id(m))  # an orphan result (its call is not here) keeps its place
         for call in m.tool_calls:
-            result = results.get(call.call_id)
-            if result is not None and call.call_id not in placed:
+            result = results.get(key(call.ref, call.call_id))
+            if result is not None and id(result) not in placed:
                 ordered.append(result)
-                placed.add(call.call_id)
+                placed.add(id(result))
     return ordered
 
 

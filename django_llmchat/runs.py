@@ -440,7 +440,9 @@ class Execution:
         if final_status is None:
             updates["lease_expires_at"] = _lease_until()
         else:
-            updates.update(status=final_status, finished_at=Now(), lease_expires_at=None)
+            finished = timezone.now()
+            updates.update(status=final_status, finished_at=finished, lease_expires_at=None)
+            self.run.finished_at = finished
         if not self._fenced().update(**updates):
             raise self._lost()
         if final_status is not None:
@@ -473,7 +475,7 @@ class Execution:
             error_type=error_type[:64],
             error=error[:4000],
             interrupt_reason=(interrupt_reason or "")[:255],
-            finished_at=Now(),
+            finished_at=timezone.now(),
         )
 
     def pause(self) -> bool:
@@ -500,8 +502,7 @@ class Execution:
             return False
         self._ended(status, head)
         for name, value in updates.items():
-            if name != "finished_at":
-                setattr(self.run, name, value)
+            setattr(self.run, name, value)
         return True
 
     def _ended(self, status: str, head: Run | None) -> None:

@@ -245,8 +245,6 @@ def run_in_process(chat_id: int, run_id: int | None = None) -> str | None:
     except Exception:
         logger.exception("the in-process run of chat %s failed", chat_id)
         return None
-    finally:
-        close_old_connections()
 
 
 def _in_thread(chat_id: int, run_id: int | None) -> None:

@@ -29,12 +29,13 @@ def _provider_message(
     reasoning_items: list | None,
     is_error: bool,
     cache_boundary: bool,
-    calls: list[tuple[str, str, Any, str]],
-    parent: tuple[str, str] | None,
+    calls: list[tuple[str, str, Any, str, int | None]],
+    parent: tuple[str, str, int | None] | None,
     attachments: list[Attachment],
 ) -> ProviderMessage:
     """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
-    arguments, thought_signature)``; ``parent`` is the answered call's ``(call_id, name)``;
+    arguments, thought_signature, pk)``; ``parent`` is the answered call's ``(call_id,
+    name, pk)``;
     ``item_ids``, ``reasoning_items`` and ``is_error`` come from the message's ``raw``."""
     item_ids = item_ids or {}
     return ProviderMessage(
@@ -51,11 +52,13 @@ def _provider_message(
                 arguments=arguments or {},
                 thought_signature=signature or None,
                 item_id=item_ids.get(call_id),
+                ref=ref,
             )
-            for call_id, name, arguments, signature in calls
+            for call_id, name, arguments, signature, ref in calls
         ],
         tool_call_id=parent[0] if parent else None,
         tool_name=parent[1] if parent else None,
+        tool_call_ref=parent[2] if parent else None,
         is_error=is_error,
         thinking=thinking,
         reasoning_items=list(reasoning_items or []),
@@ -87,10 +90,10 @@ def provider_message(
         is_error=bool(raw.get("error")),
         cache_boundary=message.cache_boundary,
         calls=[
-            (tc.call_id, tc.name, tc.arguments, tc.thought_signature)
+            (tc.call_id, tc.name, tc.arguments, tc.thought_signature, tc.pk)
             for tc in (message.tool_calls.all() if calls is None else calls)
         ],
-        parent=(parent.call_id, parent.name) if parent else None,
+        parent=(parent.call_id, parent.name, parent.pk) if parent else None,
         attachments=list(message.attachments.all() if attachments is None else attachments),
     )
 
@@ -225,8 +228,8 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
                 reasoning_items=raw.get("reasoning_items"),
                 is_error=bool(raw.get("error")),
                 cache_boundary=cache,
-                calls=[c[2:] for c in calls.get(pk, ())],
-                parent=(parent[2], parent[3]) if parent else None,
+                calls=[(*c[2:], c[0]) for c in calls.get(pk, ())],
+                parent=(parent[2], parent[3], parent[0]) if parent else None,
                 attachments=attachments.get(pk, []),
             )
         )

@@ -179,4 +179,4 @@ def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
     events = [e for _, e in streams.follow(chat.pk, "0", block_ms=50, timeout=2)]
     assert isinstance(events[0], RunStarted) and events[0].message_id == prompt.pk
     assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "Hi there"
-    assert events[-1] == RunFinished(run_id=events[0].run_id, status="completed")
+    assert events[-1] == RunFinished(run_id=events[0].run_id, status="succeeded")

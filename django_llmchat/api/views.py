@@ -290,7 +290,7 @@ class ChatViewSet(
             raise ValidationError({"follow": ["must be 'run' or 'all'"]})
         if not settings.EVENTS_URL:
             raise EventsUnavailable()
-        if last_id not in (None, "0") and not _known_event_id(chat.pk, last_id):
+        if last_id not in (None, "0", "0-0") and not _known_event_id(chat.pk, last_id):
             raise ValidationError(
                 {"Last-Event-ID": ["is not the id of an event of this chat's stream"]}
             )

@@ -416,6 +416,11 @@ class AbstractChat(models.Model):
     def last_run(self, run) -> None:
         self.__dict__["_last_run"] = run
 
+    def refresh_from_db(self, using=None, fields=None, from_queryset=None):
+        """Also forgets the run this instance remembers (``last_run`` reads it anew)."""
+        self.__dict__.pop("_last_run", None)
+        return super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+
     @property
     def cancel_requested(self) -> bool:
         """Whether a stop was asked for the run working now."""

@@ -56,6 +56,8 @@ class ToolCallData:
     """Gemini's opaque signature; must be sent back unchanged with this call."""
     item_id: str | None = None
     """The provider's item id when it differs from the call id (OpenAI Responses ``fc_...``)."""
+    ref: int | None = None
+    """The stored ToolCall's primary key (vendors may repeat or omit ``call_id``)."""
 
 
 @dataclass(slots=True)
@@ -70,6 +72,8 @@ class ProviderMessage:
     """For role ``tool``: the call this result answers."""
     tool_name: str | None = None
     """For role ``tool``: the name of the tool that produced it (Gemini needs it)."""
+    tool_call_ref: int | None = None
+    """For role ``tool``: the stored ToolCall it answers (``ToolCallData.ref``)."""
     is_error: bool = False
     """For role ``tool``: the result is an error report."""
     thinking: Thinking | None = None

@@ -116,7 +116,7 @@ def test_follow_a_real_run(owner, fake_llm, events_url):
     assert (
         "".join(f["data"]["content"] for f in frames if f["event"] == "text_delta") == "Live text."
     )
-    assert frames[-1]["event"] == "run_finished" and frames[-1]["data"]["status"] == "completed"
+    assert frames[-1]["event"] == "run_finished" and frames[-1]["data"]["status"] == "succeeded"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -183,6 +183,9 @@ def services(fake_llm_server, django_db_setup, django_db_blocker):
         # no in-request retries: retryable errors retry the task
         MAX_RETRIES=0,
         TASK_RETRY_MAX_WAIT=5.0,
+        # a killed worker's runs are taken over two seconds after its last renewal
+        RUN_LEASE=2.0,
+        TOOL_MODULES=["tests.integration.tools"],
     )
     found = Services(
         broker_url=redis_db_url(url, 14),

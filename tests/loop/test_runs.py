@@ -1,0 +1,323 @@
+"""Runs in this process: every reply has a Run row that ends, whatever happens to the
+caller (a stream never read or dropped, a provider that repeats tool-call ids, a guardrail
+that blocks a streamed reply, two processes racing for one transition)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_llmchat import runs
+from django_llmchat.agents import Agent
+from django_llmchat.errors import ChatBusyError, RunLostError
+from django_llmchat.events import GuardrailTripwire, TextDelta, TextDone
+from django_llmchat.guardrails import Guardrail, GuardrailResult
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.testing import Fault, Reply
+from django_llmchat.testing import ToolCall as Call
+from django_llmchat.tools import tool
+
+from .test_ask_stream import PROVIDERS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@tool
+def echo(n: int) -> str:
+    """Echoes a number"""
+    return f"echo {n}"
+
+
+@pytest.fixture
+def chat(fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    return Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+
+
+def run_statuses(chat):
+    return list(chat.runs.order_by("id").values_list("status", flat=True))
+
+
+# -- every run has a row and an end --------------------------------------------------------
+def test_a_reply_knows_its_run_and_the_chat_its_last_run(chat, fake_llm):
+    fake_llm.script("Hi.")
+    reply = chat.ask("Hello")
+    run = chat.last_run
+    assert reply.run == run and run.status == "succeeded" and run.message == reply
+    assert run.prompt.content == "Hello" and run.steps == 1 and run.attempt == 1
+    assert run.started_at and run.finished_at and run.lease_expires_at is None
+    assert run.tokens == reply.tokens and run.cost() == reply.cost()
+    fresh = Chat.objects.get(pk=chat.pk)
+    assert fresh.last_run == run and fresh.status == "idle" and fresh.active_run is None
+
+
+def test_a_stream_never_iterated_stores_and_marks_nothing(chat, fake_llm):
+    events = chat.stream("hi")
+    del events
+    gc.collect()
+    assert not chat.messages.exists() and not chat.runs.exists()
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+    assert fake_llm.requests == []
+
+
+def test_a_stream_dropped_mid_reply_ends_cancelled_with_its_usage_row(chat, fake_llm):
+    fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("word " * 100, chunk_size=5)))
+    events = chat.stream("talk")
+    assert isinstance(next(events), TextDelta)
+    assert Chat.objects.get(pk=chat.pk).status == "running"
+    del events  # dropped: the generator is closed
+    gc.collect()
+    run = chat.runs.get()
+    assert run.status == "cancelled" and run.interrupt_reason == "stream_closed"
+    assert list(Usage.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
+    assert [m.role for m in chat.transcript()] == ["user"]  # nothing of the cut step
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+    fake_llm.script("Again.")
+    assert chat.ask("Once more").content == "Again."  # the chat is free
+
+
+def test_a_stream_closed_mid_reply_ends_cancelled(chat, fake_llm):
+    fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("word " * 100, chunk_size=5)))
+    events = chat.stream("talk")
+    next(events)
+    events.close()
+    assert run_statuses(chat) == ["cancelled"]
+
+
+def test_an_unsaved_chat_stream_fails_at_once(fake_llm):
+    from django_llmchat.errors import ArgumentError
+
+    with pytest.raises(ArgumentError):
+        Chat().stream("hi")
+
+
+# -- tool-call ids as vendors send them -----------------------------------------------------
+@pytest.fixture(params=PROVIDERS, ids=lambda p: p[0] + ("-cc" if p[2] else ""))
+def any_chat(request, fake_llm):
+    provider, model, options = request.param
+    fake_llm.configure(provider, model)
+    if options:
+        from django.test import override_settings
+
+        from django_llmchat.conf import settings as llm
+
+        providers = {k: dict(v) for k, v in llm.PROVIDERS.items()}
+        providers[provider].update(options)
+        o = override_settings(LLMCHAT={**llm.user_settings, "PROVIDERS": providers})
+        o.enable()
+        request.addfinalizer(o.disable)
+    return Chat.objects.create(provider=provider, model_id=model)
+
+
+def test_repeated_and_empty_tool_call_ids_are_stored_and_replayed(any_chat, fake_llm):
+    chat = any_chat
+    chat.with_tools(echo)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                Call("echo", {"n": 0}, call_id="call_0"),
+                Call("echo", {"n": 1}, call_id="call_0"),  # a repeated id
+                Call("echo", {"n": 2}, call_id=""),  # no id at all
+            ]
+        ),
+        Reply("0, 1 and 2."),
+    )
+    reply = chat.ask("Echo 0, 1 and 2")
+    assert reply.content == "0, 1 and 2." and chat.last_run.status == "succeeded"
+    calls = list(ToolCall.objects.filter(chat=chat).order_by("id"))
+    assert [c.call_id for c in calls] == ["call_0", "call_0", ""]
+    # each result answers its own call
+    for call in calls:
+        assert call.get_result().content == f"echo {call.arguments['n']}"
+    # the follow-up request carries the three results, in the calls' order
+    body = json.dumps(fake_llm.requests[1].body)
+    places = [body.index(f"echo {n}") for n in range(3)]
+    assert places == sorted(places)
+    # GET on the API and the Python API both read them
+    assert [m.tool_call_id for m in chat.transcript() if m.role == "tool"] == [
+        "call_0",
+        "call_0",
+        "",
+    ]
+
+
+# -- after-guardrails hold streamed text back -----------------------------------------------
+class NoSecrets(Guardrail):
+    id = "no_secrets"
+
+    def check(self, text, *, phase, context):
+        if phase == "after" and "secret" in text:
+            return GuardrailResult.block("it told a secret")
+        if phase == "after" and "shout" in text:
+            return GuardrailResult.transform(text.upper())
+        return None
+
+
+class Careful(Agent):
+    guardrails = [NoSecrets]
+
+
+def test_a_streamed_reply_an_after_guardrail_blocks_never_leaves(fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat = Careful.start_chat()
+    fake_llm.script(Reply("The secret is 42.", chunk_size=3))
+    events = list(chat.stream("Tell me"))
+    assert not any(isinstance(e, TextDelta | TextDone) for e in events)
+    assert "42" not in json.dumps([e.to_dict() for e in events])
+    tripwire = next(e for e in events if isinstance(e, GuardrailTripwire))
+    assert tripwire.phase == "after" and tripwire.reason == "it told a secret"
+    assert not chat.messages.filter(role="assistant").exists()
+    run = chat.runs.get()
+    assert run.status == "failed" and run.error_type == "guardrail_tripwire"
+    # the tokens were spent: the attempt has its usage row
+    assert Usage.objects.filter(run=run).count() == 1
+
+
+def test_a_streamed_reply_that_passes_comes_out_whole_after_the_check(fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat = Careful.start_chat()
+    fake_llm.script(Reply("All fine here.", chunk_size=3), Reply("please shout", chunk_size=3))
+    events = list(chat.stream("Hi"))
+    assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "All fine here."
+    assert len([e for e in events if isinstance(e, TextDelta)]) > 1  # still deltas
+    events = list(chat.stream("Loud"))
+    assert [e.content for e in events if isinstance(e, TextDelta)] == ["PLEASE SHOUT"]
+    assert chat.messages.filter(role="assistant").last().content == "PLEASE SHOUT"
+
+
+# -- one owner per transition ---------------------------------------------------------------
+def _working(chat, seconds=60):
+    run = Run.objects.create(
+        chat=chat,
+        status="running",
+        attempt=1,
+        worker="elsewhere:1",
+        started_at=timezone.now(),
+        lease_expires_at=timezone.now() + timedelta(seconds=seconds),
+    )
+    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
+    return run
+
+
+def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
+    ahead = _working(chat)
+    fake_llm.script("Second.")
+    done = threading.Event()
+    answers = []
+
+    def ask():
+        try:
+            answers.append(chat.ask("Me next").content)
+        finally:
+            connection.close()
+            done.set()
+
+    threading.Thread(target=ask).start()
+    assert not done.wait(0.5)  # queued behind the working run
+    queued = Run.objects.get(chat=chat, status="queued")
+    assert queued.lease_expires_at is not None  # its caller waits for it
+    runs.Execution(ahead, worker="elsewhere:1").finish("succeeded")
+    assert done.wait(10) and answers == ["Second."]
+    assert run_statuses(chat) == ["succeeded", "succeeded"]
+
+
+def test_ask_while_the_run_waits_for_a_decision_is_refused(chat, fake_llm):
+    Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
+    with pytest.raises(ChatBusyError, match="approve or deny"):
+        chat.ask("Hello?")
+    assert not chat.messages.exists()
+
+
+def test_a_process_that_lost_its_run_stores_no_step(chat, fake_llm):
+    fake_llm.script(Fault(chunk_delay=0.02, reply=Reply("late " * 20, chunk_size=5)))
+    events = chat.stream("Q")
+    next(events)
+    run = chat.runs.get()
+    # its lease ran out and another process took the run over
+    Run.objects.filter(pk=run.pk).update(attempt=run.attempt + 1, worker="other:2")
+    with pytest.raises(RunLostError):
+        list(events)
+    assert not chat.messages.filter(role="assistant").exists()
+    run.refresh_from_db()
+    assert run.status == "running" and run.worker == "other:2"  # left to its new owner
+    assert list(Usage.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
+
+
+def test_two_claims_of_one_run_one_wins(chat):
+    prompt = chat.add_message(role="user", content="Q")
+    dead = Run.objects.create(
+        chat=chat,
+        prompt=prompt,
+        status="running",
+        attempt=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    first = runs.claim(chat.pk, worker="a:1")
+    second = runs.claim(chat.pk, worker="b:2")
+    assert first.execution is not None and first.execution.attempt == 2
+    assert second.execution is None and second.state == runs.BUSY
+    dead.refresh_from_db()
+    assert dead.worker == "a:1"
+
+
+@tool(requires_approval=True)
+def guarded_pay(amount: int) -> str:
+    """Pays"""
+    return f"paid {amount}"
+
+
+def test_concurrent_decisions_on_one_call_one_wins(chat, fake_llm):
+    if connection.vendor != "postgresql":
+        pytest.skip("eight writers at once need a server database")
+    chat.with_tools(guarded_pay)
+    fake_llm.script(Reply(tool_calls=[Call("guarded_pay", {"amount": 5}, call_id="c1")]))
+    chat.ask("Pay")
+    call = ToolCall.objects.get(chat=chat)
+    outcomes = []
+    barrier = threading.Barrier(8)
+
+    def decide(i):
+        try:
+            barrier.wait()
+            runs.decide(chat.pk, call, "approved" if i % 2 else "denied")
+            outcomes.append("won")
+        except runs.AlreadyDecided:
+            outcomes.append("already")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(outcomes) == ["already"] * 7 + ["won"]
+    assert chat.runs.get().status == "queued"  # the last decision queued the run again
+
+
+def test_interrupting_a_run_that_waits_for_decisions_answers_its_calls(chat, fake_llm):
+    chat.with_tools(guarded_pay)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                Call("guarded_pay", {"amount": 1}, call_id="c1"),
+                Call("guarded_pay", {"amount": 2}, call_id="c2"),
+            ]
+        )
+    )
+    chat.ask("Pay both")
+    assert Chat.objects.get(pk=chat.pk).status == "awaiting_approval"
+    assert chat.interrupt("changed my mind") is True
+    run = chat.runs.get()
+    assert run.status == "interrupted" and run.interrupt_reason == "changed my mind"
+    results = Message.objects.filter(chat=chat, role="tool").order_by("id")
+    assert [r.tool_call_id for r in results] == ["c1", "c2"]
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+    fake_llm.script("Fine.")
+    assert chat.ask("Forget it").content == "Fine."  # a valid transcript to go on from
