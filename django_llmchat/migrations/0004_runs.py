@@ -85,12 +85,11 @@ def move_to_runs(apps, schema_editor):
                     attempt=1,
                     finished_at=now,
                 )
-        for offset, m in enumerate(queued):
+        for m in queued:
+            # a waiting prompt reads after everything until its run starts (then it moves
+            # after what the runs before it stored)
             Run.objects.using(db).create(chat=chat, prompt=m, status="queued")
-            if offset or active is not None:
-                Message.objects.using(db).filter(pk=m.pk).update(
-                    position=m.position + QUEUED_POSITION
-                )
+            Message.objects.using(db).filter(pk=m.pk).update(position=m.position + QUEUED_POSITION)
         head = (
             Run.objects.using(db)
             .filter(chat=chat, status__in=("queued", "running", "awaiting_approval"))

@@ -14,3 +14,15 @@ def no_secrets(text, *, phase, context):
 class Strict(Agent):
     model = "gpt-4.1-mini"
     guardrails = [no_secrets]
+
+
+@guardrail(id="no_leaks", phases=("after",))
+def no_leaks(text, *, phase, context):
+    if "secret" in text:
+        return GuardrailResult.block("the reply told a secret")
+    return None
+
+
+class Careful(Agent):
+    model = "gpt-4.1-mini"
+    guardrails = [no_leaks]

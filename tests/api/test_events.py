@@ -11,7 +11,7 @@ from rest_framework.authtoken.models import Token
 from django_llmchat import streams
 from django_llmchat.events import RunFinished, RunStarted, TextDelta
 from django_llmchat.models import Chat
-from django_llmchat.testing import Reply
+from django_llmchat.testing import Fault, Reply
 from tests.conftest import require_service
 
 from .conftest import close_response, sse_frames, url
@@ -38,7 +38,7 @@ def read(response) -> list[dict]:
 def publish_run(chat_id, run_id="r1", texts=("a", "b", "c")):
     ids = [streams.publish(chat_id, RunStarted(run_id=run_id))]
     ids += [streams.publish(chat_id, TextDelta(t)) for t in texts]
-    ids.append(streams.publish(chat_id, RunFinished(run_id=run_id, status="completed")))
+    ids.append(streams.publish(chat_id, RunFinished(run_id=run_id, status="succeeded")))
     return ids
 
 
@@ -147,3 +147,93 @@ def test_an_unreachable_event_store_ends_with_an_error_event(api, chat, settings
             "data": {"type": "events_unavailable", "message": "The event stream is unavailable."},
         }
     ]
+
+
+@pytest.mark.django_db
+def test_last_event_ids_that_are_not_of_this_chat_are_refused(api, chat, events_url):
+    ids = publish_run(chat.pk)
+    other = Chat.objects.create(user=chat.user)
+    others = publish_run(other.pk)
+    for bad in ("3", "abc", "1-2-3", "99999999999999-0", others[1]):
+        response = api.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID=bad)
+        assert response.status_code == 400, bad
+        assert "Last-Event-ID" in response.json()
+    # its own ids, "0" and "0-0" are fine (an id older than what the stream holds too)
+    for good in (ids[0], "0", "0-0"):
+        response = api.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID=good)
+        assert response.status_code == 200, good
+        close_response(response)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inline_run_is_followed_from_another_tab_and_resumed_by_id(owner, fake_llm, events_url):
+    import threading
+
+    from django.db import connection
+    from rest_framework.test import APIClient
+
+    fake_llm.configure(
+        "openai", "gpt-4.1-mini", EVENTS_URL=events_url, EVENTS_KEY_PREFIX=f"t{uuid.uuid4().hex}"
+    )
+    fake_llm.script(Fault(chunk_delay=0.02, reply=Reply("Seen from two tabs.", chunk_size=3)))
+    chat = Chat.objects.create(user=owner)
+    token = Token.objects.create(user=owner).key
+    tab, other_tab = APIClient(), APIClient()
+    for client in (tab, other_tab):
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    followed: list[dict] = []
+
+    def follow():
+        try:
+            followed.extend(read(other_tab.get(url("chat-events", pk=chat.pk))))
+        finally:
+            connection.close()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    streamed = read(
+        tab.post(
+            url("chat-messages", pk=chat.pk),
+            {"content": "Hello"},
+            format="json",
+            HTTP_ACCEPT="text/event-stream",
+        )
+    )
+    follower.join(15)
+    # the inline run went to Redis with the ids its own client saw
+    assert [f["event"] for f in streamed][0] == "run_started"
+    assert streamed[-1]["event"] == "run_finished"
+    assert all(f["id"] and "-" in f["id"] for f in streamed)
+    assert [(f["event"], f["id"]) for f in followed] == [(f["event"], f["id"]) for f in streamed]
+    # a tab that saw three events resumes after the third
+    resumed = read(
+        other_tab.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID=streamed[2]["id"])
+    )
+    assert [f["id"] for f in resumed] == [f["id"] for f in streamed[3:]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_blocked_streamed_reply_reaches_no_follower(owner, fake_llm, events_url):
+    fake_llm.configure(
+        "openai", "gpt-4.1-mini", EVENTS_URL=events_url, EVENTS_KEY_PREFIX=f"t{uuid.uuid4().hex}"
+    )
+    fake_llm.script(Reply("Here is the secret: 42", chunk_size=3))
+    chat = Chat.objects.create(user=owner, agent="tests.api.agents.Careful")
+    token = Token.objects.create(user=owner).key
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    streamed = read(
+        client.post(
+            url("chat-messages", pk=chat.pk),
+            {"content": "Tell me"},
+            format="json",
+            HTTP_ACCEPT="text/event-stream",
+        )
+    )
+    stored = [event for _, event in streams.follow(chat.pk, "0", timeout=1, block_ms=100)]
+    assert "42" not in str(streamed) and "42" not in str([e.to_dict() for e in stored])
+    assert "guardrail_tripwire" in [f["event"] for f in streamed]
+    assert not chat.messages.filter(role="assistant").exists()
+    assert chat.runs.get().status == "failed"

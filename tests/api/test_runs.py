@@ -178,3 +178,55 @@ def test_usage_of_an_empty_chat(api, chat):
         "attempts": {},
         "by_model": [],
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_decisions_and_cancels_one_wins(owner, fake_llm, monkeypatch):
+    import threading
+
+    from django_llmchat.api import views
+
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    if connection.vendor != "postgresql":
+        pytest.skip("eight requests writing at once need a server database")
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    resumed = []
+    monkeypatch.setattr(views, "_resume_later", lambda chat, run: resumed.append(run.pk))
+    token = Token.objects.create(user=owner).key
+    chat = Chat.objects.create(user=owner, tools=["api_transfer"])
+    fake_llm.script(Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 5}, call_id="c1")]))
+    chat.ask("Pay")
+    assert Chat.objects.get(pk=chat.pk).status == "awaiting_approval"
+
+    def race(path_for, n=8):
+        barrier = threading.Barrier(n)
+        codes = []
+
+        def one(i):
+            client = APIClient()
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+            try:
+                barrier.wait()
+                codes.append(client.post(path_for(i)).status_code)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        return sorted(codes)
+
+    codes = race(
+        lambda i: url("tool-call-approve" if i % 2 else "tool-call-deny", pk=chat.pk, call_id="c1")
+    )
+    assert codes == [202] + [409] * 7
+    assert ToolCall.objects.get(chat=chat).approval in ("approved", "denied")
+    assert chat.runs.get().status == "queued"  # resumed by the one decision
+    assert resumed == [chat.runs.get().pk]
+    assert race(lambda i: url("chat-cancel", pk=chat.pk)) == [202] + [409] * 7
+    assert chat.runs.get().status == "cancelled"

@@ -1,7 +1,9 @@
 """The example project's chat page in a real browser (Chromium driven by Playwright).
 
 The example project runs as ``manage.py runserver`` in a subprocess, on a free port, with a
-SQLite file and the offline demo model, as ``make run`` serves it. Screenshots go to
+SQLite file and the offline demo model, as ``make run`` serves it. Its ``ollama`` provider
+points at a scripted fake provider of this process, for replies that must go wrong.
+Screenshots go to
 ``artifacts/screenshots/``. Without ``/usr/bin/chromium`` the tests are skipped, except
 under ``CI=true``, where that is a failure.
 """
@@ -17,6 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from django_llmchat.testing import FakeProviderServer, Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -47,7 +51,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def example_server(tmp_path_factory):
+def fake_llm():
+    """A fake provider the example project's ``ollama`` chats talk to (scripted per test)."""
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def example_server(tmp_path_factory, fake_llm):
     """``manage.py runserver`` of the example project on the demo model; yields its URL."""
     workdir = tmp_path_factory.mktemp("example")
     env = {
@@ -62,6 +73,8 @@ def example_server(tmp_path_factory):
             "CELERY_BROKER_URL",
             "LLMCHAT_EVENTS_URL",
             "LLMCHAT_MODEL",
+            "OLLAMA_HOST",
+            "OLLAMA_API_KEY",
         )
     }
     env.update(
@@ -72,6 +85,7 @@ def example_server(tmp_path_factory):
         DJANGO_SUPERUSER_USERNAME="admin",
         DJANGO_SUPERUSER_PASSWORD="admin",
         DJANGO_SUPERUSER_EMAIL="admin@example.com",
+        OLLAMA_BASE_URL=fake_llm.base_url("ollama"),
     )
     if os.environ.get("REDIS_URL"):
         # live events through Redis, in a database of their own (13)
@@ -164,6 +178,43 @@ def send(page, text: str) -> None:
 
 def wait_idle(page) -> None:
     page.wait_for_selector("#transcript[aria-busy=false]")
+
+
+def start_fake_chat(page) -> str:
+    """A chat on the fake provider (``ollama``), opened in the page; returns its id."""
+    chat = page.evaluate(
+        "async () => {"
+        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  const r = await fetch('/api/chats/', {method: 'POST',"
+        "    headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
+        "    body: JSON.stringify({provider: 'ollama', model_id: 'fake-model'})});"
+        "  return r.json();"
+        "}"
+    )
+    page.goto(f"/?chat={chat['id']}")
+    page.wait_for_selector("text=No messages yet")
+    return str(chat["id"])
+
+
+def api_get(page, path: str):
+    return page.evaluate("async (path) => (await fetch(path)).json()", path)
+
+
+def after_prompt(page, text: str) -> list[dict]:
+    """The transcript items after the user message ``text``, up to the next user message."""
+    return page.evaluate(
+        "(text) => {"
+        "  const users = [...document.querySelectorAll('#transcript li.msg.user')];"
+        "  const prompt = users.find((li) => li.querySelector('.body').textContent === text);"
+        "  const out = [];"
+        "  for (let li = prompt.nextElementSibling; li; li = li.nextElementSibling) {"
+        "    if (li.matches('.msg.user')) break;"
+        "    out.push({cls: li.className, text: li.textContent});"
+        "  }"
+        "  return out;"
+        "}",
+        text,
+    )
 
 
 def assistant_text(page) -> str:
@@ -311,6 +362,69 @@ def test_deny_and_stop(page):
     assert "user" in last.get_attribute("class")
     assert last.inner_text().endswith("Write me a long answer about nothing in particular")
     assert page.get_by_role("button", name="Send").is_enabled()
+    stopped = [{"cls": "notice run cancelled", "text": "Stopped"}]
+    assert after_prompt(page, "Write me a long answer about nothing in particular") == stopped
+
+    # after a reload the stopped run still says so, after its prompt
+    page.reload()
+    page.wait_for_selector("#transcript li.notice.run.cancelled")
+    assert after_prompt(page, "Write me a long answer about nothing in particular") == stopped
+    assert page.locator("#transcript li.notice.run").count() == 1  # the denied run went well
+
+
+def test_a_failed_reply_is_shown_where_it_happened(page, fake_llm):
+    log_in(page)
+    chat_id = start_fake_chat(page)
+
+    # the failure is said as soon as the stream ends, before the transcript is reloaded
+    held = []
+
+    def runs_url(url: str) -> bool:
+        return f"/api/chats/{chat_id}/runs/" in url
+
+    page.route(runs_url, held.append)
+    fake_llm.script(Fault(status=401))
+    send(page, "This reply will fail")
+    live = page.locator("#transcript li.notice.run.failed")
+    live.wait_for()
+    assert page.get_attribute("#transcript", "aria-busy") == "true"
+    assert live.get_attribute("role") == "alert"
+    assert live.inner_text().startswith("Reply failed: ")
+    page.unroute(runs_url)
+    for route in held:
+        route.continue_()
+    wait_idle(page)
+
+    [run] = api_get(page, f"/api/chats/{chat_id}/runs/")["results"]
+    assert run["status"] == "failed" and run["error"]
+    failed = {"cls": "notice run failed error", "text": f"Reply failed: {run['error']}"}
+    assert after_prompt(page, "This reply will fail") == [failed]
+    assert page.locator("#transcript li.msg.assistant").count() == 0
+
+    # the next prompt is answered; the failure stays after the first one
+    fake_llm.script("All good now.")
+    send(page, "Try again")
+    wait_idle(page)
+    page.wait_for_selector("text=All good now.")
+    page.reload()
+    page.wait_for_selector("#transcript li.msg.assistant")
+    assert after_prompt(page, "This reply will fail") == [failed]
+    assert [i["cls"] for i in after_prompt(page, "Try again")] == ["msg assistant"]
+    page.screenshot(path=str(SHOTS / "chat-failed-reply.png"))
+
+    # an error text is shown as text, never as markup
+    def with_markup(route):
+        body = route.fetch().json()
+        body["results"][-1]["error"] = '<img src=x onerror="window.__hit=1"> <b>bold</b>'
+        route.fulfill(json=body)
+
+    page.route(runs_url, with_markup)
+    page.reload()
+    notice = page.locator("#transcript li.notice.run.failed")
+    notice.wait_for()
+    assert notice.inner_text() == 'Reply failed: <img src=x onerror="window.__hit=1"> <b>bold</b>'
+    assert notice.locator("img, b").count() == 0
+    assert page.evaluate("window.__hit") is None
 
 
 def _docs_javascript(page_name: str) -> list[str]:
@@ -336,7 +450,7 @@ def test_the_rest_docs_javascript_streams_a_reply(page):
         "}",
         [ask_function, chat_id],
     )
-    assert result["status"] == "completed"
+    assert result["status"] == "succeeded"
     assert len(result["pieces"]) > 2  # the reply arrived in pieces
     assert "".join(result["pieces"]).strip()
 
