@@ -184,11 +184,11 @@ def test_usage_of_an_empty_chat(api, chat):
 def test_concurrent_decisions_and_cancels_one_wins(owner, fake_llm, monkeypatch):
     import threading
 
-    from django_llmchat.api import views
-
     from django.db import connection
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from django_llmchat.api import views
 
     if connection.vendor != "postgresql":
         pytest.skip("eight requests writing at once need a server database")

@@ -23,7 +23,14 @@
     send: $("send"),
     stop: $("stop"),
   };
-  const state = { chat: null, running: false, controller: null, stopTimer: null, opening: 0 };
+  const state = {
+    chat: null,
+    runs: [],
+    running: false,
+    controller: null,
+    stopTimer: null,
+    opening: 0,
+  };
 
   // -- small helpers ------------------------------------------------------------------------
   function el(tag, attrs = {}, ...children) {
@@ -194,17 +201,84 @@
     return item;
   }
 
-  function renderTranscript(messages) {
+  // -- how a run went, as a notice in the transcript ---------------------------------------
+  // Runs that ended badly, or that are still to answer, say so where they happened. A run
+  // awaiting approval needs none: its tool calls carry the Approve / Deny buttons.
+  const ENDED_BADLY = ["failed", "cancelled", "interrupted"];
+
+  function runNoticeText(run) {
+    switch (run.status) {
+      case "failed":
+        return `Reply failed: ${run.error || run.error_type || "unknown error"}`;
+      case "cancelled":
+        return "Stopped";
+      case "interrupted":
+        return run.interrupt_reason ? `Interrupted (${run.interrupt_reason})` : "Interrupted";
+      case "queued":
+        return "Queued: the reply starts after the ones before it.";
+      case "running":
+        return "Answering…";
+      default:
+        return null;
+    }
+  }
+
+  function runNotice(run, { live = false } = {}) {
+    const text = runNoticeText(run);
+    if (!text) return null;
+    const failed = run.status === "failed";
+    const item = el("li", {
+      class: `notice run ${run.status}${failed ? " error" : ""}`,
+      "data-run-id": run.id,
+      text,
+    });
+    if (live && failed) item.setAttribute("role", "alert");
+    return item;
+  }
+
+  // Where a run's notice goes: after its prompt and what the run stored (up to the next
+  // user message); a continuation without a prompt, after what was stored before it ended.
+  function runAnchor(run, shown, positions) {
+    if (run.prompt !== null && run.prompt !== undefined) {
+      if (!positions.has(run.prompt)) return null; // its prompt is not on the page
+      let at = positions.get(run.prompt);
+      while (at + 1 < shown.length && shown[at + 1].role !== "user") at += 1;
+      return at;
+    }
+    const end = Date.parse(run.finished_at || run.started_at || run.created_at);
+    let at = -1;
+    shown.forEach((m, i) => {
+      if (Date.parse(m.created_at) <= end) at = i;
+    });
+    return at;
+  }
+
+  function renderTranscript(messages, runs = []) {
     const answered = new Set();
     for (const m of messages) {
       for (const c of m.tool_calls || []) if (c.result) answered.add(c.result.message_id);
     }
-    els.transcript.replaceChildren(
-      ...messages.filter((m) => !answered.has(m.id)).map(renderMessage),
-    );
+    const shown = messages.filter((m) => !answered.has(m.id));
+    const positions = new Map(shown.map((m, i) => [m.id, i]));
+    const notices = new Map(); // position -> notices after it, oldest run first
+    for (const run of [...runs].reverse()) {
+      const item = runNotice(run);
+      if (!item) continue;
+      const at = runAnchor(run, shown, positions);
+      if (at === null) continue;
+      if (!notices.has(at)) notices.set(at, []);
+      notices.get(at).push(item);
+    }
+    const items = [...(notices.get(-1) || [])];
+    shown.forEach((m, i) => items.push(renderMessage(m), ...(notices.get(i) || [])));
+    els.transcript.replaceChildren(...items);
     if (!messages.length) {
       els.transcript.append(
-        el("li", { class: "notice", text: "No messages yet: write the first one below." }),
+        el("li", {
+          class: "notice",
+          "data-empty": true,
+          text: "No messages yet: write the first one below.",
+        }),
       );
     }
     scrollDown();
@@ -232,6 +306,24 @@
       url = page.next;
     }
     return out;
+  }
+
+  // The newest page of runs is enough: older ones are seldom scrolled back to.
+  async function latestRuns(chatId) {
+    try {
+      const page = await json("GET", `${API}chats/${chatId}/runs/?page_size=50`);
+      return page.results;
+    } catch (_) {
+      return []; // the transcript still shows, without the notices of its runs
+    }
+  }
+
+  function loadChat(chatId) {
+    return Promise.all([
+      json("GET", `${API}chats/${chatId}/`),
+      allMessages(chatId),
+      latestRuns(chatId),
+    ]);
   }
 
   async function loadChats() {
@@ -287,29 +379,31 @@
       return;
     }
     const ticket = ++state.opening; // a later click wins over a slower earlier one
-    const [chat, messages] = await Promise.all([
-      json("GET", `${API}chats/${chatId}/`),
-      allMessages(chatId),
-    ]);
+    const [chat, messages, runs] = await loadChat(chatId);
     if (ticket !== state.opening) return;
     showChat(chat);
+    state.runs = runs;
     if (push) history.pushState({ chat: chat.id }, "", `?chat=${chat.id}`);
-    renderTranscript(messages);
+    renderTranscript(messages, runs);
     await Promise.all([loadTotals(), loadChats()]);
-    if (chat.status === "running") setStatus("A reply is being written elsewhere; reload to see it.");
-    else setStatus("");
+    setStatus(chatStatusText(chat));
     els.prompt.focus();
+  }
+
+  function chatStatusText(chat) {
+    if (chat.status === "running") return "A reply is being written elsewhere; reload to see it.";
+    if (chat.status === "queued") return "A reply is queued; reload to see it.";
+    if (els.transcript.querySelector(".decide")) return "Waiting for your approval.";
+    return "";
   }
 
   async function refresh() {
     const ticket = ++state.opening;
-    const [chat, messages] = await Promise.all([
-      json("GET", `${API}chats/${state.chat.id}/`),
-      allMessages(state.chat.id),
-    ]);
+    const [chat, messages, runs] = await loadChat(state.chat.id);
     if (ticket !== state.opening) return;
     showChat(chat);
-    renderTranscript(messages);
+    state.runs = runs;
+    renderTranscript(messages, runs);
     await Promise.all([loadTotals(), loadChats()]);
   }
 
@@ -360,9 +454,13 @@
   class LiveRun {
     constructor() {
       this.step = null;
-      this.notices = [];
+      this.steps = [];
+      this.notices = []; // shown again after the transcript is reloaded
       this.pendingCalls = [];
       this.finished = null;
+      this.runId = null;
+      this.error = null; // the safe message of an `error` event
+      this.interruptReason = null;
     }
 
     newStep() {
@@ -372,6 +470,7 @@
       item.append(body);
       els.transcript.append(item);
       this.step = { item, body, thinking: null, calls: {}, closed: false };
+      this.steps.push(this.step);
       return this.step;
     }
 
@@ -398,6 +497,29 @@
     note(text, isError = false) {
       this.notices.push([text, isError]);
       notice(text, isError);
+    }
+
+    // The run ended badly: say so at once. The reloaded transcript shows the same notice
+    // from the run itself, so it is not kept among the notices shown again.
+    outcome(data) {
+      if (!ENDED_BADLY.includes(data.status)) return;
+      const run = {
+        id: data.run_id || this.runId || "",
+        status: data.status,
+        error: data.error || this.error,
+        interrupt_reason: this.interruptReason,
+      };
+      const item = runNotice(run, { live: true });
+      if (item) els.transcript.append(item);
+    }
+
+    // A retry starts over: its text replaces what the failed attempt had streamed.
+    dropPartial() {
+      for (const step of this.steps) step.item.remove();
+      this.steps = [];
+      this.step = null;
+      this.error = null;
+      this.interruptReason = null;
     }
 
     handle({ event, data }) {
@@ -437,10 +559,13 @@
           if (this.step) this.step.closed = true;
           break;
         }
+        case "run_started": {
+          this.runId = data.run_id || null;
+          break;
+        }
         case "interrupt": {
           if (data.reason === "approval_required") setStatus("Waiting for your approval.");
-          else if (data.reason === "cancelled") this.note("Stopped. The unfinished reply was not stored.");
-          else this.note(`Interrupted: ${data.reason || "no reason given"}.`);
+          else this.interruptReason = data.reason || ""; // said when the run finishes
           break;
         }
         case "guardrail_tripwire": {
@@ -448,11 +573,17 @@
           break;
         }
         case "error": {
-          this.note(`The reply failed: ${data.message || "unknown error"}`, true);
+          this.error = data.message || "unknown error"; // said when the run finishes
           break;
         }
         case "run_finished": {
+          if (data.status === "retrying") {
+            this.dropPartial();
+            setStatus("Retrying…");
+            break;
+          }
           this.finished = data;
+          this.outcome(data);
           break;
         }
         default:
@@ -486,6 +617,13 @@
 
     end() {
       if (this.step) this.step.item.classList.remove("streaming");
+      if (this.finished || this.notices.length) return;
+      // the stream ended without run_finished: say what it did say
+      if (this.error) this.note(`Reply failed: ${this.error}`, true);
+      else if (this.interruptReason === "cancelled") this.note("Stopped");
+      else if (this.interruptReason !== null) {
+        this.note(this.interruptReason ? `Interrupted (${this.interruptReason})` : "Interrupted");
+      }
     }
   }
 
@@ -513,7 +651,7 @@
         await readEvents(response, (frame) => live.handle(frame));
       }
     } catch (error) {
-      if (error.name === "AbortError") live.note("Stopped.");
+      if (error.name === "AbortError") live.note("Stopped");
       else live.note(`Connection lost: ${error.message}`, true);
     } finally {
       clearTimeout(state.stopTimer);
@@ -525,13 +663,13 @@
     } catch (error) {
       notice(`Could not reload the chat: ${error.message}`, true);
     }
-    for (const [text, isError] of live.notices) notice(text, isError);
-    if (live.finished && live.finished.status === "failed" && live.finished.error) {
-      setStatus(`Failed: ${live.finished.error}`);
-    } else if (live.finished && live.finished.status === "interrupted") {
-      const waiting = els.transcript.querySelector(".decide");
-      if (waiting) setStatus("Waiting for your approval.");
+    const latest = state.runs[0];
+    for (const [text, isError] of live.notices) {
+      // the reloaded run says it already
+      if (text.startsWith("Stopped") && latest && latest.status === "cancelled") continue;
+      notice(text, isError);
     }
+    if (els.transcript.querySelector(".decide")) setStatus("Waiting for your approval.");
     els.transcript.setAttribute("aria-busy", "false");
   }
 
@@ -544,8 +682,8 @@
       chat.title = title;
       els.title.textContent = title;
     }
-    const empty = els.transcript.querySelector(".notice");
-    if (empty && chat.message_count === 0) empty.remove();
+    const empty = els.transcript.querySelector("[data-empty]");
+    if (empty) empty.remove();
     const item = messageItem("user", "user");
     item.append(el("div", { class: "body", text }));
     els.transcript.append(item);
