@@ -41,10 +41,12 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
     marks: dict[int, list[Run]] = {}
     leading: list[Run] = []
     index = {m.pk: i for i, m in enumerate(messages)}
+    last_of_run: dict[int, int] = {}
+    for i, m in enumerate(messages):
+        if m.run_id is not None:
+            last_of_run[m.run_id] = i
     for run in runs:
-        stored = [index[m.pk] for m in messages if m.run_id == run.pk]
-        if run.prompt_id in index:
-            stored.append(index[run.prompt_id])
+        stored = [i for i in (last_of_run.get(run.pk), index.get(run.prompt_id)) if i is not None]
         if stored:
             marks.setdefault(messages[max(stored)].pk, []).append(run)
         else:

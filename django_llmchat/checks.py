@@ -175,6 +175,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="llmchat.E011",
             )
         )
+    if not isinstance(merged["CANCEL_ON_DISCONNECT"], bool):
+        errors.append(
+            Error(
+                f"LLMCHAT['CANCEL_ON_DISCONNECT'] is {merged['CANCEL_ON_DISCONNECT']!r}.",
+                hint="Use False (a run whose client left finishes and is stored) or True "
+                "(it is cancelled).",
+                id="llmchat.E013",
+            )
+        )
     prefix = merged["EVENTS_KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix:
         errors.append(

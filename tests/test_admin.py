@@ -108,3 +108,29 @@ def test_usage_and_model_admin_pages(admin_client):
     assert admin_client.get(reverse("admin:django_llmchat_usage_changelist")).status_code == 200
     html = admin_client.get(reverse("admin:django_llmchat_llmmodel_changelist")).content.decode()
     assert "$2/M" in html and "$8/M" in html
+
+
+def test_a_run_that_did_not_succeed_shows_where_it_stopped(admin_client):
+    from django_llmchat.models import Run
+
+    chat = Chat.objects.create(title="runs", model_id="gpt-4.1-mini", provider="openai")
+    build_transcript(chat, 1)
+    prompt = chat.add_message(role="user", content="And now?")
+    Run.objects.create(
+        chat=chat,
+        prompt=prompt,
+        status="failed",
+        error_type="rate_limit",
+        error="The provider is rate limiting requests; retry later.",
+        attempt=1,
+    )
+    chat.add_message(role="user", content="Hello again")
+    html = admin_client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk])).content
+    html = html.decode()
+    marker = html.index("The provider is rate limiting requests")
+    assert html.index("And now?") < marker < html.index("Hello again")
+    assert "llmchat-run-failed" in html and "rate_limit" in html
+    listing = admin_client.get(reverse("admin:django_llmchat_run_changelist"))
+    assert listing.status_code == 200 and "rate_limit" in listing.content.decode()
+    page = admin_client.get(reverse("admin:django_llmchat_run_change", args=[chat.runs.get().pk]))
+    assert page.status_code == 200

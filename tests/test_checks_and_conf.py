@@ -56,6 +56,10 @@ def test_conf_reloads_on_override_settings():
             "LLMCHAT['TASKS_EAGER_WITHOUT_BROKER']",
         ),
         ({"EVENTS_KEY_PREFIX": ""}, "llmchat.E012", "LLMCHAT['EVENTS_KEY_PREFIX']"),
+        ({"RUN_LEASE": 0.1}, "llmchat.E002", "LLMCHAT['RUN_LEASE']"),
+        ({"RUN_MAX_ATTEMPTS": 0}, "llmchat.E002", "LLMCHAT['RUN_MAX_ATTEMPTS']"),
+        ({"RECOVER_QUEUED_AFTER": "5m"}, "llmchat.E002", "LLMCHAT['RECOVER_QUEUED_AFTER']"),
+        ({"CANCEL_ON_DISCONNECT": "yes"}, "llmchat.E013", "LLMCHAT['CANCEL_ON_DISCONNECT']"),
         ({"TYPO": 1}, "llmchat.W001", "LLMCHAT['TYPO']"),
         (
             {"PROVIDERS": {"openai": {"apikey": "x"}}},

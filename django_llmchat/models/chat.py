@@ -135,6 +135,24 @@ class AbstractChat(models.Model):
     def __str__(self) -> str:
         return self.title or f"Chat {self.pk}"
 
+    # written by django_llmchat.runs alone: a save() of a loaded chat never writes them back
+    RUN_STATE_FIELDS = ("status", "active_run")
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the chat, leaving its run state (``status``, ``active_run``) to
+        :mod:`django_llmchat.runs`: a chat loaded before a run started never overwrites
+        it."""
+        if not self._state.adding and not kwargs.get("force_insert"):
+            fields = kwargs.get("update_fields")
+            if fields is None:
+                fields = [
+                    f.name
+                    for f in self._meta.concrete_fields
+                    if not f.primary_key and f.name not in self.RUN_STATE_FIELDS
+                ]
+            kwargs["update_fields"] = [f for f in fields if f not in self.RUN_STATE_FIELDS]
+        super().save(*args, **kwargs)
+
     # -- transcript -----------------------------------------------------------------------
     def transcript(self):
         """The messages in order, with tool calls, results, attachments and usage loaded in a

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from django_llmchat.testing import FakeProviderServer, Fault
+from django_llmchat.testing import FakeProviderServer, Fault, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -382,7 +382,7 @@ def test_a_failed_reply_is_shown_where_it_happened(page, fake_llm):
     def runs_url(url: str) -> bool:
         return f"/api/chats/{chat_id}/runs/" in url
 
-    page.route(runs_url, held.append)
+    page.route(runs_url, lambda route: held.append(route))
     fake_llm.script(Fault(status=401))
     send(page, "This reply will fail")
     live = page.locator("#transcript li.notice.run.failed")
@@ -390,9 +390,9 @@ def test_a_failed_reply_is_shown_where_it_happened(page, fake_llm):
     assert page.get_attribute("#transcript", "aria-busy") == "true"
     assert live.get_attribute("role") == "alert"
     assert live.inner_text().startswith("Reply failed: ")
-    page.unroute(runs_url)
     for route in held:
         route.continue_()
+    page.unroute(runs_url)
     wait_idle(page)
 
     [run] = api_get(page, f"/api/chats/{chat_id}/runs/")["results"]
@@ -425,6 +425,47 @@ def test_a_failed_reply_is_shown_where_it_happened(page, fake_llm):
     assert notice.inner_text() == 'Reply failed: <img src=x onerror="window.__hit=1"> <b>bold</b>'
     assert notice.locator("img, b").count() == 0
     assert page.evaluate("window.__hit") is None
+
+
+def test_a_running_and_a_queued_reply_show_after_a_reload(page, fake_llm):
+    log_in(page)
+    chat_id = start_fake_chat(page)
+    seen = len(fake_llm.requests)
+    fake_llm.script(Fault(first_byte_delay=4, reply=Reply("First answer.")), "Second answer.")
+    statuses = page.evaluate(
+        "async (chatId) => {"
+        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  const out = [];"
+        "  for (const content of ['First question', 'Second question']) {"
+        "    const r = await fetch(`/api/chats/${chatId}/messages/`, {method: 'POST',"
+        "      headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
+        "      body: JSON.stringify({content})});"
+        "    out.push(r.status);"
+        "  }"
+        "  return out;"
+        "}",
+        chat_id,
+    )
+    assert statuses == [202, 202]  # the second one waits its turn
+    fake_llm.wait_for_requests(seen + 1)  # the first is being answered
+
+    page.reload()
+    page.wait_for_selector("#transcript li.notice.run.queued")
+    answering = {"cls": "notice run running", "text": "Answering…"}
+    assert after_prompt(page, "First question") == [answering]
+    [queued] = after_prompt(page, "Second question")
+    assert queued["cls"] == "notice run queued" and queued["text"].startswith("Queued")
+    assert "elsewhere" in page.locator("#status").inner_text()
+
+    deadline = time.monotonic() + 20
+    while api_get(page, f"/api/chats/{chat_id}/")["status"] != "idle":
+        assert time.monotonic() < deadline, "the queued runs did not finish"
+        time.sleep(0.1)
+    page.reload()
+    page.wait_for_selector("text=Second answer.")
+    assert page.locator("#transcript li.notice.run").count() == 0
+    [first] = after_prompt(page, "First question")
+    assert first["cls"] == "msg assistant" and "First answer." in first["text"]
 
 
 def _docs_javascript(page_name: str) -> list[str]:

@@ -321,3 +321,13 @@ def test_interrupting_a_run_that_waits_for_decisions_answers_its_calls(chat, fak
     assert Chat.objects.get(pk=chat.pk).status == "idle"
     fake_llm.script("Fine.")
     assert chat.ask("Forget it").content == "Fine."  # a valid transcript to go on from
+
+
+def test_saving_a_chat_loaded_before_a_run_never_overwrites_its_run_state(chat):
+    stale = Chat.objects.get(pk=chat.pk)
+    run = _working(chat)
+    stale.title = "Renamed"
+    stale.save()  # status "idle" and no active run in memory: not written back
+    fresh = Chat.objects.get(pk=chat.pk)
+    assert fresh.title == "Renamed"
+    assert fresh.status == "running" and fresh.active_run_id == run.pk
