@@ -8,10 +8,13 @@ the server in an untimed round), so both sides pay the same HTTP exchange and th
 is what the library adds: the prompt and reply rows, the history read, the usage row
 with its cost, the request built and the answer parsed.
 
-A third line shows the floor of that design: the same POSTs plus the six statements a
-stored reply needs (prompt + run start, history read, reply + usage row + run end, in
-the same two transactions), written by hand as raw SQL with their parameters prepared
-in advance. No ORM work at all, so nothing the library does can be cheaper.
+A third line shows the floor of that design: the same POSTs plus the twelve statements a
+stored reply needs, written by hand as raw SQL with their parameters prepared in advance,
+in the same transactions: the prompt with its run, started (the chat's lock, the runs
+ahead, the prompt and run rows, the chat's status), the history read, then the reply
+with its usage row and the run's end (the chat's lock, the reply and usage rows, the
+fenced run update, the next run, the chat's status). No ORM work at all, so nothing the
+library does can be cheaper.
 
 The three sides take turns every 30 calls, so a slow spell of this shared machine hits
 them alike; the ratios are of the total times over all rounds, printed with the range of
@@ -136,11 +139,11 @@ def main() -> None:
 
 
 def _floor(args, model, url, headers, client):
-    """The same exchange plus the six statements of a stored reply, as raw SQL."""
+    """The same exchange plus the twelve statements of a stored reply, as raw SQL."""
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from django_llmchat.models import Chat, Message, Usage
+    from django_llmchat.models import Chat, Message, Run, Usage
 
     def insert(model_class):
         fields = [f for f in model_class._meta.concrete_fields if not f.primary_key]
@@ -151,10 +154,20 @@ def _floor(args, model, url, headers, client):
 
     message_fields, insert_message = insert(Message)
     usage_fields, insert_usage = insert(Usage)
-    update_chat = "UPDATE llmchat_chat SET status = %s, updated_at = %s WHERE id = %s"
+    run_fields, insert_run = insert(Run)
+    lock_chat = "UPDATE llmchat_chat SET updated_at = %s WHERE id = %s"
+    chat_state = "UPDATE llmchat_chat SET status = %s, active_run_id = %s WHERE id = %s"
+    head = (
+        "SELECT id, status, lease_expires_at, attempt FROM llmchat_run WHERE chat_id = %s "
+        "AND status IN ('queued', 'running', 'awaiting_approval') ORDER BY id LIMIT 1"
+    )
+    end_run = (
+        "UPDATE llmchat_run SET steps = steps + 1, status = %s, finished_at = %s, "
+        "lease_expires_at = NULL WHERE id = %s AND attempt = %s AND status = %s"
+    )
     history = (
         "SELECT id, role, content, raw, parent_tool_call_id FROM llmchat_message "
-        "WHERE chat_id = %s ORDER BY created_at, id"
+        "WHERE chat_id = %s AND position < %s ORDER BY position, id"
     )
 
     def run(bodies: list[bytes]) -> float:
@@ -163,6 +176,8 @@ def _floor(args, model, url, headers, client):
         prompt_params = [
             f.get_db_prep_save(f.pre_save(prompt, True), connection) for f in message_fields
         ]
+        run_row = Run(chat=chat, status="running", attempt=1, worker="bench")
+        run_params = [f.get_db_prep_save(f.pre_save(run_row, True), connection) for f in run_fields]
         usage = Usage(chat=chat, provider=args.provider, model_id=model, status="succeeded")
         usage_params = [
             f.get_db_prep_save(f.pre_save(usage, True), connection) for f in usage_fields
@@ -175,22 +190,31 @@ def _floor(args, model, url, headers, client):
         start = time.perf_counter()
         for body in bodies:
             with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(lock_chat, [timezone.now(), chat.pk])
+                cursor.execute(head, [chat.pk])
+                cursor.fetchall()
                 cursor.execute(insert_message, prompt_params)
                 cursor.fetchone()
-                cursor.execute(update_chat, ["running", timezone.now(), chat.pk])
+                cursor.execute(insert_run, run_params)
+                (run_id,) = cursor.fetchone()
+                cursor.execute(chat_state, ["running", run_id, chat.pk])
             with connection.cursor() as cursor:
-                cursor.execute(history, [chat.pk])
+                cursor.execute(history, [chat.pk, 10**17])
                 cursor.fetchall()
             answer = client.post(url, content=body, headers=headers)
             text = json.dumps(answer.json())[:40]
             with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(lock_chat, [timezone.now(), chat.pk])
                 reply_params[content_slot] = text
                 cursor.execute(insert_message, reply_params)
                 (message_id,) = cursor.fetchone()
                 usage_params[message_slot] = message_id
                 cursor.execute(insert_usage, usage_params)
                 cursor.fetchone()
-                cursor.execute(update_chat, ["idle", timezone.now(), chat.pk])
+                cursor.execute(end_run, ["succeeded", timezone.now(), run_id, 1, "running"])
+                cursor.execute(head, [chat.pk])
+                cursor.fetchall()
+                cursor.execute(chat_state, ["idle", None, chat.pk])
         return time.perf_counter() - start
 
     return run

@@ -225,26 +225,66 @@ _INTEGER_FIELDS = (
 )
 
 
+class Arg:
+    """A value of a :class:`PreparedUpdate` given to each ``run()`` (by keyword) instead
+    of fixed: ``Arg(int)`` for integers and foreign keys (``None`` passes too),
+    ``Arg(str)`` for text."""
+
+    _count = 0
+
+    def __init__(self, kind: type = int):
+        if kind not in (int, str):
+            raise ValueError("Arg takes int or str values")
+        Arg._count += 1
+        n = Arg._count
+        # a value no real argument has, recognisable in the compiled parameters
+        self.placeholder: Any = INT_ARG - n if kind is int else f"\x00llmchat-arg-{n}"
+
+
 class PreparedUpdate(PreparedQuery):
     """``PreparedUpdate(Chat, status="idle", updated_at=Now()).run(pk)``: the UPDATE of
     ``Chat.objects.filter(pk=pk).update(status="idle", updated_at=Now())``, compiled once
-    per database (the values are fixed; only the primary key changes)."""
+    per database. Values are fixed, or :class:`Arg` markers given to ``run()`` by
+    keyword; ``where`` (a callable of the ``run()`` positional arguments returning a
+    queryset, ``placeholders`` their stand-ins) replaces the filter on the primary key."""
 
-    def __init__(self, model: type[Model], **values: Any):
-        super().__init__(lambda pk: model._base_manager.filter(pk=pk))
-        self.values = values
+    def __init__(
+        self,
+        model: type[Model],
+        *,
+        where: Callable[..., QuerySet] | None = None,
+        placeholders: Sequence[Any] = (INT_ARG,),
+        **values: Any,
+    ):
+        self.arg_names = [name for name, value in values.items() if isinstance(value, Arg)]
+        self.where_count = len(placeholders)
+        super().__init__(
+            where or (lambda pk: model._base_manager.filter(pk=pk)),
+            (*placeholders, *(values[name].placeholder for name in self.arg_names)),
+        )
+        self.values = {
+            name: value.placeholder if isinstance(value, Arg) else value
+            for name, value in values.items()
+        }
+        self._model = model
 
     def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
-        query = self.build(*self.placeholders).query.chain(UpdateQuery)
+        query = self.build(*self.placeholders[: self.where_count]).query.chain(UpdateQuery)
         query.add_update_values(self.values)
         if query.related_updates:
             raise ValueError("PreparedUpdate updates the model's own table only")
         return query.get_compiler(using).as_sql()
 
-    def run(self, pk: Any, using: str | None = None) -> int:
-        """Run the UPDATE for row ``pk``; returns the number of rows updated."""
+    def run(self, *where: Any, using: str | None = None, **args: Any) -> int:
+        """Run the UPDATE for row ``pk`` (or the ``where`` arguments); returns the number
+        of rows updated."""
+        if len(where) != self.where_count or set(args) != set(self.arg_names):
+            raise TypeError(
+                f"run() takes {self.where_count} positional arguments and the keywords "
+                f"{', '.join(self.arg_names) or '(none)'}"
+            )
         using = using or router.db_for_write(self.model())
-        sql, params = self._bound((pk,), using)
+        sql, params = self._bound((*where, *(args[name] for name in self.arg_names)), using)
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount

@@ -29,19 +29,21 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import connections, router, transaction
-from django.db.models import Max, Q, Value
+from django.db.models import F, Max, Q
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .conf import settings
 from .errors import ArgumentError, ChatBusyError, RunLostError
 from .models import Chat, Message, Run, ToolCall
 from .models.message import QUEUED_POSITION, clock_position
-from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate
+from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate
 
 logger = logging.getLogger("django_llmchat.runs")
 
@@ -68,6 +70,55 @@ CANCEL_POLL_SECONDS = 0.25
 _LOCK_CHAT = PreparedUpdate(Chat, updated_at=Now())
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
+_HEAD_FIELDS = (
+    "id",
+    "chat_id",
+    "prompt_id",
+    "status",
+    "attempt",
+    "steps",
+    "worker",
+    "task_id",
+    "cancel_requested",
+    "interrupt_reason",
+    "error",
+    "error_type",
+    "lease_expires_at",
+    "started_at",
+    "created_at",
+    "finished_at",
+)
+_HEAD = PreparedQuery(
+    lambda chat_id: Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED)
+    .order_by("id")
+    .values_list(*_HEAD_FIELDS)[:1]
+)
+_CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
+_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
+_CHAT_RELEASED = PreparedUpdate(
+    Chat,
+    where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
+    placeholders=(INT_ARG, INT_ARG + 1),
+    status=Arg(str),
+    active_run=None,
+)
+# the attempt is a positive 32-bit column: its stand-in must be in range
+_FENCED = (INT_ARG, 2_147_483_000)
+
+
+def _fenced(pk: int, attempt: int):
+    return Run._base_manager.filter(pk=pk, attempt=attempt, status=Run.RUNNING)
+
+
+_LAST_STEP = PreparedUpdate(
+    Run,
+    where=_fenced,
+    placeholders=_FENCED,
+    steps=F("steps") + 1,
+    status=Arg(str),
+    finished_at=Now(),
+    lease_expires_at=None,
+)
 _POLL = PreparedQuery(
     lambda run_id: Run.objects.filter(pk=run_id).values_list(
         "status", "attempt", "cancel_requested", "interrupt_reason"
@@ -110,30 +161,43 @@ def _lock(chat_id: int) -> bool:
 
 def _head(chat_id: int) -> Run | None:
     """The oldest unfinished run of the chat: the one to work on next."""
-    return Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED).order_by("id").first()
+    rows = _HEAD.rows(chat_id)
+    if not rows:
+        return None
+    values = dict(zip(_HEAD_FIELDS, rows[0], strict=True))
+    for name in ("lease_expires_at", "started_at", "created_at", "finished_at"):
+        values[name] = _aware(values[name])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    run = Run(**values)
+    run._state.adding = False
+    run._state.db = router.db_for_read(Run)
+    return run
 
 
-def _sync_chat(chat_id: int, **updates: Any) -> Run | None:
+def _aware(value: Any) -> Any:
+    """A datetime read without Django's converters (SQLite gives naive UTC text)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and django_settings.USE_TZ and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def _sync_chat(chat_id: int, release: int | None = None) -> Run | None:
     """Write the chat's cached status (its head run's, else ``idle``), in the caller's
-    transaction, after the chat's lock was taken; returns the head run."""
+    transaction, after the chat's lock was taken; ``release``: the run letting go of the
+    chat (``active_run`` cleared when it held it). Returns the head run."""
     head = _head(chat_id)
-    Chat.objects.filter(pk=chat_id).update(
-        status=head.status if head is not None else "idle", **updates
-    )
+    status = head.status if head is not None else "idle"
+    if release is None or not _CHAT_RELEASED.run(chat_id, release, status=status):
+        _CHAT_STATUS.run(chat_id, status=status)
     return head
 
 
 def _release(chat_id: int, run_id: int) -> Run | None:
     """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock);
     returns the chat's next run."""
-    return _sync_chat(chat_id, active_run=_active_after(run_id))
-
-
-def _active_after(run_id: int):
-    """``active_run`` after run ``run_id`` lets go: ``NULL`` when it held it."""
-    from django.db.models import Case, F, When
-
-    return Case(When(active_run_id=run_id, then=Value(None)), default=F("active_run"))
+    return _sync_chat(chat_id, release=run_id)
 
 
 def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
@@ -196,9 +260,9 @@ def enqueue(
             run.worker, run.lease_expires_at = worker, _lease_until()
         _INSERT_RUN.save(run)
         if claimed:
-            Chat.objects.filter(pk=chat.pk).update(status=Run.RUNNING, active_run=run)
+            _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
         elif head is None:
-            Chat.objects.filter(pk=chat.pk).update(status=Run.QUEUED)
+            _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
     chat.status = run.status if head is None else head.status
     return run, (Execution(run, worker=worker) if claimed else None)
 
@@ -287,7 +351,7 @@ def claim(
                 )
             else:
                 _move_prompt_into_place(chat_id, head.prompt_id)
-            Chat.objects.filter(pk=chat_id).update(status=Run.RUNNING, active_run=head)
+            _CHAT_RUNNING.run(chat_id, active_run=head.pk)
             for name, value in updates.items():
                 setattr(head, name, value)
             return Claim(execution=Execution(head, worker=worker))
@@ -434,17 +498,16 @@ class Execution:
         :class:`RunLostError` (rolling the step back) when the run is not ours any more.
         ``final_status``: the run ends with this step (the caller took the chat's lock
         first, with :meth:`lock_chat`)."""
-        from django.db.models import F
-
-        updates: dict[str, Any] = {"steps": F("steps") + 1}
         if final_status is None:
-            updates["lease_expires_at"] = _lease_until()
+            changed = self._fenced().update(
+                steps=F("steps") + 1, lease_expires_at=_lease_until()
+            )
         else:
-            finished = timezone.now()
-            updates.update(status=final_status, finished_at=finished, lease_expires_at=None)
-            self.run.finished_at = finished
-        if not self._fenced().update(**updates):
+            changed = _LAST_STEP.run(self.pk, self.attempt, status=final_status)
+            self.run.finished_at = timezone.now()
+        if not changed:
             raise self._lost()
+        self.run.steps += 1
         if final_status is not None:
             self._ended(final_status, _release(self.chat_id, self.pk))
 
