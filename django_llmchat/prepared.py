@@ -69,11 +69,14 @@ class PreparedQuery:
         if found is None:
             with self._lock:
                 sql, params = self._as_sql(using)
+                # a backend may wrap values (psycopg's Int4 for an integer column)
                 slots = [
                     (index, self.placeholders.index(value))
                     for index, value in enumerate(params)
                     if any(
-                        value is p or (type(value) is type(p) and value == p)
+                        value is p
+                        or (isinstance(value, type(p)) and not isinstance(value, bool))
+                        and value == p
                         for p in self.placeholders
                     )
                 ]
@@ -85,9 +88,14 @@ class PreparedQuery:
     def _bound(self, args: Sequence[Any], using: str) -> tuple[str, list[Any]]:
         """The compiled SQL with ``args`` in the placeholders' places."""
         sql, params, slots = self._compile(using)
+        compiled = params
         params = list(params)
         for index, arg in slots:
-            params[index] = args[arg]
+            value = args[arg]
+            wrapper = type(compiled[index])
+            if value is not None and wrapper is not type(value) and issubclass(wrapper, int):
+                value = wrapper(value)  # the backend's own integer type, as compiled
+            params[index] = value
         return sql, params
 
     def model(self) -> type:

@@ -112,3 +112,33 @@ def test_prepared_update_changes_one_row():
     b.refresh_from_db()
     assert a.status == "running" and a.updated_at >= before
     assert b.status == "idle"
+
+
+def test_prepared_update_with_arguments_and_a_where_clause():
+    from django.db.models import F
+
+    from django_llmchat.models import Run
+    from django_llmchat.prepared import INT_ARG, Arg, PreparedUpdate
+
+    chat = Chat.objects.create()
+    run = Run.objects.create(chat=chat, status="running", attempt=3)
+    update = PreparedUpdate(
+        Run,
+        where=lambda pk, attempt: Run.objects.filter(pk=pk, attempt=attempt),
+        placeholders=(INT_ARG, 2_000_000_000),  # in range of the positive column
+        steps=F("steps") + 1,
+        status=Arg(str),
+        task_id=Arg(str),
+    )
+    assert update.run(run.pk, 2, status="failed", task_id="t") == 0  # another attempt
+    assert update.run(run.pk, 3, status="succeeded", task_id="t1") == 1
+    assert update.run(run.pk, 3, status="failed", task_id="t2") == 1  # compiled once, reused
+    run.refresh_from_db()
+    assert (run.status, run.task_id, run.steps) == ("failed", "t2", 2)
+    with pytest.raises(TypeError):
+        update.run(run.pk, 3, status="x")  # task_id is missing
+    other = PreparedUpdate(Chat, status=Arg(str), active_run=Arg(int))
+    assert other.run(chat.pk, status="running", active_run=run.pk) == 1
+    assert other.run(chat.pk, status="idle", active_run=None) == 1
+    chat.refresh_from_db()
+    assert chat.status == "idle" and chat.active_run_id is None
