@@ -322,12 +322,15 @@ class RunStarted(StreamEvent):
 
 @dataclass(eq=True)
 class RunFinished(StreamEvent):
-    """A run ended: ``status`` is ``"completed"``, ``"interrupted"``, ``"blocked"``,
-    ``"failed"`` or ``"retrying"`` (a retryable provider error; a new run follows);
+    """A run ended: ``status`` is the run's (``"succeeded"``, ``"failed"``,
+    ``"cancelled"``, ``"interrupted"``, ``"awaiting_approval"``), ``"retrying"`` (a
+    retryable provider error: the same run starts again later, with a new ``RunStarted``)
+    or ``"blocked"`` (a before-guardrail refused the prompt of an inline stream: nothing
+    was stored);
     ``error`` is the error text (no secrets), ``None`` when there was none."""
 
     run_id: str = ""
-    status: str = "completed"
+    status: str = "succeeded"
     error: str | None = None
     role: str = "system"
 

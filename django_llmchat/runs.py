@@ -652,19 +652,20 @@ def _private_database() -> bool:
 
 
 # -- stopping, deciding -----------------------------------------------------------------------
-def interrupt(chat_id: int, reason: str | None = None) -> bool:
+def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = None) -> bool:
     """Stop the chat's current run: a running one stops between chunks or steps (its
     process sees the request within a quarter second); one waiting for a decision or in
     the queue ends now. ``reason == "cancelled"`` ends it ``cancelled``, any other
-    reason ``interrupted``. Returns whether there was a run to stop (``False`` as well
-    when a stop was asked for already: the first request wins)."""
+    reason ``interrupted``. ``run_id``: stop only that run (when it is still the chat's
+    current one). Returns whether there was a run to stop (``False`` as well when a stop
+    was asked for already: the first request wins)."""
     reason = (reason or "")[:255]
     status = Run.CANCELLED if reason == "cancelled" else Run.INTERRUPTED
     with transaction.atomic():
         if not _lock(chat_id):
             return False
         head = _head(chat_id)
-        if head is None:
+        if head is None or (run_id is not None and head.pk != run_id):
             return False
         if head.status == Run.RUNNING:
             return bool(

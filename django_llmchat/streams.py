@@ -252,15 +252,15 @@ def last_id(chat_id: int | str) -> str:
 
 def has_id(chat_id: int | str, event_id: str) -> bool:
     """Whether ``event_id`` is the id of an event in the chat's stream, or older than the
-    oldest event the stream still holds (trimmed or expired: resuming from it replays what
-    is left)."""
+    oldest event the stream still holds (trimmed: resuming from it replays what is left),
+    or the stream is empty (expired)."""
     redis_client = client()
     key = stream_key(chat_id)
     if redis_client.xrange(key, event_id, event_id, count=1):
         return True
     oldest = redis_client.xrange(key, "-", "+", count=1)
     if not oldest:
-        return False
+        return True  # an expired (or never used) stream: its old ids replay nothing
     return _id_tuple(event_id) < _id_tuple(oldest[0][0])
 
 

@@ -39,7 +39,7 @@ def test_run_events_round_trip():
     assert RunFinished(run_id="r1").to_dict() == {
         "role": "system",
         "run_id": "r1",
-        "status": "completed",
+        "status": "succeeded",
     }
     for event in (started, RunStarted(run_id="x"), finished, RunFinished(run_id="y")):
         assert event_from_dict(event.type, event.to_dict()) == event
@@ -77,7 +77,7 @@ def redis_events():
             client.delete(*keys)
 
 
-def publish_run(chat_id, run_id, *texts, status="completed"):
+def publish_run(chat_id, run_id, *texts, status="succeeded"):
     ids = [streams.publish(chat_id, RunStarted(run_id=run_id))]
     ids += [streams.publish(chat_id, TextDelta(t)) for t in texts]
     ids.append(streams.publish(chat_id, RunFinished(run_id=run_id, status=status)))
@@ -95,7 +95,7 @@ def test_publish_follow_and_resume(redis_events):
         RunStarted(run_id="a"),
         TextDelta("Hel"),
         TextDelta("lo"),
-        RunFinished(run_id="a", status="completed"),
+        RunFinished(run_id="a", status="succeeded"),
     ]
     # Last-Event-ID: resume after the second event
     assert list(streams.follow(1, ids[1], block_ms=50, timeout=2)) == got[2:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from django.urls import reverse
@@ -182,9 +183,15 @@ def tokens_dict(tokens) -> dict[str, int]:
     return out
 
 
+_TEN_PLACES = Decimal("0.0000000001")
+
+
 def cost_dict(cost) -> dict[str, str]:
+    """USD parts as decimal strings with ten places (sums of a database come with more)."""
     return {
-        part: str(getattr(cost, part)) for part in COST_FIELDS if getattr(cost, part) is not None
+        part: str(Decimal(getattr(cost, part)).quantize(_TEN_PLACES))
+        for part in COST_FIELDS
+        if getattr(cost, part) is not None
     }
 
 

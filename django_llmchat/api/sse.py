@@ -166,9 +166,12 @@ class InlineRun:
         if self._blocked:
             return RunFinished(run_id, "blocked")
         execution = getattr(runner, "execution", None)
-        status = (execution.outcome if execution is not None else None) or (
-            run.status if run is not None else "failed"
-        )
+        status = execution.outcome if execution is not None else None
+        if status is None and run is not None and run.pk is not None:
+            # ended before this process took it (e.g. cancelled while it waited its turn)
+            run.refresh_from_db(fields=["status"])
+            status = run.status
+        status = status or "failed"
         if self._error is not None:
             return RunFinished(run_id, status, self._error["message"])
         return RunFinished(run_id, status)

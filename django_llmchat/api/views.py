@@ -236,7 +236,9 @@ class ChatViewSet(
     )
     def cancel(self, request, pk=None):
         chat = self.get_chat(pk)
-        if not chat.cancel():
+        # the run current now, and only it: of requests racing, one stops it
+        current = chat.runs.unfinished().order_by("id").values_list("pk", flat=True).first()
+        if current is None or not runs.interrupt(chat.pk, "cancelled", run_id=current):
             raise Conflict("The chat has no run to cancel, or its cancel was already asked for.")
         chat.refresh_from_db(fields=["status"])
         return Response(
@@ -323,7 +325,7 @@ class MessageListCreateView(LLMChatView):
 
     @document(
         summary="List a chat's messages",
-        description="Oldest first, by `(created_at, id)`; each message with its tool calls "
+        description="In transcript order, by `(position, id)`; each message with its tool calls "
         "and their results, citations, attachments, tokens and cost. `?from=end` starts "
         "with the latest page.",
         responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
@@ -479,20 +481,22 @@ class ToolCallDecisionView(LLMChatView):
         except ChatBusyError:
             raise Conflict("The chat is running; wait for it to pause.") from None
         resumed = run is not None
+        decided = run or chat.runs.filter(status=Run.AWAITING_APPROVAL).order_by("id").first()
         if resumed and self.wants_events():
             return _inline(self, chat, resume=run)
         after = None
         if resumed:
             after = _stream_position(chat)
             _resume_later(chat, run)
-        head = chat.runs.order_by("-id").with_totals().first()
+        if decided is not None:
+            decided = Run.objects.with_totals().get(pk=decided.pk)
         context = {**self.get_serializer_context(), "events_after": after}
         return Response(
             {
                 "call_id": call_id,
                 "approval": self.decision,
                 "resumed": resumed,
-                "run": RunSerializer(head, context=context).data if head is not None else None,
+                "run": RunSerializer(decided, context=context).data if decided else None,
             },
             status=status.HTTP_202_ACCEPTED,
         )

@@ -176,7 +176,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='message',
             name='run',
-            field=models.ForeignKey(blank=True, db_index=False, help_text='The run that stored the message (for a prompt: the run answering it).', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='messages', to='django_llmchat.run'),
+            field=models.ForeignKey(blank=True, db_index=False, help_text="The run that stored the message (a prompt's runs are prompted_runs).", null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='messages', to='django_llmchat.run'),
         ),
         migrations.AddField(
             model_name='usage',

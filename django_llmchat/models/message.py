@@ -284,7 +284,7 @@ class Message(AbstractMessage):
         blank=True,
         related_name="messages",
         db_index=False,  # llmchat_message_run_idx
-        help_text="The run that stored the message (for a prompt: the run answering it).",
+        help_text="The run that stored the message (a prompt's runs are prompted_runs).",
     )
 
     class Meta(AbstractMessage.Meta):
