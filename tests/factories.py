@@ -1,10 +1,13 @@
-"""Builders for transcripts used across the suite."""
+"""Builders for transcripts and runs used across the suite."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
-from django_llmchat.models import Chat, Message, ToolCall, Usage
+from django.utils import timezone
+
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 
 
 def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -> None:
@@ -80,3 +83,21 @@ def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -
                 for u in users
             ]
         )
+
+
+def taken_run(chat: Chat, prompt: Message | None = None, *, lease: float, **fields) -> Run:
+    """A run a process took on, as that process left it: running, its lease ending
+    ``lease`` seconds from now (negative: it ran out, the process is gone), holding the
+    chat."""
+    now = timezone.now()
+    fields = {"attempt": 1, "worker": "elsewhere:1", **fields}
+    run = Run.objects.create(
+        chat=chat,
+        prompt=prompt,
+        status="running",
+        started_at=now,
+        lease_expires_at=now + timedelta(seconds=lease),
+        **fields,
+    )
+    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
+    return run

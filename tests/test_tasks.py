@@ -19,6 +19,7 @@ from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 from django_llmchat.tasks import complete_chat, in_process_mode, run_chat
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.tools import tool
+from tests.factories import taken_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,18 +134,9 @@ def test_a_duplicated_or_redelivered_task_makes_no_second_reply(inline):
     assert transcript(chat) == [("user", "Once?"), ("assistant", "Once.")]
 
 
-def _dead_run(chat, prompt=None, *, attempt=1, steps=0):
+def _dead_run(chat, prompt=None, **fields):
     """A run a worker took and then died on: running, its lease run out."""
-    return Run.objects.create(
-        chat=chat,
-        prompt=prompt,
-        status="running",
-        attempt=attempt,
-        steps=steps,
-        worker="gone:1",
-        started_at=timezone.now(),
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    return taken_run(chat, prompt, lease=-1, worker="gone:1", **fields)
 
 
 @tool
@@ -164,7 +156,6 @@ def test_a_run_whose_worker_died_after_a_tool_round_resumes_from_it(inline):
         chat=chat, message=call_msg, call_id="call_1", name="task_lookup", arguments={"key": "k"}
     )
     chat.add_message(role="tool", content="value of k", parent_tool_call=call, run=run)
-    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
     inline.script("k is value of k.")
     assert run_chat(chat.pk, run.pk) == "done"
     run.refresh_from_db()
@@ -192,14 +183,7 @@ def test_a_run_cut_mid_step_is_retried_from_the_step(inline):
 def test_a_live_lease_is_left_alone_and_the_task_comes_back_later(inline):
     chat = Chat.objects.create()
     prompt = chat.add_message(role="user", content="Q")
-    run = Run.objects.create(
-        chat=chat,
-        prompt=prompt,
-        status="running",
-        attempt=1,
-        worker="alive:1",
-        lease_expires_at=timezone.now() + timedelta(seconds=20),
-    )
+    run = taken_run(chat, prompt, lease=20)
     with pytest.raises(tasks.RetryLater) as info:
         run_chat(chat.pk, run.pk)
     assert 19 <= info.value.countdown <= 21

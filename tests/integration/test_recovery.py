@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from django_llmchat.models import Chat, Message, Run, ToolCall
 from django_llmchat.tasks import recover_runs
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as Call
+from tests.factories import taken_run
 
 from .conftest import current_app, wait_until
 
@@ -92,16 +91,7 @@ def test_a_lease_that_ran_out_without_redelivery_is_recovered_by_the_periodic_ta
     chat = Chat.objects.create()
     prompt = chat.add_message(role="user", content="Still there?")
     # a worker took the run and died; its task is gone from the broker
-    run = Run.objects.create(
-        chat=chat,
-        prompt=prompt,
-        status="running",
-        attempt=1,
-        worker="lost-host:1",
-        started_at=timezone.now(),
-        lease_expires_at=timezone.now() - timedelta(seconds=5),
-    )
-    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
+    run = taken_run(chat, prompt, lease=-5, worker="lost-host:1")
     with current_app(services.sender()):
         recover_runs.delay()  # what Celery beat sends every minute
     wait_until(lambda: Run.objects.get(pk=run.pk).status == "succeeded", timeout=20)

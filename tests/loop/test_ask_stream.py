@@ -19,13 +19,6 @@ from django_llmchat.tools import tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PROVIDERS = [
-    ("openai", "gpt-4.1-mini", {}),
-    ("openai", "gpt-4.1-mini", {"api": "chat_completions"}),
-    ("anthropic", "claude-haiku-4-5", {}),
-    ("gemini", "gemini-2.5-flash", {}),
-]
-
 
 @tool
 def weather(city: str) -> str:
@@ -33,21 +26,9 @@ def weather(city: str) -> str:
     return f"18C and sunny in {city}"
 
 
-@pytest.fixture(params=PROVIDERS, ids=lambda p: p[0] + ("-cc" if p[2] else ""))
-def chat(request, fake_llm):
-    provider, model, options = request.param
-    fake_llm.configure(provider, model)
-    if options:
-        from django.test import override_settings
-
-        from django_llmchat.conf import settings as llm
-
-        providers = {k: dict(v) for k, v in llm.PROVIDERS.items()}
-        providers[provider].update(options)
-        o = override_settings(LLMCHAT={**llm.user_settings, "PROVIDERS": providers})
-        o.enable()
-        request.addfinalizer(o.disable)
-    return Chat.objects.create(provider=provider, model_id=model)
+@pytest.fixture
+def chat(provider_chat):
+    return provider_chat
 
 
 def test_ask_stores_prompt_reply_and_usage(chat, fake_llm):

@@ -7,11 +7,9 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from django_llmchat import runs
 from django_llmchat.agents import Agent
@@ -22,8 +20,7 @@ from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import tool
-
-from .test_ask_stream import PROVIDERS
+from tests.factories import taken_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,25 +95,8 @@ def test_an_unsaved_chat_stream_fails_at_once(fake_llm):
 
 
 # -- tool-call ids as vendors send them -----------------------------------------------------
-@pytest.fixture(params=PROVIDERS, ids=lambda p: p[0] + ("-cc" if p[2] else ""))
-def any_chat(request, fake_llm):
-    provider, model, options = request.param
-    fake_llm.configure(provider, model)
-    if options:
-        from django.test import override_settings
-
-        from django_llmchat.conf import settings as llm
-
-        providers = {k: dict(v) for k, v in llm.PROVIDERS.items()}
-        providers[provider].update(options)
-        o = override_settings(LLMCHAT={**llm.user_settings, "PROVIDERS": providers})
-        o.enable()
-        request.addfinalizer(o.disable)
-    return Chat.objects.create(provider=provider, model_id=model)
-
-
-def test_repeated_and_empty_tool_call_ids_are_stored_and_replayed(any_chat, fake_llm):
-    chat = any_chat
+def test_repeated_and_empty_tool_call_ids_are_stored_and_replayed(provider_chat, fake_llm):
+    chat = provider_chat
     chat.with_tools(echo)
     fake_llm.script(
         Reply(
@@ -193,16 +173,7 @@ def test_a_streamed_reply_that_passes_comes_out_whole_after_the_check(fake_llm):
 
 # -- one owner per transition ---------------------------------------------------------------
 def _working(chat, seconds=60):
-    run = Run.objects.create(
-        chat=chat,
-        status="running",
-        attempt=1,
-        worker="elsewhere:1",
-        started_at=timezone.now(),
-        lease_expires_at=timezone.now() + timedelta(seconds=seconds),
-    )
-    Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
-    return run
+    return taken_run(chat, lease=seconds)
 
 
 def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
@@ -251,13 +222,7 @@ def test_a_process_that_lost_its_run_stores_no_step(chat, fake_llm):
 
 def test_two_claims_of_one_run_one_wins(chat):
     prompt = chat.add_message(role="user", content="Q")
-    dead = Run.objects.create(
-        chat=chat,
-        prompt=prompt,
-        status="running",
-        attempt=1,
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    dead = taken_run(chat, prompt, lease=-1)
     first = runs.claim(chat.pk, worker="a:1")
     second = runs.claim(chat.pk, worker="b:2")
     assert first.execution is not None and first.execution.attempt == 2
