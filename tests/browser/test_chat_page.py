@@ -455,7 +455,7 @@ def test_a_running_and_a_queued_reply_show_after_a_reload(page, fake_llm):
     assert after_prompt(page, "First question") == [answering]
     [queued] = after_prompt(page, "Second question")
     assert queued["cls"] == "notice run queued" and queued["text"].startswith("Queued")
-    assert "elsewhere" in page.locator("#status").inner_text()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('elsewhere')")
 
     deadline = time.monotonic() + 20
     while api_get(page, f"/api/chats/{chat_id}/")["status"] != "idle":
