@@ -230,3 +230,24 @@ def test_concurrent_decisions_and_cancels_one_wins(owner, fake_llm, monkeypatch)
     assert resumed == [chat.runs.get().pk]
     assert race(lambda i: url("chat-cancel", pk=chat.pk)) == [202] + [409] * 7
     assert chat.runs.get().status == "cancelled"
+
+
+def test_runs_list_and_detail_are_the_owners_alone(api, clients, chat, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Reply("One.", usage={"input_tokens": 4, "output_tokens": 2}))
+    chat.ask("First?")
+    run = chat.last_run
+    listing = api.get(url("chat-runs", pk=chat.pk))
+    assert listing.status_code == 200
+    [row] = listing.json()["results"]
+    assert row["id"] == run.pk and row["status"] == "succeeded" and row["steps"] == 1
+    assert row["tokens"]["input_tokens"] == 4 and row["tokens"]["total_tokens"] == 6
+    reply = api.get(url("chat-messages", pk=chat.pk)).json()["results"][-1]
+    assert row["tokens"] == reply["tokens"] and row["cost"] == reply["cost"]
+    assert row["prompt"] == run.prompt_id and row["error"] == ""
+    detail = api.get(url("run-detail", pk=run.pk))
+    assert detail.status_code == 200 and detail.json() == row
+    assert api.get(url("chat-detail", pk=chat.pk)).json()["last_run"]["id"] == run.pk
+    # another user sees neither
+    assert clients.other.get(url("chat-runs", pk=chat.pk)).status_code == 404
+    assert clients.other.get(url("run-detail", pk=run.pk)).status_code == 404
