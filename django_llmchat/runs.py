@@ -442,7 +442,9 @@ class Execution:
         # when it ends, send the task of the run queued next (a task draining the queue
         # itself turns it off)
         self.kick_next = True
-        self._last_poll = 0.0
+        # just claimed: the first read of the run is a poll interval away (saves a round
+        # trip before the first token; a stop asked for meanwhile is seen at that poll)
+        self._last_poll = time.monotonic()
         _keeper().add(self)
 
     def __repr__(self) -> str:
