@@ -313,6 +313,10 @@ def claim(
                     Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
                         lease_expires_at=_lease_until(), worker=worker
                     )
+                    if head.status == Run.RUNNING and not (
+                        head.lease_expires_at is not None and head.lease_expires_at > now
+                    ):
+                        _resume_soon(head)  # the run ahead lost its process: send its task
                     return Claim(state=PAUSED if head.status == Run.AWAITING_APPROVAL else BUSY)
             if head.status == Run.AWAITING_APPROVAL:
                 return Claim(state=PAUSED)
@@ -356,6 +360,20 @@ def claim(
                 setattr(head, name, value)
             return Claim(execution=Execution(head, worker=worker))
     raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
+
+
+_resumes_sent: dict[int, float] = {}
+
+
+def _resume_soon(run: Run) -> None:
+    """Send the task of a run whose process died (at most once a lease period a run)."""
+    now = time.monotonic()
+    if now - _resumes_sent.get(run.pk, -1e9) < _lease_seconds():
+        return
+    if len(_resumes_sent) > 10_000:
+        _resumes_sent.clear()
+    _resumes_sent[run.pk] = now
+    transaction.on_commit(lambda: _send(run))
 
 
 def _busy_or_paused(head: Run, now) -> Claim:

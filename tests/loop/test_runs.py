@@ -296,3 +296,19 @@ def test_saving_a_chat_loaded_before_a_run_never_overwrites_its_run_state(chat):
     fresh = Chat.objects.get(pk=chat.pk)
     assert fresh.title == "Renamed"
     assert fresh.status == "running" and fresh.active_run_id == run.pk
+
+
+def test_ask_behind_a_run_whose_process_died_gets_it_resumed_then_answers(chat, fake_llm):
+    prompt = chat.add_message(role="user", content="First")
+    taken_run(chat, prompt, lease=-1)  # its process is gone and no task will come
+    fake_llm.configure("openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER=True)
+    fake_llm.script("First answer.", "Second answer.")
+    reply = chat.ask("Second")  # waits behind it: the dead run is resumed in a thread
+    assert reply.content == "Second answer."
+    assert [m.content for m in chat.transcript()] == [
+        "First",
+        "First answer.",
+        "Second",
+        "Second answer.",
+    ]
+    assert run_statuses(chat) == ["succeeded", "succeeded"]
