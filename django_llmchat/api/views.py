@@ -30,6 +30,7 @@ from .. import runs
 from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
+from ..transcript import known_relations
 from .filters import LLMModelFilter
 from .pagination import (
     ChatCursorPagination,
@@ -385,8 +386,12 @@ class MessageListCreateView(LLMChatView):
                 {"detail": "A guardrail blocked the message.", "guardrail": tripwire.to_dict()},
                 status=status.HTTP_422_UNPROCESSABLE_ENTITY,
             )
-        run = Run.objects.filter(pk=chat.last_run.pk).with_totals().get()
-        message = Message.objects.filter(pk=message.pk).transcript().get()
+        run = chat.last_run
+        run.refresh_from_db()  # a worker (or an in-process run) may have taken it already
+        if attachments:
+            message = Message.objects.filter(pk=message.pk).transcript().get()
+        else:  # just stored, with nothing attached: nothing to read back
+            known_relations(message, tool_calls=[], attachments=[], usages=[])
         context = self.get_serializer_context()
         body = {
             "message": MessageSerializer(message, context=context).data,

@@ -91,13 +91,17 @@ class AbstractRun(models.Model):
         """Tokens over the run's provider attempts."""
         if f"_sum_{TOKEN_FIELDS[0]}" in self.__dict__:
             return Tokens(**{n: self.__dict__[f"_sum_{n}"] for n in TOKEN_FIELDS})
-        return self.usages.all().tokens() if self.pk else Tokens()
+        if not self.pk or not self.attempt:  # never taken on: no provider was called
+            return Tokens()
+        return self.usages.all().tokens()
 
     def cost(self) -> Cost:
         """USD over the run's provider attempts (``None`` parts: no known price)."""
         if "_sum_total_cost" in self.__dict__:
             return Cost(*(self.__dict__[f"_sum_{USAGE_COST_COLUMNS[p]}"] for p in COST_FIELDS))
-        return self.usages.all().cost() if self.pk else Cost()
+        if not self.pk or not self.attempt:
+            return Cost()
+        return self.usages.all().cost()
 
 
 class Run(AbstractRun):
