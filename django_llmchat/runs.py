@@ -633,11 +633,16 @@ class _Keeper:
             self.live.discard(execution)
 
     def _run(self) -> None:
+        """Renew until no run is left to renew, then end (and close this thread's database
+        connection): ``add`` starts a new thread when the next run comes."""
         try:
             while True:
                 self.wake.wait(max(0.2, _lease_seconds() / 3))
                 with self.mutex:
                     live = list(self.live)
+                    if not live:
+                        self.thread = None
+                        return
                 for execution in live:
                     try:
                         if not execution.renew():

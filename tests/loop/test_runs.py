@@ -312,3 +312,21 @@ def test_ask_behind_a_run_whose_process_died_gets_it_resumed_then_answers(chat, 
         "Second answer.",
     ]
     assert run_statuses(chat) == ["succeeded", "succeeded"]
+
+
+def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
+    if connection.vendor == "sqlite":
+        pytest.skip("an in-memory database has no other process to prove alive to")
+    import time
+
+    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=1.0)
+    prompt = chat.add_message(role="user", content="Q")
+    run = Run.objects.create(chat=chat, prompt=prompt, status="queued")
+    execution = runs.claim(chat.pk, run_id=run.pk).execution
+    first = Run.objects.get(pk=run.pk).lease_expires_at
+    time.sleep(1.5)  # longer than the lease: renewed meanwhile (every third of it)
+    renewed = Run.objects.get(pk=run.pk).lease_expires_at
+    assert renewed > first and renewed > timezone.now()
+    assert runs.claim(chat.pk, worker="other:2").state == runs.BUSY  # nobody takes it over
+    execution.finish("succeeded")
+    assert Run.objects.get(pk=run.pk).lease_expires_at is None
