@@ -631,6 +631,8 @@ class _Keeper:
     def discard(self, execution: Execution) -> None:
         with self.mutex:
             self.live.discard(execution)
+            if not self.live:
+                self.wake.set()  # nothing left: the thread ends now
 
     def _run(self) -> None:
         """Renew until no run is left to renew, then end (and close this thread's database
@@ -638,6 +640,7 @@ class _Keeper:
         try:
             while True:
                 self.wake.wait(max(0.2, _lease_seconds() / 3))
+                self.wake.clear()
                 with self.mutex:
                     live = list(self.live)
                     if not live:

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from django_llmchat import runs
 from django_llmchat.agents import Agent
