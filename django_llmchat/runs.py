@@ -627,6 +627,8 @@ class _Keeper:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="llmchat-leases", daemon=True)
                 self.thread.start()
+            else:
+                self.wake.set()  # a tick now: the new run's lease period may be shorter
 
     def discard(self, execution: Execution) -> None:
         with self.mutex:
