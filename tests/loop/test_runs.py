@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
