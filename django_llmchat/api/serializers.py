@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from ..conf import settings
 from ..context import Context
-from ..models import Attachment, Chat, LLMModel, Message, ToolCall
+from ..models import Attachment, Chat, LLMModel, Message, Run, ToolCall
 from ..values import COST_FIELDS
 from .uploads import check_upload
 
@@ -371,8 +371,6 @@ class RunSerializer(serializers.ModelSerializer):
     messages_url = serializers.SerializerMethodField()
 
     class Meta:
-        from ..models import Run
-
         model = Run
         fields = (
             "id",
