@@ -172,6 +172,53 @@ class RunLostError(LLMChatError):
     or it was finished elsewhere. Nothing more is written by this process."""
 
 
+class BudgetExceededError(LLMChatError):
+    """A hard limit of :doc:`limits` is reached: no provider call is made.
+
+    ``limit`` names it (``usd_per_day``, ``usd_per_month``, ``tokens_per_day``,
+    ``runs_per_hour``, ``concurrent_runs``), ``used`` and ``allowed`` are the amounts (a
+    ``Decimal`` for dollars, an ``int`` otherwise), ``resets_at`` when the window frees up
+    (an aware ``datetime``; ``None`` for concurrent runs, freed when one ends).
+    """
+
+    def __init__(
+        self,
+        limit: str,
+        *,
+        used: Any = None,
+        allowed: Any = None,
+        resets_at: Any = None,
+        message: str | None = None,
+    ):
+        self.limit = limit
+        self.used = used
+        self.allowed = allowed
+        self.resets_at = resets_at
+        self.message = message or f"The {limit.replace('_', ' ')} limit is reached."
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready fields of a 429 body or an event (no ``detail``)."""
+        return {
+            "limit": self.limit,
+            "used": None if self.used is None else str(self.used),
+            "allowed": None if self.allowed is None else str(self.allowed),
+            "resets_at": self.resets_at.isoformat() if self.resets_at is not None else None,
+        }
+
+    def __reduce__(self):
+        return (
+            _rebuild_budget,
+            (self.limit, self.used, self.allowed, self.resets_at, self.message),
+        )
+
+
+def _rebuild_budget(limit, used, allowed, resets_at, message) -> BudgetExceededError:
+    return BudgetExceededError(
+        limit, used=used, allowed=allowed, resets_at=resets_at, message=message
+    )
+
+
 # Safe words for a user, most specific first: a provider's own error text stays in the
 # logs, never in a run's ``error``, an event or an API response.
 _SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (

@@ -1,9 +1,10 @@
 """``path("api/", include("django_llmchat.api.urls"))`` mounts the API (namespace
 ``llmchat-api``)."""
 
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
+from .errors import not_found
 from .schema import SCHEMA_SETTINGS
 from .views import (
     ChatViewSet,
@@ -46,4 +47,6 @@ urlpatterns = [
         SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
         name="schema",
     ),
+    # last: any other path under the API is a JSON 404 (not the project's HTML page)
+    re_path(r"^(?P<path>.*)$", not_found, name="not-found"),
 ]

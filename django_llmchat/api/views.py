@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from typing import Any
 
+from django.conf import settings as django_settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
@@ -31,6 +34,7 @@ from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
 from ..transcript import known_relations
+from .errors import api_exception_handler
 from .filters import LLMModelFilter
 from .pagination import (
     ChatCursorPagination,
@@ -76,9 +80,22 @@ def _valid_event_id(value: str) -> bool:
 
 # -- plumbing -------------------------------------------------------------------------------
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, plus: unknown charsets and absurd nesting are a 400, not a 500."""
+    """DRF's JSON parser, plus: unknown charsets and absurd nesting are a 400, not a 500; a
+    body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413."""
 
     def parse(self, stream, media_type=None, parser_context=None):
+        limit = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit is not None and stream is not None:
+            request = (parser_context or {}).get("request")
+            length = request.META.get("CONTENT_LENGTH") if request is not None else None
+            try:
+                too_big = int(length or 0) > limit
+            except ValueError:
+                too_big = False
+            body = stream.read(limit + 1)
+            if too_big or len(body) > limit:
+                raise RequestDataTooBig("request body over DATA_UPLOAD_MAX_MEMORY_SIZE")
+            stream = io.BytesIO(body)
         try:
             return super().parse(stream, media_type, parser_context)
         except LookupError:
@@ -113,6 +130,9 @@ class LLMChatView(GenericAPIView):
 
     def get_authenticators(self):
         return [cls() for cls in default_authenticators()]
+
+    def get_exception_handler(self):
+        return api_exception_handler
 
     def get_throttles(self):
         return [cls() for cls in default_throttles(runs=self._starts_run())]

@@ -1,0 +1,119 @@
+"""What the framework refuses before a view runs is JSON too, with a ``code``."""
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from django_llmchat.models import Message
+
+from .conftest import url
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/chats/abc/",
+        "/api/chats/1/nothing/",
+        "/api/nothing/",
+        "/api/runs/-1/",
+        "/api/chats/99999999999999999999999/messages/x/",
+    ],
+)
+def test_unmatched_paths_are_a_json_404(api, path):
+    response = api.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_unmatched_paths_answer_anonymous_clients_the_same(clients):
+    response = clients.anon.post("/api/chats/abc/", {}, format="json")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+def test_a_route_without_its_slash(api, chat):
+    response = api.get(f"/api/chats/{chat.pk}?x=1")
+    assert response.status_code == 301
+    assert response["Location"] == f"/api/chats/{chat.pk}/?x=1"
+    response = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hi"}, format="json")
+    assert response.status_code == 404
+    assert response.json()["detail"].endswith(f"/api/chats/{chat.pk}/messages/")
+    assert not Message.objects.exists()
+
+
+def test_another_chats_id_is_the_same_json_404(clients, chat):
+    response = clients.other.get(url("chat-detail", pk=chat.pk))
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No Chat matches the given query.", "code": "not_found"}
+
+
+@pytest.mark.parametrize(
+    "method, name", [("put", "chat-list"), ("delete", "chat-messages"), ("post", "chat-usage")]
+)
+def test_methods_a_route_does_not_take_are_a_json_405(api, chat, method, name):
+    kwargs = {} if name == "chat-list" else {"pk": chat.pk}
+    response = getattr(api, method)(url(name, **kwargs), {}, format="json")
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"
+    assert method.upper() in response.json()["detail"]
+
+
+def test_unauthenticated_is_json(clients, chat):
+    response = clients.anon.get(url("chat-detail", pk=chat.pk))
+    assert response.status_code == 401
+    assert response.json()["code"] == "not_authenticated"
+
+
+def test_unsupported_media_type_is_json(api, chat):
+    response = api.generic("POST", url("chat-list"), b"a=b", "text/csv")
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
+
+
+def test_not_acceptable_is_json(api, chat):
+    response = api.get(url("chat-detail", pk=chat.pk), HTTP_ACCEPT="text/html")
+    assert response.status_code == 406
+    assert response.json()["code"] == "not_acceptable"
+
+
+def test_a_json_body_over_the_upload_limit_is_a_413(api, chat, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = api.post(url("chat-messages", pk=chat.pk), {"content": "x" * 2000}, format="json")
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "detail": "The request body is too large (at most 1000 bytes).",
+        "code": "payload_too_large",
+    }
+    assert not Message.objects.exists()
+
+
+def test_form_fields_over_the_upload_limit_are_a_413(api, chat, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = api.post(
+        url("chat-messages", pk=chat.pk), {"content": "x" * 2000}, format="multipart"
+    )
+    assert response.status_code == 413
+    assert response.json()["code"] == "payload_too_large"
+
+
+def test_too_many_form_fields_is_json(api, chat, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
+    data = {"content": "hi", **{f"f{i}": "x" for i in range(5)}}
+    response = api.post(url("chat-messages", pk=chat.pk), data, format="multipart")
+    assert response.status_code == 400
+    assert response.json()["code"] == "too_many_fields"
+
+
+def test_too_many_files_is_json(api, chat, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FILES = 2
+    files = [SimpleUploadedFile(f"a{i}.txt", b"hello", "text/plain") for i in range(4)]
+    response = api.post(
+        url("chat-messages", pk=chat.pk),
+        {"content": "hi", "attachments": files},
+        format="multipart",
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "too_many_files"
