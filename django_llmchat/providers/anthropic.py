@@ -12,7 +12,6 @@ it never shows up as a tool call.
 from __future__ import annotations
 
 import base64
-import contextvars
 import json
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -58,12 +57,6 @@ EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, 
 SERVER_TOOL_USES = ("server_tool_use", "mcp_tool_use")
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_CACHE_BREAKPOINTS = 4
-
-# Name of the structured-output tool of the payload being built, for ``parse_response``
-# (which the base calls without the request) in the same thread or task.
-_schema_tool: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "llmchat_anthropic_schema_tool", default=None
-)
 
 
 def finish_reason(raw: str | None) -> str:
@@ -244,7 +237,6 @@ class AnthropicProvider(Provider):
             for t in request.tools
         ] + list(vendor.pop("tools", None) or [])
         schema_tool = self.schema_tool_name(request)
-        _schema_tool.set(schema_tool)
         tool_choice: dict[str, Any] | None = None
         if schema_tool:
             schema = request.schema or {}
@@ -370,10 +362,8 @@ class AnthropicProvider(Provider):
         return block
 
     # -- answers -------------------------------------------------------------------------
-    def parse_response(
-        self, data: dict[str, Any], request: ProviderRequest | None = None
-    ) -> ProviderResponse:
-        schema_tool = self.schema_tool_name(request) if request else _schema_tool.get()
+    def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
+        schema_tool = self.schema_tool_name(request)
         text: list[str] = []
         offset = 0
         thinking_parts: list[str] = []

@@ -5,7 +5,8 @@ A vendor module subclasses :class:`Provider` and only builds requests and reads 
 * ``auth_headers()``: the vendor's auth headers for ``self.api_key``;
 * ``endpoint(request, stream=...)``: the path (and query) under ``base_url``;
 * ``build_payload(request, stream=...)``: the JSON body;
-* ``parse_response(data)``: a whole JSON answer -> :class:`ProviderResponse`;
+* ``parse_response(data, request)``: the whole JSON answer to ``request`` ->
+  :class:`ProviderResponse`;
 * ``new_stream_parser(request)``: a :class:`StreamParser` for one streamed answer.
 
 Everything else lives here and beside it: one pooled httpx client per configuration and
@@ -19,11 +20,13 @@ rules.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -100,6 +103,17 @@ def merge_vendor_options(body: dict[str, Any], options: Any) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _positional_count(function: Any) -> int:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return 3
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return 3
+    return sum(1 for p in parameters if p.kind in kinds)
 
 
 def _setting(name: str) -> Any:
@@ -227,8 +241,25 @@ class Provider:
     def build_payload(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
         raise NotImplementedError
 
-    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+    def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
+        """The whole JSON answer ``data`` to ``request``, read with nothing but the two."""
         raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("parse_response")
+        if own is not None and _positional_count(own) < 3:  # (self, data): the old hook
+            warnings.warn(
+                f"{cls.__qualname__}.parse_response(data) should take the request too: "
+                "parse_response(data, request)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+
+            def parse_response(self, data, request, _old=own):
+                return _old(self, data)
+
+            cls.parse_response = parse_response
 
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
         raise NotImplementedError
@@ -523,7 +554,8 @@ class Provider:
     def encode_payload(self, payload: dict[str, Any]) -> bytes:
         return _json.dumps(payload)
 
-    def _read_json(self, response: httpx.Response) -> ProviderResponse:
+    def read_response(self, response: httpx.Response, request: ProviderRequest) -> ProviderResponse:
+        """A whole HTTP answer to ``request``: an error raised, else ``parse_response``."""
         if response.status_code >= 400:
             raise self.error_from_response(response)
         try:
@@ -536,7 +568,7 @@ class Provider:
                 body=response.text[:2000],
                 retryable=False,
             ) from None
-        return self.parse_response(data)
+        return self.parse_response(data, request)
 
     def complete(
         self, request: ProviderRequest, *, on_retry: OnRetry | None = None
@@ -555,7 +587,7 @@ class Provider:
                     response = self.client.post(url, content=body, headers=self.headers())
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc) from None
-                return self._read_json(response)
+                return self.read_response(response, request)
             except ProviderError as err:
                 failure = self._finish_error(err)
                 delay = self.retry_delay(failure, attempt)
@@ -580,7 +612,7 @@ class Provider:
                     )
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc) from None
-                return self._read_json(response)
+                return self.read_response(response, request)
             except ProviderError as err:
                 failure = self._finish_error(err)
                 delay = self.retry_delay(failure, attempt)

@@ -418,7 +418,7 @@ class GeminiProvider(Provider):
         return {"functionResponse": function_response}
 
     # -- answer ----------------------------------------------------------------------
-    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+    def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
         if isinstance(data, dict) and "error" in data and not data.get("candidates"):
             raise self.error_from_payload(data)
         ids = CallIds(data.get("responseId"))

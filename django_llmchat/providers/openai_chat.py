@@ -304,7 +304,7 @@ class ChatCompletionsProvider(Provider):
         raise UnsupportedFeatureError(self.name, f"{mime} attachments")
 
     # -- answer --------------------------------------------------------------------------
-    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+    def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
         if data.get("error"):  # some gateways answer 200 with an error body
             raise self.error_from_payload(data, body=json.dumps(data))
         choices = data.get("choices") or [{}]

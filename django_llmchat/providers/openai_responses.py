@@ -358,7 +358,7 @@ class OpenAIResponsesProvider(Provider):
         return {k: v for k, v in item.items() if k not in ("id", "status")}
 
     # -- answer ----------------------------------------------------------------------
-    def parse_response(self, data: dict[str, Any]) -> ProviderResponse:
+    def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
         status = data.get("status")
         if status == "failed":
             raise self.failed_error(data)

@@ -630,7 +630,7 @@ def test_redacted_thinking_non_streaming():
         "stop_reason": "end_turn",
         "usage": {"input_tokens": 3, "output_tokens": 4},
     }
-    response = AnthropicProvider(api_key="k").parse_response(data)
+    response = AnthropicProvider(api_key="k").parse_response(data, request([]))
     assert response.reasoning_items == [redacted]
     assert response.thinking is None
     assert response.content == "ok"
@@ -660,7 +660,7 @@ def test_thinking_from_another_provider_is_not_replayed():
 )
 def test_finish_reasons(raw, event, stored):
     data = {"model": MODEL, "content": [], "stop_reason": raw, "usage": {}}
-    response = AnthropicProvider().parse_response(data)
+    response = AnthropicProvider().parse_response(data, request([]))
     assert (response.finish_reason, response.raw_finish_reason) == (event, raw)
     assert response.message_finish_reason == stored
 
@@ -1013,7 +1013,7 @@ def test_citations_and_server_tools():
         "usage": {"input_tokens": 100, "output_tokens": 20,
                   "server_tool_use": {"web_search_requests": 1}},
     }  # fmt: skip
-    response = AnthropicProvider().parse_response(data)
+    response = AnthropicProvider().parse_response(data, request([]))
     check_search_answer(response)
     assert response.tokens == Tokens(input_tokens=100, output_tokens=20)
 
@@ -1073,7 +1073,7 @@ def test_failed_web_search():
         "stop_reason": "end_turn",
         "usage": {},
     }  # fmt: skip
-    (call,) = AnthropicProvider().parse_response(data).server_tool_calls
+    (call,) = AnthropicProvider().parse_response(data, request([])).server_tool_calls
     assert call.status == "failed"
     assert call.result == {"error_code": "max_uses_exceeded"}
 
@@ -1093,3 +1093,46 @@ def test_context_length_error(message):
         provider.complete(request([user("Hi")]))
     assert info.value.status == 400
     assert info.value.retryable is False
+
+
+def test_tool_named_response_after_a_schema_request_is_a_tool_call():
+    # Building a schema request must leave nothing behind that changes how a later answer
+    # of another request is read: a real tool named "response" stays a tool call.
+    tool_answer = {
+        "model": MODEL,
+        "content": [{"type": "tool_use", "id": "toolu_r", "name": "response", "input": {"q": "x"}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 5, "output_tokens": 3},
+    }
+    provider, sent = provider_for(synthetic(tool_answer))
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    provider.build_payload(request([user("a?")], schema=schema), stream=False)
+    response_tool = ToolSpec(
+        name="response", description="Send a response", parameters={"type": "object"}
+    )
+
+    response = provider.complete(request([user("send it")], tools=[response_tool]))
+
+    assert "tool_choice" not in sent_json(sent[0])
+    assert response.content == ""
+    assert [(c.call_id, c.name, c.arguments) for c in response.tool_calls] == [
+        ("toolu_r", "response", {"q": "x"})
+    ]
+    assert response.finish_reason == "tool_calls"
+
+
+def test_parse_response_reads_only_its_arguments():
+    tool_answer = {
+        "model": MODEL,
+        "content": [{"type": "tool_use", "id": "toolu_r", "name": "response", "input": {}}],
+        "stop_reason": "tool_use",
+    }
+    provider = AnthropicProvider()
+    schema_request = request([user("a?")], schema={"type": "object"})
+    provider.build_payload(schema_request, stream=False)  # the schema request is sent first
+
+    later = provider.parse_response(tool_answer, request([user("send it")]))
+
+    assert [c.name for c in later.tool_calls] == ["response"]
+    assert later.content == ""
+    assert provider.parse_response(tool_answer, schema_request).content == "{}"

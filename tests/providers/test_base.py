@@ -75,7 +75,7 @@ class EchoProvider(Provider):
     def build_payload(self, request, *, stream):
         return {"model": request.model_id, "stream": stream}
 
-    def parse_response(self, data):
+    def parse_response(self, data, request):
         return ProviderResponse(content=data["text"])
 
     def new_stream_parser(self, request):
@@ -870,3 +870,15 @@ def test_clients_are_rebuilt_after_close_or_fork():
     base._forget_clients_after_fork()  # what a forked worker runs
     assert provider.client is not second
     close_clients()
+
+
+def test_a_one_argument_parse_response_still_works_with_a_warning():
+    with pytest.warns(DeprecationWarning, match=r"parse_response\(data, request\)"):
+
+        class OldEcho(EchoProvider):
+            def parse_response(self, data):
+                return ProviderResponse(content=data["text"].upper())
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"text": "hi"}))
+    provider = OldEcho(api_key="k", base_url="http://echo.test", transport=transport)
+    assert provider.complete(REQUEST).content == "HI"

@@ -49,6 +49,7 @@ from django_llmchat.values import Tokens
 from .replay import fixture_names, load_fixture, replay_transport, request_body, sent_json
 
 KEY = "test-key-not-real"
+ANY_REQUEST = ProviderRequest(model_id="m", messages=[])
 
 # fixture vendor token -> how to build the provider that made the recording
 VENDORS: dict[str, Any] = {
@@ -772,7 +773,8 @@ def test_non_streaming_answer_with_refusal_citations_and_object_arguments():
                 }
             ],
             "usage": {"prompt_tokens": 5, "completion_tokens": 7},
-        }
+        },
+        ANY_REQUEST,
     )
     assert [c.url for c in response.citations] == ["https://a.example", "https://b.example"]
     assert response.model_id == "sonar"
@@ -787,14 +789,17 @@ def test_non_streaming_answer_with_refusal_citations_and_object_arguments():
                     "finish_reason": "stop",
                 }
             ]
-        }
+        },
+        ANY_REQUEST,
     )
     assert ollama.tool_calls[0].arguments == {"a": 1}
     assert ollama.tool_calls[0].call_id.startswith("call_")
     assert ollama.finish_reason == "tool_calls"
     assert ollama.tokens == Tokens()
     with pytest.raises(ProviderError, match="overloaded"):
-        OpenRouterProvider(api_key=KEY).parse_response({"error": {"message": "overloaded"}})
+        OpenRouterProvider(api_key=KEY).parse_response(
+            {"error": {"message": "overloaded"}}, ANY_REQUEST
+        )
 
 
 def test_usage_tokens_variants():

@@ -951,7 +951,8 @@ def test_two_reasoning_items_in_one_stream():
                 },
                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Now answer."}]},
             ],
-        }
+        },
+        ProviderRequest(model_id="m", messages=[]),
     )
     assert whole.thinking.text == response.thinking.text
 

@@ -265,7 +265,10 @@ def test_chat_ids_kept_exactly_and_made_up_only_when_absent():
         ],
     }
     data = {"choices": [{"message": message, "finish_reason": "tool_calls"}]}
-    ids = [c.call_id for c in OllamaProvider().parse_response(data).tool_calls]
+    ids = [
+        c.call_id
+        for c in OllamaProvider().parse_response(data, ProviderRequest("m", [])).tool_calls
+    ]
     assert ids[:3] == ["", "x", "x"]
     assert ids[3].startswith("call_")  # the server sent no id at all
 
