@@ -89,9 +89,11 @@ _HEAD_FIELDS = (
     "finished_at",
 )
 _HEAD = PreparedQuery(
-    lambda chat_id: Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED)
-    .order_by("id")
-    .values_list(*_HEAD_FIELDS)[:1]
+    lambda chat_id: (
+        Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED)
+        .order_by("id")
+        .values_list(*_HEAD_FIELDS)[:1]
+    )
 )
 _CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
 _CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
@@ -519,9 +521,7 @@ class Execution:
         ``final_status``: the run ends with this step (the caller took the chat's lock
         first, with :meth:`lock_chat`)."""
         if final_status is None:
-            changed = self._fenced().update(
-                steps=F("steps") + 1, lease_expires_at=_lease_until()
-            )
+            changed = self._fenced().update(steps=F("steps") + 1, lease_expires_at=_lease_until())
         else:
             changed = _LAST_STEP.run(self.pk, self.attempt, status=final_status)
             self.run.finished_at = timezone.now()

@@ -17,7 +17,18 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ..errors import UnsupportedFeatureError
-from ..values import Citation, ServerToolCall, Thinking, Tokens
+from ..values import Citation, ServerToolCall, Thinking
+from .anthropic_stream import AnthropicStreamParser
+from .anthropic_wire import (  # noqa: F401  (the vocabulary is also read from here)
+    FINISH_REASONS,
+    SERVER_TOOL_USES,
+    add_server_result,
+    finish_reason,
+    is_server_result,
+    to_citation,
+    usage_tokens,
+    web_sources,
+)
 from .base import Provider, StreamParser, merge_vendor_options
 from .types import (
     AttachmentData,
@@ -32,16 +43,6 @@ __all__ = ["AnthropicProvider", "FINISH_REASONS"]
 
 API_VERSION = "2023-06-01"
 
-# Anthropic ``stop_reason`` -> ``FinishReasonDone.finish_reason``; unknown values -> "other".
-FINISH_REASONS: dict[str, str] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-    "model_context_window_exceeded": "context_window",
-    "pause_turn": "other",
-}
 
 # Anthropic requires ``max_tokens``; older models accept less than the general default.
 DEFAULT_MAX_TOKENS = 8192
@@ -54,85 +55,8 @@ MODEL_MAX_TOKENS: dict[str, int] = {
 # ``params["thinking"] = {"effort": ...}`` expressed as a thinking budget.
 EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 
-SERVER_TOOL_USES = ("server_tool_use", "mcp_tool_use")
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_CACHE_BREAKPOINTS = 4
-
-
-def finish_reason(raw: str | None) -> str:
-    """The event finish reason for an Anthropic ``stop_reason``."""
-    if raw is None:
-        return "stop"
-    return FINISH_REASONS.get(raw, "other")
-
-
-def usage_tokens(usage: dict[str, Any] | None) -> Tokens:
-    """``Tokens`` from an Anthropic ``usage`` object (cache counts are outside input)."""
-    usage = usage or {}
-    details = usage.get("output_tokens_details") or {}
-    return Tokens(
-        input_tokens=usage.get("input_tokens"),
-        output_tokens=usage.get("output_tokens"),
-        cache_read_tokens=usage.get("cache_read_input_tokens"),
-        cache_write_tokens=usage.get("cache_creation_input_tokens"),
-        thinking_tokens=details.get("thinking_tokens"),
-    )
-
-
-def to_citation(raw: dict[str, Any], start: int | None, end: int | None) -> Citation:
-    """A ``Citation`` from one entry of a text block's ``citations``.
-
-    ``start_index``/``end_index`` locate the citing text block inside the reply's content;
-    the location inside the cited document (characters, pages, blocks) is in ``metadata``.
-    """
-    source = raw.get("source") or raw.get("file_id")
-    if source is None and raw.get("document_index") is not None:
-        source = f"document:{raw['document_index']}"
-    skip = {"url", "title", "cited_text", "source", "encrypted_index"}
-    return Citation(
-        url=raw.get("url"),
-        title=raw.get("title") or raw.get("document_title"),
-        cited_text=raw.get("cited_text"),
-        start_index=start,
-        end_index=end,
-        source=source,
-        metadata={k: v for k, v in raw.items() if k not in skip and v is not None},
-    )
-
-
-def is_server_result(block: dict[str, Any]) -> bool:
-    """A result block of a tool Anthropic ran itself (``web_search_tool_result``...)."""
-    return str(block.get("type")).endswith("_tool_result") and bool(block.get("tool_use_id"))
-
-
-def add_server_result(calls: dict[str, dict[str, Any]], block: dict[str, Any]) -> dict[str, Any]:
-    """Attach a server tool result block to its call in ``calls`` (keyed by id)."""
-    call = calls.setdefault(block["tool_use_id"], {"name": block["type"][: -len("_tool_result")]})
-    call["id"] = block["tool_use_id"]
-    content = block.get("content")
-    if isinstance(content, dict) and content.get("error_code"):
-        call["result"], call["status"] = {"error_code": content["error_code"]}, "failed"
-    elif block.get("is_error"):
-        call["result"], call["status"] = content, "failed"
-    elif block["type"] == "web_search_tool_result":
-        call["result"], call["status"] = web_sources(content), "completed"
-    else:
-        call["result"], call["status"] = content, "completed"
-    return call
-
-
-def web_sources(content: Any) -> list[dict[str, Any]]:
-    """``{"title", "url"}`` (plus ``page_age``) of each web search result."""
-    if not isinstance(content, list):
-        return []
-    out = []
-    for item in content:
-        if isinstance(item, dict) and item.get("url"):
-            source = {"title": item.get("title"), "url": item["url"]}
-            if item.get("page_age"):
-                source["page_age"] = item["page_age"]
-            out.append(source)
-    return out
 
 
 class AnthropicProvider(Provider):
@@ -409,9 +333,7 @@ class AnthropicProvider(Provider):
             elif is_server_result(block):
                 add_server_result(server_calls, block)
         raw_reason = data.get("stop_reason")
-        reason = finish_reason(raw_reason)
-        if structured and raw_reason == "tool_use" and not tool_calls:
-            reason = "stop"
+        reason = finish_reason(raw_reason, tool_calls=bool(tool_calls), structured=structured)
         thinking = None
         if thinking_parts or signature:
             thinking = Thinking("".join(thinking_parts), signature)
@@ -430,6 +352,4 @@ class AnthropicProvider(Provider):
         )
 
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        from .anthropic_stream import AnthropicStreamParser
-
         return AnthropicStreamParser(self, request)

@@ -23,7 +23,7 @@ from ..events import (
 )
 from ..values import ServerToolCall
 from ._json import loads
-from .anthropic import (
+from .anthropic_wire import (
     SERVER_TOOL_USES,
     add_server_result,
     finish_reason,
@@ -108,9 +108,9 @@ class AnthropicStreamParser(StreamParser):
     def on_message_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
         self.done = True
         raw_reason = self.message.get("stop_reason")
-        reason = finish_reason(raw_reason)
-        if self.structured and raw_reason == "tool_use" and not self.builder.tool_calls:
-            reason = "stop"
+        reason = finish_reason(
+            raw_reason, tool_calls=bool(self.builder.tool_calls), structured=self.structured
+        )
         for index in self.blocks:
             self.join_parts(index)
         self.message["content"] = [self.blocks[i] for i in sorted(self.blocks)]

@@ -13,8 +13,8 @@ Everything else lives here and beside it: one pooled httpx client per configurat
 process, timeouts, the User-Agent, translation of HTTP and network failures into
 :mod:`django_llmchat.errors` (this module), SSE / NDJSON decoding (``framing``), the
 response builder vendor parsers feed (``parsing``), retry hints and backoff (``retry``)
-and the streamed call (``stream``). Sync and async calls share the parsers and the retry
-rules.
+and the streamed call (``stream``). There is one implementation of an attempt: the async
+methods run the sync one in a worker thread.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import os
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -105,6 +104,18 @@ def merge_vendor_options(body: dict[str, Any], options: Any) -> dict[str, Any]:
     return out
 
 
+def _sse_error_payload(text: str) -> Any:
+    """The first JSON event of an SSE-framed error body (``data: {"error": ...}``), else
+    the text itself."""
+    decoder = SSEDecoder()
+    for _name, data in [*decoder.feed(text.encode("utf-8")), *decoder.flush()]:
+        try:
+            return json.loads(data)
+        except ValueError:
+            continue
+    return text
+
+
 def _positional_count(function: Any) -> int:
     try:
         parameters = inspect.signature(function).parameters.values()
@@ -130,9 +141,6 @@ def _setting(name: str) -> Any:
 
 _CLIENT_LOCK = threading.Lock()
 _SYNC_CLIENTS: dict[tuple, httpx.Client] = {}
-_ASYNC_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple, httpx.AsyncClient]] = (
-    weakref.WeakKeyDictionary()
-)
 _SSL_CONTEXT: Any = None
 _GENERATION = 0
 """Bumped when pooled clients are dropped (fork, close_clients): instances re-fetch theirs."""
@@ -147,12 +155,11 @@ def _ssl_context() -> Any:
 
 
 def close_clients() -> None:
-    """Close and forget every pooled sync client (async ones are dropped with their loop)."""
+    """Close and forget every pooled client."""
     global _GENERATION
     with _CLIENT_LOCK:
         clients = list(_SYNC_CLIENTS.values())
         _SYNC_CLIENTS.clear()
-        _ASYNC_CLIENTS.clear()
         _GENERATION += 1
     for client in clients:
         client.close()
@@ -163,7 +170,6 @@ def _forget_clients_after_fork() -> None:
     global _CLIENT_LOCK, _GENERATION
     _CLIENT_LOCK = threading.Lock()
     _SYNC_CLIENTS.clear()
-    _ASYNC_CLIENTS.clear()
     _GENERATION += 1
 
 
@@ -177,8 +183,8 @@ if hasattr(os, "register_at_fork"):
 class Provider:
     """Base class of a provider connection. Subclasses speak one wire protocol.
 
-    ``sleep`` / ``asleep`` are the waits between retries; tests replace them on an
-    instance (``provider.sleep = waits.append``) so nothing really waits.
+    ``sleep`` is the wait between retries; tests replace it on an instance
+    (``provider.sleep = waits.append``) so nothing really waits.
     """
 
     name: ClassVar[str] = ""
@@ -190,7 +196,6 @@ class Provider:
     stream_framing: ClassVar[str] = "sse"  # or "ndjson"
 
     sleep: Callable[[float], Any] = staticmethod(time.sleep)
-    asleep: Callable[[float], Any] = staticmethod(asyncio.sleep)
 
     def __init__(
         self,
@@ -200,7 +205,7 @@ class Provider:
         timeout: float | Mapping[str, float] | None = None,
         max_retries: int | None = None,
         options: dict[str, Any] | None = None,
-        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None,
         name: str | None = None,
     ):
         if name and name != self.name:
@@ -213,9 +218,6 @@ class Provider:
         self._transport = transport
         self._client: httpx.Client | None = None
         self._generation = _GENERATION
-        self._async_clients: weakref.WeakKeyDictionary[Any, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def __repr__(self) -> str:  # never shows the key
         return f"<{type(self).__name__} {self.name} {self.base_url}>"
@@ -336,11 +338,13 @@ class Provider:
         return self._apply_retry_hints(err, payload)
 
     def error_from_response(self, response: httpx.Response) -> ProviderError:
+        """The error an HTTP error answer stands for. Its body is JSON, or an SSE stream
+        carrying the error as an event (a proxy answering a streamed request), or text."""
         text = response.text
         try:
             payload: Any = json.loads(text) if text else None
         except ValueError:
-            payload = text
+            payload = _sse_error_payload(text)
         headers = {
             k.lower(): v for k, v in response.headers.items() if k.lower() not in _PRIVATE_HEADERS
         }
@@ -360,8 +364,9 @@ class Provider:
             err.retryable = False
         return err
 
-    def _finish_error(self, err: ProviderError) -> ProviderError:
-        """Last pass over every error leaving the base: provider name, hints, no key."""
+    def finish_error(self, err: ProviderError) -> ProviderError:
+        """Last pass over every error of an attempt: provider name, retry hints, the key
+        scrubbed from its text."""
         if err.provider is None:
             err.provider = self.name
         if err.retry_after is None or err.headers.get("x-should-retry"):
@@ -379,14 +384,14 @@ class Provider:
             err.headers = {k: scrub(v) for k, v in err.headers.items()}
         return err
 
-    def _scrub_text(self, text: str) -> str:
+    def scrub_text(self, text: str) -> str:
         key = self.api_key
         return text.replace(key, "[redacted]") if key and len(key) >= 6 else text
 
-    def _transport_error(self, exc: Exception) -> ProviderError:
+    def transport_error(self, exc: Exception) -> ProviderError:
         """A failure before any response: connection refused, DNS, TLS, timeouts."""
         where = self._where()
-        detail = self._scrub_text(str(exc)) or type(exc).__name__
+        detail = self.scrub_text(str(exc)) or type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
             phase = {
                 httpx.ConnectTimeout: "connecting to",
@@ -408,8 +413,9 @@ class Provider:
             retryable=False,
         )
 
-    def _midstream_error(self, exc: Exception) -> IncompleteStreamError:
-        detail = self._scrub_text(str(exc)) or "no detail"
+    def midstream_error(self, exc: Exception) -> IncompleteStreamError:
+        """A stream whose connection broke after its answer began."""
+        detail = self.scrub_text(str(exc)) or "no detail"
         return IncompleteStreamError(
             f"stream from {self._where()} broke before its terminal event "
             f"({type(exc).__name__}: {detail})",
@@ -433,9 +439,10 @@ class Provider:
             return max(0.0, min(error.retry_after, cap))
         return min(backoff_delay(attempt), cap)
 
-    def _before_retry(
+    def before_retry(
         self, error: ProviderError, delay: float, attempt: int, on_retry: OnRetry | None
     ) -> None:
+        """Log a failed attempt that will be retried and tell ``on_retry``."""
         logger.info(
             "%s; retrying in %.2fs (retry %d of %d)", error, delay, attempt + 1, self.max_retries
         )
@@ -498,7 +505,6 @@ class Provider:
         with _CLIENT_LOCK:
             if self._generation != _GENERATION:
                 self._client = None
-                self._async_clients = weakref.WeakKeyDictionary()
                 self._generation = _GENERATION
             if self._client is None:
                 if self._transport is not None:
@@ -510,43 +516,6 @@ class Provider:
                         client = _SYNC_CLIENTS[key] = httpx.Client(**self._client_kwargs())
                     self._client = client
         return self._client
-
-    @property
-    def async_client(self) -> httpx.AsyncClient:
-        """The pooled async client for this configuration and the running event loop."""
-        loop = asyncio.get_running_loop()
-        try:
-            client = self._async_clients.get(loop)
-        except TypeError:
-            client = None
-        if client is not None and self._generation == _GENERATION:
-            return client
-        with _CLIENT_LOCK:
-            if self._generation != _GENERATION:
-                self._client = None
-                self._async_clients = weakref.WeakKeyDictionary()
-                self._generation = _GENERATION
-            try:
-                client = self._async_clients.get(loop)
-            except TypeError:
-                client = None
-            if client is None:
-                if self._transport is not None:
-                    client = httpx.AsyncClient(transport=self._transport, **self._client_kwargs())
-                else:
-                    try:
-                        shared = _ASYNC_CLIENTS.setdefault(loop, {})
-                    except TypeError:  # a loop type without weak references
-                        shared = {}
-                    key = self.client_key()
-                    client = shared.get(key)
-                    if client is None:
-                        client = shared[key] = httpx.AsyncClient(**self._client_kwargs())
-                try:
-                    self._async_clients[loop] = client
-                except TypeError:
-                    pass
-        return client
 
     def url(self, request: ProviderRequest, *, stream: bool) -> str:
         return self.base_url + self.endpoint(request, stream=stream)
@@ -586,41 +555,22 @@ class Provider:
                 try:
                     response = self.client.post(url, content=body, headers=self.headers())
                 except httpx.HTTPError as exc:
-                    raise self._transport_error(exc) from None
+                    raise self.transport_error(exc) from None
                 return self.read_response(response, request)
             except ProviderError as err:
-                failure = self._finish_error(err)
+                failure = self.finish_error(err)
                 delay = self.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            self._before_retry(failure, delay, attempt, on_retry)
+            self.before_retry(failure, delay, attempt, on_retry)
             self.sleep(delay)
             attempt += 1
 
     async def acomplete(
         self, request: ProviderRequest, *, on_retry: OnRetry | None = None
     ) -> ProviderResponse:
-        """Async twin of :meth:`complete`."""
-        url = self.url(request, stream=False)
-        body = self.encode_payload(self.build_payload(request, stream=False))
-        attempt = 0
-        while True:
-            try:
-                try:
-                    response = await self.async_client.post(
-                        url, content=body, headers=self.headers()
-                    )
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc) from None
-                return self.read_response(response, request)
-            except ProviderError as err:
-                failure = self._finish_error(err)
-                delay = self.retry_delay(failure, attempt)
-                if delay is None:
-                    raise
-            self._before_retry(failure, delay, attempt, on_retry)
-            await self.asleep(delay)
-            attempt += 1
+        """:meth:`complete` for ``await``: the same call, run in a worker thread."""
+        return await asyncio.to_thread(self.complete, request, on_retry=on_retry)
 
     def stream(
         self, request: ProviderRequest, *, on_retry: OnRetry | None = None
@@ -631,5 +581,5 @@ class Provider:
     def astream(
         self, request: ProviderRequest, *, on_retry: OnRetry | None = None
     ) -> ProviderStream:
-        """The same stream, for ``async for``."""
+        """The same stream, for ``async for`` (its attempts run in a worker thread)."""
         return ProviderStream(self, request, on_retry=on_retry)

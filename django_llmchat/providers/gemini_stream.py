@@ -23,7 +23,7 @@ from ..events import (
 )
 from ._json import loads
 from .base import Provider, StreamParser
-from .gemini import (
+from .gemini_wire import (
     REASONING_FORMAT,
     CallIds,
     finish_reason,

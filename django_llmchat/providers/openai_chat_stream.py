@@ -6,7 +6,7 @@ into stream events and the whole response, tool-call fragments joined by index (
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..events import (
     FinishReasonDone,
@@ -21,8 +21,7 @@ from ..events import (
 )
 from ._json import loads
 from .base import StreamParser
-from .openai_chat import (
-    ChatCompletionsProvider,
+from .openai_chat_wire import (
     arguments_text,
     citations_of,
     finish_reason,
@@ -32,6 +31,9 @@ from .openai_chat import (
     wire_call_id,
 )
 from .types import ProviderRequest
+
+if TYPE_CHECKING:
+    from .openai_chat import ChatCompletionsProvider
 
 __all__ = ["ChatCompletionsStreamParser"]
 

@@ -5,7 +5,7 @@ stream events and the whole response (see :mod:`.openai_responses` for the reque
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..events import (
     FinishReasonDone,
@@ -22,9 +22,8 @@ from ..events import (
 )
 from ._json import loads
 from .base import Provider, StreamParser
-from .openai_responses import (
+from .openai_responses_wire import (
     REASONING_FORMAT,
-    OpenAIResponsesProvider,
     annotation_citation,
     finish_reason,
     item_call_id,
@@ -34,6 +33,9 @@ from .openai_responses import (
     web_search_call,
 )
 from .types import ProviderRequest
+
+if TYPE_CHECKING:
+    from .openai_responses import OpenAIResponsesProvider
 
 __all__ = ["ResponsesStreamParser"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -9,7 +10,17 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import IncompleteStreamError, ProviderError
-from ..events import StreamEvent, TextDone
+from ..events import (
+    FinishReasonDone,
+    ReasoningDelta,
+    ReasoningDone,
+    ReasoningPart,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    TokenUsageDone,
+    ToolCallDone,
+)
 from .framing import NDJSONDecoder, SSEDecoder
 from .parsing import StreamParser
 from .types import ProviderRequest, ProviderResponse
@@ -19,19 +30,35 @@ if TYPE_CHECKING:
     from .retry import OnRetry
 
 
-async def _aframes(
-    decoder: SSEDecoder, chunks: AsyncIterator[bytes]
-) -> AsyncIterator[tuple[str | None, str]]:
-    async for chunk in chunks:
-        for frame in decoder.feed(chunk):
-            yield frame
-    for frame in decoder.flush():
-        yield frame
+_END = object()
+
+
+def response_events(response: ProviderResponse) -> list[StreamEvent]:
+    """The events a stream of ``response`` would have ended with: its reasoning, text,
+    tool calls, token usage and finish reason, each as one finished piece."""
+    events: list[StreamEvent] = []
+    thinking = response.thinking
+    if thinking is not None and thinking.text:
+        events.append(ReasoningDelta(thinking.text))
+        events.append(
+            ReasoningDone(ReasoningPart(text=thinking.text, signature=thinking.signature))
+        )
+    if response.content:
+        events.append(TextDelta(response.content))
+    for call in response.tool_calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        events.append(ToolCallDone(call_id=call.call_id, name=call.name, arguments=arguments))
+    if response.content:
+        events.append(TextDone(response.content))
+    events.append(TokenUsageDone(response.tokens))
+    events.append(FinishReasonDone(response.finish_reason, response.raw_finish_reason))
+    return events
 
 
 class ProviderStream:
     """Iterate (``for`` or ``async for``) for events; after the last one, ``response``
-    holds the whole answer.
+    holds the whole answer. A streamed request answered with a whole JSON body (some
+    gateways ignore ``stream``) is read as that answer, its events made from it.
 
     A retryable failure before the first event is retried like :meth:`Provider.complete`;
     after an event has been yielded it propagates (an :class:`IncompleteStreamError` when
@@ -87,7 +114,21 @@ class ProviderStream:
             yield event
         self.response = parser.finish()
 
-    # -- sync ----------------------------------------------------------------------------
+    def _whole_answer(self, http: httpx.Response) -> bool:
+        """A streamed request answered with one JSON document (some gateways do that)."""
+        kind = http.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        return kind == "application/json" or kind.endswith("+json")
+
+    def _whole(self, http: httpx.Response) -> Iterator[StreamEvent]:
+        """The events a whole JSON answer stands for, and the response."""
+        try:
+            http.read()
+        except httpx.HTTPError as exc:
+            raise self.provider.midstream_error(exc) from None
+        response = self.provider.read_response(http, self.request)
+        yield from response_events(response)
+        self.response = response
+
     def __iter__(self) -> Iterator[StreamEvent]:
         # One generator for the attempts and the reading: a frame per event costs less.
         provider = self.provider
@@ -105,7 +146,7 @@ class ProviderStream:
                         stream=True,
                     )
                 except httpx.HTTPError as exc:
-                    raise provider._transport_error(exc) from None
+                    raise provider.transport_error(exc) from None
                 try:
                     if http.status_code >= 400:
                         try:
@@ -113,6 +154,11 @@ class ProviderStream:
                         except httpx.HTTPError:
                             pass
                         raise provider.error_from_response(http)
+                    if self._whole_answer(http):
+                        for event in self._whole(http):
+                            delivered = True
+                            yield event
+                        return
                     decoder = self._decoder()
                     feed_frames = decoder.feed
                     feed = parser.feed
@@ -137,7 +183,7 @@ class ProviderStream:
                                 if parser.done:
                                     break
                     except httpx.HTTPError as exc:
-                        raise provider._midstream_error(exc) from None
+                        raise provider.midstream_error(exc) from None
                     except json.JSONDecodeError as exc:
                         raise self._bad_json(exc, data) from None
                     for event in self._ending(parser):
@@ -147,71 +193,23 @@ class ProviderStream:
                     http.close()
                 return
             except ProviderError as err:
-                failure = provider._finish_error(err)
+                failure = provider.finish_error(err)
                 # after an event was delivered a failure propagates, never a retry
                 delay = None if delivered else provider.retry_delay(failure, attempt)
                 if delay is None:
                     raise
-            provider._before_retry(failure, delay, attempt, self.on_retry)
+            provider.before_retry(failure, delay, attempt, self.on_retry)
             provider.sleep(delay)
             attempt += 1
 
-    # -- async ---------------------------------------------------------------------------
-    async def _aattempt(self, url: str, body: bytes) -> AsyncIterator[StreamEvent]:
-        provider = self.provider
-        client = provider.async_client
-        parser = provider.new_stream_parser(self.request)
-        add = parser.builder.add
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        """The same attempts and events, the sync iteration run in a worker thread."""
+        events = iter(self)
         try:
-            http = await client.send(
-                client.build_request("POST", url, content=body, headers=provider.headers()),
-                stream=True,
-            )
-        except httpx.HTTPError as exc:
-            raise provider._transport_error(exc) from None
-        try:
-            if http.status_code >= 400:
-                try:
-                    await http.aread()
-                except httpx.HTTPError:
-                    pass
-                raise provider.error_from_response(http)
-            frames = _aframes(self._decoder(), http.aiter_bytes())
-            try:
-                async for name, data in frames:
-                    for event in self._feed(parser, name, data):
-                        add(event)
-                        yield event
-                    if parser.done:
-                        break
-            except httpx.HTTPError as exc:
-                raise provider._midstream_error(exc) from None
-            finally:
-                await frames.aclose()
-            for event in self._ending(parser):
+            while True:
+                event = await asyncio.to_thread(next, events, _END)
+                if event is _END:
+                    return
                 yield event
         finally:
-            await http.aclose()
-
-    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        provider = self.provider
-        url, body = self._prepare()
-        attempt = 0
-        while True:
-            delivered = False
-            events = self._aattempt(url, body)
-            try:
-                async for event in events:
-                    delivered = True
-                    yield event
-                return
-            except ProviderError as err:
-                failure = provider._finish_error(err)
-                delay = None if delivered else provider.retry_delay(failure, attempt)
-                if delay is None:
-                    raise
-            finally:
-                await events.aclose()
-            provider._before_retry(failure, delay, attempt, self.on_retry)
-            await provider.asleep(delay)
-            attempt += 1
+            await asyncio.to_thread(events.close)

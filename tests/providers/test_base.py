@@ -574,14 +574,8 @@ def test_client_creation_is_thread_safe():
 
 
 def aecho(*steps: Any, **kw: Any) -> tuple[EchoProvider, list[httpx.Request], list[float]]:
-    provider, sent, waits = echo(*steps, **kw)
-
-    async def asleep(delay: float) -> None:
-        waits.append(delay)
-
-    provider.asleep = asleep
-    provider.sleep = lambda d: pytest.fail("sync sleep in async code")
-    return provider, sent, waits
+    # the async calls run the sync attempts in a worker thread: they wait with ``sleep``
+    return echo(*steps, **kw)
 
 
 def test_acomplete_retries_like_complete():
@@ -625,23 +619,48 @@ def test_astream_mid_stream_break_is_incomplete():
     assert len(sent) == 1
 
 
-def test_async_client_reused_within_a_loop():
-    provider, sent, waits = aecho(ok(), ok())
+def test_async_calls_share_the_sync_client_and_leave_the_loop_free():
+    provider, sent, waits = aecho(ok("one"), stream_ok("two"))
+    client = provider.client
+    threads = []
+    provider.sleep = waits.append
 
     async def run():
-        first = provider.async_client
-        await provider.acomplete(REQUEST)
-        await provider.acomplete(REQUEST)
-        return first, provider.async_client
+        ticks = asyncio.create_task(asyncio.sleep(0))
+        first = await provider.acomplete(REQUEST)
+        stream = provider.astream(REQUEST)
+        events = [event async for event in stream]
+        await ticks
+        threads.append(ticks.done())
+        return first, stream.response, events
 
-    first, second = asyncio.run(run())
-    assert first is second
-    third, _ = asyncio.run(run_client(provider))
-    assert third is not first  # a new event loop gets its own client
+    first, second, events = asyncio.run(run())
+    assert (first.content, second.content) == ("one", "two")
+    assert events[-1] == TextDone("two")
+    assert provider.client is client and len(sent) == 2 and threads == [True]
 
 
-async def run_client(provider):
-    return provider.async_client, None
+def test_astream_closed_early_closes_its_response():
+    closed = []
+
+    class Tracked(httpx.SyncByteStream):
+        def __iter__(self):
+            yield sse("a", "b", done=False)
+            yield sse("c")
+
+        def close(self):
+            closed.append(True)
+
+    provider, sent, waits = aecho(httpx.Response(200, stream=Tracked()))
+
+    async def run():
+        stream = provider.astream(REQUEST).__aiter__()
+        first = await stream.__anext__()
+        await stream.aclose()
+        return first
+
+    assert asyncio.run(run()) == TextDelta("a")
+    assert closed == [True]
 
 
 # -- framing -------------------------------------------------------------------------------
