@@ -30,6 +30,9 @@ class Agent:
     max_steps: ClassVar[int | None] = None
     schema: ClassVar[Any] = None
     params: ClassVar[dict[str, Any]] = {}
+    history: ClassVar[str | dict[str, Any] | None] = None
+    """What of the transcript each request sends (see ``LLMCHAT["HISTORY"]``); ``None``:
+    the project's setting. A chat's own ``history`` wins."""
 
     @classmethod
     def path(cls) -> str:

@@ -203,4 +203,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="llmchat.E010",
                 )
             )
+    from .history import history_errors
+
+    for problem in history_errors(merged["HISTORY"]):
+        errors.append(
+            Error(
+                f"LLMCHAT['HISTORY']: {problem}.",
+                hint="Use 'window' (the default), 'summarize', 'all', the dotted path of a "
+                "history processor, or a dict of history options with 'strategy'.",
+                id="llmchat.E014",
+            )
+        )
     return errors

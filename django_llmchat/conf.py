@@ -52,6 +52,12 @@ DEFAULTS: dict[str, Any] = {
     # A client that disconnects from an inline SSE reply: False (default) lets the run
     # finish and be stored; True cancels it (its usage row is kept either way).
     "CANCEL_ON_DISCONNECT": False,
+    # What of a transcript each request sends (see docs/history.md): "window" drops the
+    # oldest turns until the request fits the model's context window, "summarize" stores
+    # a summary of them instead, "all" sends everything, a dotted path names a history
+    # processor; or a dict of history options with "strategy". A chat's or an agent's
+    # ``history`` overrides it.
+    "HISTORY": "window",
     # REST API.
     "STAFF_SEES_ALL_CHATS": False,
     "MAX_CONTENT_LENGTH": 100_000,

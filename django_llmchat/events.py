@@ -33,6 +33,7 @@ __all__ = [
     "FinishReasonDone",
     "RunStarted",
     "RunFinished",
+    "ContextCompacted",
     "event_type",
     "event_from_dict",
     "to_sse",
@@ -339,6 +340,31 @@ class RunFinished(StreamEvent):
         if self.error is not None:
             out["error"] = self.error
         return out
+
+
+@dataclass(eq=True)
+class ContextCompacted(StreamEvent):
+    """The history was compacted before a step: ``message_id`` is the stored summary,
+    which requests send instead of the messages up to ``summary_until`` (``messages`` of
+    them); ``tokens_before`` and ``tokens_after`` are the request's estimated input
+    tokens without and with it."""
+
+    message_id: int | None = None
+    summary_until: int | None = None
+    messages: int = 0
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "message_id": self.message_id,
+            "summary_until": self.summary_until,
+            "messages": self.messages,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+        }
 
 
 def event_type(event: StreamEvent) -> str:

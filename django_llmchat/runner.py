@@ -24,6 +24,7 @@ from .conf import settings
 from .context import Context
 from .errors import (
     ChatBusyError,
+    ContextLengthExceededError,
     IncompleteStreamError,
     InterruptError,
     ProviderError,
@@ -44,7 +45,9 @@ from .events import (
     ToolCallDone,
 )
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
+from .history import History, check_summary_response, summary_request
 from .models import Chat, Message, Run, ToolCall, Usage
+from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
@@ -53,6 +56,7 @@ from .transcript import (
     provider_message,
     record_failed_attempts,
     save_step,
+    save_summary,
     save_tool_results,
     usage_row,
 )
@@ -107,13 +111,13 @@ class Runner:
         # ``retry_on(exc)``: whether a failed run goes back to the queue (a task retries it)
         self.retry_on: Any = None
         self.holds_text = any(AFTER in g.phases for g in self.guardrails)
+        self.history: History | None = None
+        self.last_tokens = None  # the input tokens the last response reported
 
     # -- setup ----------------------------------------------------------------------------
     @property
     def provider(self):
         if self._provider is None:
-            from .providers import get_provider
-
             self._provider = get_provider(self.chat.provider)
         return self._provider
 
@@ -223,7 +227,8 @@ class Runner:
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            history, pending_ids = load_history(chat)
+            history, pending_ids, summary = load_history(chat)
+            self.history = History(chat, self.agent, history, summary)
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (
@@ -253,8 +258,7 @@ class Runner:
                     yield event
                     outcome = (Run.INTERRUPTED, "", "", "max_steps")
                     return
-                request = self._request(history)
-                response = yield from self._call(request, stream=stream)
+                response = yield from self._step(stream=stream)
                 steps += 1
                 self.result.steps = steps
                 if response is None:  # blocked by an after-guardrail
@@ -320,6 +324,75 @@ class Runner:
             execution.finish(status, error_type=error_type, error=error, interrupt_reason=reason)
 
     # -- one provider response ------------------------------------------------------------
+    def _step(self, *, stream: bool):
+        """One step's request, shaped by the history policy, and its response; a vendor
+        refusing the request as too long gets one compaction (or a tighter window) and one
+        retry."""
+        history = self.history
+        self.last_tokens = None
+        request = yield from history.fit(self._request, compact=self._compact)
+        try:
+            response = yield from self._call(request, stream=stream)
+        except ContextLengthExceededError:
+            request = yield from history.fit(self._request, overflow=request, compact=self._compact)
+            response = yield from self._call(request, stream=stream)
+        if self.last_tokens is not None:
+            history.observed(request, self.last_tokens)
+        return response
+
+    def _compact(self, covered, until_id, previous, budget):
+        """Write and store a summary of ``covered`` (the messages up to ``until_id``,
+        after the ``previous`` summary): one request to the summary model, its own usage
+        row. Returns the summary row, or ``None`` when the summary model failed (the run
+        goes on with a window)."""
+        chat, execution, options = self.chat, self.execution, self.history.options
+        provider_name = options.summary_provider or chat.provider
+        model_id = options.summary_model or chat.model_id
+        started = time.monotonic()
+        try:
+            provider = (
+                self.provider if provider_name == chat.provider else get_provider(provider_name)
+            )
+            request = summary_request(options, model_id, covered, previous, budget)
+            response = provider.complete(request)
+            content = check_summary_response(provider_name, response.content)
+        except ProviderError as exc:
+            failed = usage_row(
+                chat,
+                provider=provider_name,
+                model_id=model_id,
+                status=Usage.FAILED,
+                started=started,
+                error=str(exc),
+                run_id=execution.pk,
+            )
+            failed.operation = "summary"
+            record_failed_attempts([failed])
+            logger.warning(
+                "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
+            )
+            return None
+        usage = usage_row(
+            chat,
+            provider=provider_name,
+            model_id=response.model_id or model_id,
+            status=Usage.SUCCEEDED,
+            tokens=response.tokens,
+            started=started,
+            first_token=time.monotonic(),
+            run_id=execution.pk,
+        )
+        usage.operation = "summary"
+        return save_summary(
+            chat,
+            content=content,
+            until_id=until_id,
+            provider=provider_name,
+            model_id=response.model_id or model_id,
+            usage=usage,
+            execution=execution,
+        )
+
     def _call(self, request: ProviderRequest, *, stream: bool):
         chat, provider, execution = self.chat, self.provider, self.execution
         assert execution is not None
@@ -391,6 +464,7 @@ class Runner:
                     f"chat's schema: {exc}"
                 ) from exc
         succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens)
+        self.last_tokens = response.tokens
         # after-guardrails
         modified: list[StreamEvent] = []
         for g in self.guardrails:

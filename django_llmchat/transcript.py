@@ -32,6 +32,7 @@ def _provider_message(
     calls: list[tuple[str, str, Any, str, int | None]],
     parent: tuple[str, str, int | None] | None,
     attachments: list[Attachment],
+    message_ref: int | None = None,
 ) -> ProviderMessage:
     """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
     arguments, thought_signature, pk)``; ``parent`` is the answered call's ``(call_id,
@@ -65,6 +66,7 @@ def _provider_message(
         cache_boundary=cache_boundary,
         model_id=model_id or None,
         provider=provider or None,
+        ref=message_ref,
     )
 
 
@@ -95,6 +97,7 @@ def provider_message(
         ],
         parent=(parent.call_id, parent.name, parent.pk) if parent else None,
         attachments=list(message.attachments.all() if attachments is None else attachments),
+        message_ref=message.pk,
     )
 
 
@@ -109,6 +112,7 @@ MESSAGE_COLUMNS = (
     "raw",
     "cache_boundary",
     "parent_tool_call_id",
+    "summary_until_id",
 )
 
 
@@ -176,10 +180,12 @@ def known_relations(instance: Any, **relations: list) -> None:
     )
 
 
-def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
+def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], tuple | None]:
     """What a run needs from the saved transcript, read as plain rows (no model instances):
-    the provider messages and the ids of tool calls still unanswered. One query, plus one for tool
-    calls and one for attachments when the chat has any, whatever the length."""
+    the provider messages, the ids of tool calls still unanswered, and the latest summary
+    as ``(pk, covered up to this message's pk, content)`` or ``None`` (summaries are not
+    among the messages). One query, plus one for tool calls and one for attachments when
+    the chat has any, whatever the length."""
     rows = _HISTORY.rows(chat.pk)
     calls: dict[int, list[tuple]] = {}
     by_pk: dict[int, tuple] = {}
@@ -198,6 +204,7 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
             attachments.setdefault(att.message_id, []).append(att)
     answered = set()
     history: list[ProviderMessage] = []
+    summary = None
     for row in rows:
         (
             pk,
@@ -210,7 +217,11 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
             raw,
             cache,
             parent_id,
+            summary_until,
         ) = row[:-2]
+        if summary_until is not None:
+            summary = (pk, summary_until, content)  # rows are in order: the last one wins
+            continue
         raw = json_value(raw) if raw else None
         if not isinstance(raw, dict):
             raw = {}
@@ -231,10 +242,11 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int]]:
                 calls=[(*c[2:], c[0]) for c in calls.get(pk, ())],
                 parent=(parent[2], parent[3], parent[0]) if parent else None,
                 attachments=attachments.get(pk, []),
+                message_ref=pk,
             )
         )
     pending = [pk for pk in by_pk if pk not in answered]
-    return history, pending
+    return history, pending, summary
 
 
 def usage_row(
@@ -338,6 +350,38 @@ def save_step(
     return message, calls
 
 
+def save_summary(
+    chat: Chat,
+    *,
+    content: str,
+    until_id: int,
+    provider: str,
+    model_id: str,
+    usage: Usage,
+    execution=None,
+) -> Message:
+    """Write a summary of the history up to message ``until_id`` with the usage row of the
+    call that wrote it, in one transaction (fenced by the run's ``execution`` when
+    given). The summarized messages stay as they are."""
+    message = Message(
+        chat=chat,
+        role="system",
+        content=content,
+        summary_until_id=until_id,
+        provider=provider,
+        model_id=model_id,
+        run_id=execution.pk if execution is not None else None,
+    )
+    with transaction.atomic():
+        _INSERT_MESSAGE.save(message)
+        usage.message = message
+        _INSERT_USAGE.save(usage)
+        if execution is not None:
+            execution.fence()
+    known_relations(message, tool_calls=[], attachments=[], usages=[usage])
+    return message
+
+
 def save_tool_results(
     chat: Chat,
     results: list[tuple[ToolCall, ToolResult]],
@@ -388,6 +432,7 @@ __all__ = [
     "provider_message",
     "record_failed_attempts",
     "save_step",
+    "save_summary",
     "save_tool_results",
     "load_history",
     "usage_row",

@@ -115,6 +115,13 @@ class AbstractChat(models.Model):
     schema = models.JSONField(null=True, blank=True)
     tools = models.JSONField(default=list, blank=True)
     context = models.JSONField(default=dict, blank=True)
+    history = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='What of the transcript each request sends: "all", "window", '
+        '"summarize", the dotted path of a history processor, or a dict of history '
+        'options (with "strategy"); empty: the agent\'s, else LLMCHAT["HISTORY"].',
+    )
     status = models.CharField(
         max_length=24,
         default="idle",
@@ -212,7 +219,8 @@ class AbstractChat(models.Model):
         more, ``None`` to clear them."""
         with transaction.atomic():
             if not append or text is None:
-                self.messages.filter(role="system").delete()
+                # summaries (system rows too) are history, not instructions
+                self.messages.filter(role="system", summary_until__isnull=True).delete()
             if text is not None:
                 self.add_message(role="system", content=text)
         return self
@@ -250,6 +258,21 @@ class AbstractChat(models.Model):
         """Merge request parameters (``max_tokens``, vendor options under the vendor's name)."""
         self.params = {**(self.params or {}), **params}
         self.save(update_fields=["params", "updated_at"])
+        return self
+
+    def with_history(self, history: Any):
+        """Choose what of the transcript each request sends: ``"all"``, ``"window"``,
+        ``"summarize"``, the dotted path of a history processor, or a dict of history
+        options (``{"strategy": "summarize", "keep": 0.4}``); ``None`` goes back to the
+        agent's or the project's ``LLMCHAT["HISTORY"]``."""
+        if history is not None:
+            from ..history import history_errors
+
+            problems = history_errors(history)
+            if problems:
+                raise ArgumentError(f"history: {problems[0]}")
+        self.history = history
+        self.save(update_fields=["history", "updated_at"])
         return self
 
     def with_schema(self, schema: Any):

@@ -144,6 +144,12 @@ class AbstractMessage(models.Model):
         return self.finish_reason == "content_filter"
 
     @property
+    def is_summary(self) -> bool:
+        """This message is a stored compaction of the history before it: requests send it
+        instead of the messages up to ``summary_until`` (see the History docs)."""
+        return getattr(self, "summary_until_id", None) is not None
+
+    @property
     def is_cache_boundary(self) -> bool:
         return bool(self.cache_boundary)
 
@@ -258,6 +264,7 @@ class AbstractMessage(models.Model):
             "server_tool_calls": [s.to_dict() for s in self.server_tool_calls or []],
             "finish_reason": self.finish_reason or None,
             "cache_until_here": True if self.cache_boundary else None,
+            "summary_until": getattr(self, "summary_until_id", None),
         }
         data.update(self.tokens.to_dict())
         return {k: v for k, v in data.items() if v is not None and v != []}
@@ -286,10 +293,26 @@ class Message(AbstractMessage):
         db_index=False,  # llmchat_message_run_idx
         help_text="The run that stored the message (a prompt's runs are prompted_runs).",
     )
+    summary_until = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # llmchat_message_summary_idx (summaries only)
+        help_text="For a summary (a compaction of the history): the last message it "
+        "covers. Requests send the summary instead of the messages up to that one; the "
+        "messages themselves stay stored.",
+    )
 
     class Meta(AbstractMessage.Meta):
         db_table = "llmchat_message"
         indexes = [
             models.Index(fields=["chat", "position", "id"], name="llmchat_message_chat_idx"),
             models.Index(fields=["run"], name="llmchat_message_run_idx"),
+            models.Index(
+                fields=["summary_until"],
+                name="llmchat_message_summary_idx",
+                condition=models.Q(summary_until__isnull=False),
+            ),
         ]

@@ -84,6 +84,9 @@ class ProviderMessage:
     model_id: str | None = None
     provider: str | None = None
     """Which provider produced this (assistant) message: native extras replay only there."""
+    ref: int | None = None
+    """The stored Message's primary key (``None`` for messages not stored, such as an
+    agent's instructions)."""
 
 
 @dataclass(slots=True)
