@@ -1,6 +1,10 @@
 # The two commands: `make run` serves the example project, `make test` runs the suite.
+# Another interpreter or Django goes in its own venv, e.g. (as CI does):
+#   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO="Django>=6.0,<7"
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
+# a requirement for Django installed over the project's own lower bound ("" keeps pip's choice)
+DJANGO ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -11,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,redis]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,redis]" $(if $(DJANGO),"$(DJANGO)")
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -35,4 +39,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) site db.sqlite3 db.sqlite3-shm db.sqlite3-wal
+	rm -rf .venv .venv-py313 site db.sqlite3 db.sqlite3-shm db.sqlite3-wal

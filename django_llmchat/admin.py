@@ -164,7 +164,7 @@ class RunAdmin(admin.ModelAdmin):
         return super().get_queryset(request).annotate(_cost=Sum("usages__total_cost"))
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
+        return _column_fields(self.model)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -197,7 +197,7 @@ class UsageAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Usage rows are an audit trail: frozen once written.
-        return [f.name for f in self.model._meta.fields]
+        return _column_fields(self.model)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -239,3 +239,8 @@ class LLMModelAdmin(admin.ModelAdmin):
 
 
 __all__ = ["ChatAdmin", "LLMModelAdmin", "RunAdmin", "UsageAdmin", "build_transcript"]
+
+
+def _column_fields(model) -> list[str]:
+    """The names of the model's own columns, in declaration order."""
+    return [f.name for f in model._meta.get_fields() if f.concrete and not f.many_to_many]

@@ -77,7 +77,7 @@ class ProviderError(LLMChatError):
         status = f" (HTTP {self.status})" if self.status is not None else ""
         return f"{prefix}{self.message}{status}"
 
-    def _state(self) -> dict[str, Any]:
+    def _attributes(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "status": self.status,
@@ -89,7 +89,7 @@ class ProviderError(LLMChatError):
         }
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self._state()))
+        return (_rebuild, (type(self), self.message, self._attributes()))
 
 
 def _rebuild(cls: type[ProviderError], message: str, state: dict[str, Any]) -> ProviderError:

@@ -1,4 +1,6 @@
-"""SQL compiled once per database, for the few statements on the reply hot path.
+"""SQL compiled once per database, for the few statements on the reply hot path, and
+the one module of the package that uses Django internals (``tests/test_django_internals.py``
+checks each one on every supported Django version, and that no other module names one).
 
 Building and compiling a Django query costs far more than running it (on a small
 machine ~0.4 ms against ~0.05 ms for a one-row INSERT on SQLite). The classes here build
@@ -14,6 +16,11 @@ The SQL is Django's own, so table names, quoting and backend differences stay Dj
 business. Where the shortcut cannot give exactly what the ORM gives (``pre_save`` or
 ``post_save`` receivers, a backend without ``INSERT ... RETURNING``, a field with its own
 placeholder or an expression as value), the ORM does the work instead.
+
+Besides the compiled SQL, the model-state helpers the rest of the package uses in place of
+private attributes: :func:`is_new` and :func:`database_of` (``Model._state``),
+:func:`mark_saved` (a row written without ``save()``) and :func:`known_relations` (rows
+just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done``).
 """
 
 from __future__ import annotations
@@ -42,9 +49,25 @@ from django.db.models import (
     TextField,
     signals,
 )
+from django.db.models.query_utils import DeferredAttribute
 from django.db.models.sql import InsertQuery, UpdateQuery
 
 from .providers._json import loads
+
+__all__ = [
+    "Arg",
+    "INT_ARG",
+    "DeferredAttribute",  # the base of a field's descriptor_class (Django's own default)
+    "PreparedInsert",
+    "PreparedQuery",
+    "PreparedUpdate",
+    "RowsJustWritten",
+    "database_of",
+    "is_new",
+    "json_value",
+    "known_relations",
+    "mark_saved",
+]
 
 # Placeholders that cannot collide with real arguments.
 INT_ARG = -7_381_923_481_113
@@ -215,8 +238,7 @@ class PreparedInsert:
             for converter in field.get_db_converters(connection):
                 value = converter(value, None, connection)
             setattr(obj, field.attname, value)
-        obj._state.adding = False
-        obj._state.db = using
+        mark_saved(obj, using)
 
 
 _UNKNOWN = object()
@@ -296,6 +318,59 @@ class PreparedUpdate(PreparedQuery):
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
+
+
+def is_new(obj: Model) -> bool:
+    """Whether ``obj`` is not yet saved: its next ``save()`` is an INSERT."""
+    return obj._state.adding
+
+
+def database_of(obj: Model) -> str | None:
+    """The database alias ``obj`` was read from or saved to (``None`` before either)."""
+    return obj._state.db
+
+
+def mark_saved(obj: Model, using: str) -> None:
+    """Mark ``obj`` as a row of database ``using``, as loading or saving it would: for a row
+    written (or read) without the ORM building the instance."""
+    obj._state.adding = False
+    obj._state.db = using
+
+
+class RowsJustWritten(dict):
+    """A prefetch cache holding rows just written: each relation becomes the queryset
+    ``prefetch_related`` would have stored the first time Django asks for it, so a reply
+    that is never inspected costs no queryset at all."""
+
+    def __init__(self, instance: Any, relations: dict[str, list]):
+        super().__init__(relations)
+        self.instance = instance
+
+    def __getitem__(self, name: str) -> Any:
+        rows = super().__getitem__(name)
+        if not isinstance(rows, list):
+            return rows
+        super().__delitem__(name)  # so the manager builds its own filtered queryset
+        queryset = getattr(self.instance, name).get_queryset()
+        queryset._result_cache = rows
+        queryset._prefetch_done = True
+        super().__setitem__(name, queryset)
+        return queryset
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __reduce__(self):  # pickled and copied as the plain dict of querysets it stands for
+        return dict, ({name: self[name] for name in list(self)},)
+
+
+def known_relations(instance: Any, **relations: list) -> None:
+    """Fill ``instance``'s prefetch cache with rows just written, as
+    ``prefetch_related`` would: ``message.usages.all()`` (and its ``len()``, ``count()``)
+    reads no row again, while ``.filter()`` and the rest build real querysets."""
+    instance._prefetched_objects_cache = RowsJustWritten(
+        instance, {name: list(rows) for name, rows in relations.items()}
+    )
 
 
 def json_value(value: Any) -> Any:

@@ -43,7 +43,7 @@ from .conf import settings
 from .errors import ArgumentError, ChatBusyError, RunLostError
 from .models import Chat, Message, Run, ToolCall
 from .models.message import QUEUED_POSITION, clock_position
-from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate
+from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate, mark_saved
 
 logger = logging.getLogger("django_llmchat.runs")
 
@@ -171,8 +171,7 @@ def _head(chat_id: int) -> Run | None:
         values[name] = _aware(values[name])
     values["cancel_requested"] = bool(values["cancel_requested"])
     run = Run(**values)
-    run._state.adding = False
-    run._state.db = router.db_for_read(Run)
+    mark_saved(run, router.db_for_read(Run))
     return run
 
 

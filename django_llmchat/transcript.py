@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION
-from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate, json_value
+from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate, json_value, known_relations
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
 from .values import Thinking
@@ -142,42 +142,6 @@ _CALLS = PreparedQuery(
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_USAGE = PreparedInsert(Usage)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
-
-
-class _RowsJustWritten(dict):
-    """A prefetch cache holding rows just written: each relation becomes the queryset
-    ``prefetch_related`` would have stored the first time Django asks for it, so a reply
-    that is never inspected costs no queryset at all."""
-
-    def __init__(self, instance: Any, relations: dict[str, list]):
-        super().__init__(relations)
-        self.instance = instance
-
-    def __getitem__(self, name: str) -> Any:
-        rows = super().__getitem__(name)
-        if not isinstance(rows, list):
-            return rows
-        super().__delitem__(name)  # so the manager builds its own filtered queryset
-        queryset = getattr(self.instance, name).get_queryset()
-        queryset._result_cache = rows
-        queryset._prefetch_done = True
-        super().__setitem__(name, queryset)
-        return queryset
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
-
-    def __reduce__(self):  # pickled and copied as the plain dict of querysets it stands for
-        return dict, ({name: self[name] for name in list(self)},)
-
-
-def known_relations(instance: Any, **relations: list) -> None:
-    """Fill ``instance``'s prefetch cache with rows just written, as
-    ``prefetch_related`` would: ``message.usages.all()`` reads no row again, while
-    ``.filter()``, ``.count()`` and the rest stay real querysets."""
-    instance._prefetched_objects_cache = _RowsJustWritten(
-        instance, {name: list(rows) for name, rows in relations.items()}
-    )
 
 
 def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], tuple | None]:

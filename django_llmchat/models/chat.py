@@ -10,6 +10,7 @@ from django.db.models.functions import Coalesce
 
 from ..conf import settings
 from ..errors import ArgumentError
+from ..prepared import database_of, is_new
 from ..values import TOKEN_FIELDS, Cost, Tokens
 
 
@@ -149,13 +150,16 @@ class AbstractChat(models.Model):
         """Save the chat, leaving its run state (``status``, ``active_run``) to
         :mod:`django_llmchat.runs`: a chat loaded before a run started never overwrites
         it."""
-        if not self._state.adding and not kwargs.get("force_insert"):
+        if not is_new(self) and not kwargs.get("force_insert"):
             fields = kwargs.get("update_fields")
             if fields is None:
                 fields = [
                     f.name
-                    for f in self._meta.concrete_fields
-                    if not f.primary_key and f.name not in self.RUN_STATE_FIELDS
+                    for f in self._meta.get_fields()
+                    if f.concrete
+                    and not f.many_to_many
+                    and not f.primary_key
+                    and f.name not in self.RUN_STATE_FIELDS
                 ]
             kwargs["update_fields"] = [f for f in fields if f not in self.RUN_STATE_FIELDS]
         super().save(*args, **kwargs)
@@ -417,7 +421,7 @@ class AbstractChat(models.Model):
         chat_id, run_id = self.pk, run.pk
         transaction.on_commit(
             lambda: complete_chat.apply_async((chat_id,), {"run_id": run_id}, task_id=task_id),
-            using=self._state.db,
+            using=database_of(self),
         )
         return message
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from django.db.models.query_utils import DeferredAttribute
+
+from ..prepared import DeferredAttribute
 
 
 def _to_plain(item: Any) -> Any:

@@ -1,0 +1,402 @@
+"""The Django internals the package relies on, checked on every supported Django version.
+
+``django_llmchat/prepared.py`` is the one module that uses them. Each test here names the
+internal it checks, so a Django release that moves one fails here, loudly, rather than
+somewhere on the reply path. The last tests read the package's source and fail if any other
+module names a private Django attribute or imports a private Django module.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import pickle
+from decimal import Decimal
+from pathlib import Path
+
+import django
+import pytest
+from django.db import connection, connections
+from django.db.models import Model, QuerySet
+from django.db.models.base import ModelState
+from django.db.models.options import Options
+from django.test.utils import CaptureQueriesContext
+
+import django_llmchat
+from django_llmchat import prepared
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.prepared import (
+    PreparedInsert,
+    PreparedUpdate,
+    RowsJustWritten,
+    database_of,
+    is_new,
+    known_relations,
+    mark_saved,
+)
+
+pytestmark = pytest.mark.django_db
+
+PACKAGE = Path(django_llmchat.__file__).parent
+FENCE = PACKAGE / "prepared.py"
+
+
+def _queries():
+    return CaptureQueriesContext(connections["default"])
+
+
+# -- the internals, one by one -------------------------------------------------------------
+
+
+def test_model_state_adding_and_db():
+    """``Model._state.adding`` / ``.db``: what ``is_new``, ``database_of`` and
+    ``mark_saved`` read and write."""
+    chat = Chat(title="t")
+    assert isinstance(chat._state, ModelState)
+    assert is_new(chat) and database_of(chat) is None
+    chat.save()
+    assert not is_new(chat) and database_of(chat) == "default"
+    loaded = Chat.objects.get(pk=chat.pk)
+    assert not is_new(loaded) and database_of(loaded) == "default"
+
+    # a row written without save(): marked saved, its next save() is an UPDATE
+    twin = Chat(pk=chat.pk, title="renamed")
+    mark_saved(twin, "default")
+    assert not is_new(twin) and database_of(twin) == "default"
+    with _queries() as queries:
+        twin.save(update_fields=["title"])
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
+    assert Chat.objects.get(pk=chat.pk).title == "renamed"
+
+
+def test_options_fields_the_insert_is_built_from():
+    """``Options.local_concrete_fields``, ``db_returning_fields``, ``auto_field`` and
+    ``Field.generated``: the columns ``PreparedInsert`` writes and reads back."""
+    meta = Message._meta
+    assert isinstance(meta, Options)
+    assert meta.auto_field is meta.pk
+    assert meta.db_returning_fields == [meta.pk]
+    names = [f.attname for f in meta.local_concrete_fields]
+    assert names[0] == "id" and "chat_id" in names and "content" in names
+    assert all(f.generated is False for f in meta.local_concrete_fields)
+    insert = PreparedInsert(Message)
+    assert meta.pk not in insert.fields and len(insert.fields) == len(names) - 1
+
+
+def test_insert_query_compiles_with_returning_fields():
+    """``django.db.models.sql.InsertQuery``, ``insert_values`` and the compiler's
+    ``returning_fields``: one INSERT per row with ``RETURNING`` the primary key."""
+    from django.db.models.sql import InsertQuery
+
+    insert = PreparedInsert(Usage)
+    compiled = insert._compile("default")
+    query = InsertQuery(Usage)
+    query.insert_values(insert.fields, [Usage()])
+    compiler = query.get_compiler("default")
+    assert hasattr(compiler, "returning_fields")
+    if connection.features.can_return_columns_from_insert:
+        assert compiled is not None, "PreparedInsert fell back to the ORM"
+        sql, plan = compiled
+        assert sql.startswith("INSERT INTO") and "RETURNING" in sql
+        assert sql.count("%s") == len(insert.fields) == len(plan)
+    else:
+        assert compiled is None
+
+
+def test_prepared_insert_gives_the_row_save_gives():
+    chat = Chat.objects.create()
+    message = Message(chat=chat, role="user", content="hi", supplied_cost=Decimal("0.5"))
+    with _queries() as queries:
+        PreparedInsert(Message).save(message)
+    assert len(queries.captured_queries) == 1
+    assert message.pk is not None and not is_new(message)
+    assert Message.objects.get(pk=message.pk).content == "hi"
+
+
+def test_update_query_chain_and_update_values():
+    """``Query.chain(UpdateQuery)``, ``add_update_values`` and ``related_updates``: the
+    UPDATE ``PreparedUpdate`` compiles once."""
+    from django.db.models.sql import UpdateQuery
+
+    chat = Chat.objects.create(title="before")
+    query = Chat.objects.filter(pk=chat.pk).query.chain(UpdateQuery)
+    query.add_update_values({"title": "x"})
+    assert query.related_updates == {}
+    assert PreparedUpdate(Chat, title="after").run(chat.pk) == 1
+    assert Chat.objects.get(pk=chat.pk).title == "after"
+
+
+def test_database_operations_the_insert_plan_compares():
+    """``BaseDatabaseOperations.adapt_integerfield_value`` and ``validate_autopk_value``:
+    compared to learn whether the backend passes integers through unchanged."""
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    assert callable(BaseDatabaseOperations.adapt_integerfield_value)
+    assert callable(BaseDatabaseOperations.validate_autopk_value)
+    assert callable(connection.ops.adapt_integerfield_value)
+
+
+def test_deferred_attribute_is_the_field_descriptor():
+    """``django.db.models.query_utils.DeferredAttribute``: the descriptor a field installs
+    by default, which ``ValueListField``'s descriptor extends."""
+    from django.db.models import Field
+
+    from django_llmchat.models.fields import ValueListField
+
+    assert Field.descriptor_class is prepared.DeferredAttribute
+    assert issubclass(ValueListField.descriptor_class, prepared.DeferredAttribute)
+    chat = Chat.objects.create()
+    Message.objects.create(chat=chat, citations=[{"url": "https://example.com"}])
+    deferred = Message.objects.defer("citations").get(chat=chat)
+    assert deferred.citations[0].url == "https://example.com"
+
+
+def test_queryset_result_cache_and_prefetch_done():
+    """``QuerySet._result_cache`` / ``_prefetch_done``: a queryset given its rows yields
+    them without a query; ``prefetch_related`` on it adds none."""
+    chat = Chat.objects.create()
+    row = Message.objects.create(chat=chat, role="user", content="x")
+    queryset = Message.objects.filter(chat=chat).prefetch_related("usages")
+    assert hasattr(queryset, "_result_cache") and hasattr(queryset, "_prefetch_done")
+    queryset._result_cache = [row]
+    queryset._prefetch_done = True
+    with _queries() as queries:
+        assert list(queryset) == [row] and len(queryset) == 1 and queryset[0] is row
+    assert queries.captured_queries == []
+
+
+def test_related_managers_read_the_prefetch_cache():
+    """``Model._prefetched_objects_cache``: the related manager's ``all()`` answers from it
+    (keyed by the accessor name)."""
+    chat = Chat.objects.create()
+    message = Message.objects.create(chat=chat, role="assistant", content="x")
+    Usage.objects.create(chat=chat, message=message, provider="p", model_id="m")
+    fetched = Message.objects.prefetch_related("usages", "tool_calls").get(pk=message.pk)
+    assert set(fetched._prefetched_objects_cache) == {"usages", "tool_calls"}
+    with _queries() as queries:
+        assert len(fetched.usages.all()) == 1 and list(fetched.tool_calls.all()) == []
+    assert queries.captured_queries == []
+
+
+# -- RowsJustWritten / known_relations -------------------------------------------------------
+
+
+def _reply():
+    chat = Chat.objects.create()
+    message = Message.objects.create(chat=chat, role="assistant", content="x")
+    call = ToolCall.objects.create(chat=chat, message=message, call_id="c1", name="weather")
+    usage = Usage.objects.create(
+        chat=chat, message=message, provider="p", model_id="m", input_tokens=3
+    )
+    return chat, message, call, usage
+
+
+def test_known_relations_answer_all_without_a_query():
+    chat, message, call, usage = _reply()
+    known_relations(message, tool_calls=[call], usages=[usage], attachments=[])
+    assert isinstance(message._prefetched_objects_cache, RowsJustWritten)
+    with _queries() as queries:
+        assert list(message.tool_calls.all()) == [call]
+        assert list(message.usages.all()) == [usage]
+        assert list(message.attachments.all()) == []
+        assert message.usages.all()[0] is usage  # the very rows given, not copies
+        assert message.cost().total == usage.total_cost
+    assert queries.captured_queries == []
+
+
+def test_known_relations_leave_other_queryset_methods_real():
+    chat, message, call, usage = _reply()
+    other = Usage.objects.create(chat=chat, message=message, provider="p", model_id="m2")
+    # told only one of the two usages: all() and count() answer from the rows given (as
+    # after prefetch_related), filter() and exists() on a new queryset ask the database
+    known_relations(message, usages=[usage])
+    assert list(message.usages.all()) == [usage] and message.usages.count() == 1
+    assert list(message.usages.filter(model_id="m2")) == [other]
+    assert message.usages.filter(model_id="m2").exists()
+    # a relation not given is read from the database
+    assert list(message.tool_calls.all()) == [call]
+
+
+def test_rows_just_written_becomes_querysets_once():
+    chat, message, call, usage = _reply()
+    cache = RowsJustWritten(message, {"usages": [usage]})
+    assert cache.get("tool_calls") is None and "usages" in cache
+    first = cache["usages"]
+    assert isinstance(first, QuerySet) and cache["usages"] is first and cache.get("usages") is first
+    assert first.model is Usage and list(first) == [usage]
+
+
+def test_rows_just_written_pickle_and_copy_as_plain_querysets():
+    chat, message, call, usage = _reply()
+    known_relations(message, usages=[usage], tool_calls=[call])
+    clone = pickle.loads(pickle.dumps(message))
+    cache = clone._prefetched_objects_cache
+    assert type(cache) is dict and set(cache) == {"usages", "tool_calls"}
+    with _queries() as queries:  # pickled with their rows, as prefetched querysets are
+        assert [u.pk for u in clone.usages.all()] == [usage.pk]
+        assert [c.call_id for c in clone.tool_calls.all()] == ["c1"]
+    assert queries.captured_queries == []
+    # deepcopy drops a queryset's rows (Django's rule): the copy reads them again
+    clone = copy.deepcopy(message)
+    assert type(clone._prefetched_objects_cache) is dict
+    assert [u.pk for u in clone.usages.all()] == [usage.pk]
+
+
+def test_refresh_from_db_clears_rows_just_written():
+    chat, message, call, usage = _reply()
+    known_relations(message, usages=[])
+    message.refresh_from_db()
+    assert list(message.usages.all()) == [usage]
+
+
+def test_run_marked_saved_after_a_raw_read():
+    """``runs`` builds the head run from a raw row and marks it saved (no INSERT on save)."""
+    chat = Chat.objects.create()
+    run = Run(chat=chat)
+    mark_saved(run, "default")
+    assert not is_new(run)
+    assert Run.objects.count() == 0
+
+
+def test_supported_django_version():
+    assert django.VERSION[:2] >= (5, 2)
+
+
+# -- no other module names a Django internal ---------------------------------------------------
+
+# the documented parts of ``Model._meta`` (docs: "Model _meta API", "Model Meta options")
+DOCUMENTED_META = {
+    "get_field",
+    "get_fields",
+    "app_label",
+    "model_name",
+    "object_name",
+    "label",
+    "label_lower",
+    "db_table",
+    "verbose_name",
+    "verbose_name_plural",
+    "ordering",
+    "abstract",
+}
+# documented model attributes that start with an underscore
+DOCUMENTED_UNDERSCORED = {"_meta", "_base_manager", "_default_manager"}
+PRIVATE_MODULES = ("django.db.models.sql", "django.db.backends", "django.db.models.query_utils")
+
+
+def _django_private_names() -> set[str]:
+    """Single-underscore attribute names of Django's model, queryset, manager, options and
+    field classes and of their instances."""
+    from django.db.models import Field, Manager
+    from django.db.models.fields.related_descriptors import ReverseManyToOneDescriptor
+
+    chat = Chat.objects.create()
+    message = Message.objects.create(chat=chat)
+    objects: list = [
+        Model,
+        QuerySet,
+        Manager,
+        Options,
+        Field,
+        ModelState,
+        ReverseManyToOneDescriptor,
+        message,
+        message._state,
+        Message._meta,
+        Message.objects.all(),
+        Message.objects,
+        message.usages,
+        Message._meta.get_field("content"),
+    ]
+    names = set()
+    for obj in objects:
+        names.update(dir(obj))
+        names.update(getattr(obj, "__dict__", {}))
+    names.update({"_prefetched_objects_cache", "_result_cache", "_prefetch_done", "_state"})
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _package_modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == FENCE or "migrations" in path.parts:
+            continue
+        yield path, ast.parse(path.read_text(), filename=str(path))
+
+
+# named nowhere outside the fence, even where the package defines the same name itself
+ALWAYS_PRIVATE = {"_state", "_result_cache", "_prefetch_done", "_prefetched_objects_cache"}
+
+
+def _own_names(trees) -> set[str]:
+    """Names the package defines itself (functions, methods, attributes set on self)."""
+    own = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                own.add(node.attr)
+    return own
+
+
+def test_no_module_outside_the_fence_names_a_private_django_attribute():
+    modules = list(_package_modules())
+    own = _own_names(tree for _, tree in modules) - ALWAYS_PRIVATE
+    private = _django_private_names() - DOCUMENTED_UNDERSCORED
+    found = []
+    for path, tree in modules:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+            if node.attr in private and node.attr not in own:
+                found.append(f"{where}: .{node.attr}")
+            if (
+                isinstance(node.value, ast.Attribute)
+                and node.value.attr == "_meta"
+                and node.attr not in DOCUMENTED_META
+            ):
+                found.append(f"{where}: ._meta.{node.attr}")
+    assert found == [], "Django internals outside prepared.py:\n" + "\n".join(found)
+
+
+def test_no_module_outside_the_fence_imports_a_private_django_module():
+    found = []
+    for path, tree in _package_modules():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.startswith(PRIVATE_MODULES):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {name}")
+    assert found == [], "private Django modules imported outside prepared.py:\n" + "\n".join(found)
+
+
+def test_the_fence_check_sees_a_private_attribute(tmp_path, monkeypatch):
+    """The check above finds ``obj._state.adding`` and ``qs._result_cache`` when they
+    appear."""
+    module = tmp_path / "leak.py"
+    module.write_text(
+        "def f(obj, qs):\n"
+        "    qs._result_cache = []\n"
+        "    return obj._state.adding or obj._meta.concrete_fields\n"
+    )
+    monkeypatch.setattr(
+        "tests.test_django_internals._package_modules",
+        lambda: iter([(module, ast.parse(module.read_text()))]),
+    )
+    monkeypatch.setattr("tests.test_django_internals.PACKAGE", tmp_path / "pkg")
+    with pytest.raises(AssertionError) as failed:
+        test_no_module_outside_the_fence_names_a_private_django_attribute()
+    text = str(failed.value)
+    assert "._result_cache" in text and "._state" in text and "._meta.concrete_fields" in text
+
+
+def test_the_fence_is_where_the_internals_are():
+    source = FENCE.read_text()
+    for name in ("_state", "_result_cache", "_prefetch_done", "_prefetched_objects_cache"):
+        assert f".{name}" in source
+    assert prepared.__doc__ and "Django internals" in prepared.__doc__
