@@ -246,7 +246,7 @@ def test_to_dict_shape(chat):
     assert d == {
         "role": "assistant",
         "content": "",
-        "model_id": "gpt-4.1-mini",
+        "model": "gpt-4.1-mini",
         "thinking": "hmm",
         "thinking_signature": "s",
         "citations": [{"url": "https://x.example"}],
@@ -255,6 +255,91 @@ def test_to_dict_shape(chat):
         "output_tokens": 4,
     }
     assert "cost" not in d  # only a supplied cost is rendered
+
+
+def test_to_dict_keys_are_the_seed_to_h_keys(chat):
+    """RubyLLM's ``to_h`` names the model ``model`` and carries ``raw_content`` /
+    ``raw_reasoning`` when the message keeps the provider's own content / reasoning."""
+    reasoning = [{"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA"}]
+    blocks = [{"type": "text", "text": "Paris.", "cache_control": {"type": "ephemeral"}}]
+    m = chat.add_message(
+        role="assistant",
+        content="Paris.",
+        model_id="gpt-4.1-mini",
+        raw={"content": blocks, "reasoning_items": reasoning, "response": {"id": "r"}},
+    )
+    d = reload(m).to_dict()
+    assert d["model"] == "gpt-4.1-mini" and "model_id" not in d
+    assert d["raw_content"] == blocks and d["raw_reasoning"] == reasoning
+    # absent when the message keeps neither (or no raw at all)
+    plain = reload(chat.add_message(role="assistant", content="x", raw={"response": {}}))
+    assert not {"raw_content", "raw_reasoning", "model"} & set(plain.to_dict())
+    assert set(chat.add_message(role="user", content="x").to_dict()) == {"role", "content"}
+
+
+def test_to_dict_raw_reasoning_of_a_real_reply(fake_llm):
+    """A Responses API reply with encrypted reasoning: the reasoning items stored with the
+    reply are ``raw_reasoning``."""
+    from django_llmchat.testing import Reply
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    fake_llm.script(Reply("42", thinking="Let me think.", thinking_signature="enc-1"))
+    reply = chat.ask("Meaning of life?")
+    d = reload(reply).to_dict()
+    assert d["model"] == "gpt-4.1-mini" and d["content"] == "42"
+    [item] = d["raw_reasoning"]
+    assert item["type"] == "reasoning" and item["encrypted_content"] == "enc-1"
+    assert "raw_content" not in d
+
+
+def test_tool_call_takes_its_chat_from_its_message(chat):
+    """Seed 000 builds tool calls from the message alone: ``ToolCall.objects.create(message=m,
+    ...)`` and ``m.tool_calls.create(...)``."""
+    m = Message.objects.create(chat=chat, role="assistant", content="", finish_reason="tool_calls")
+    first = ToolCall.objects.create(message=m, call_id="call_1", name="weather")
+    second = m.tool_calls.create(call_id="call_2", name="time", arguments={"tz": "UTC"})
+    assert first.chat_id == second.chat_id == chat.pk
+    assert ToolCall.objects.filter(chat=chat).count() == 2
+    assert list(reload(m).to_dict()["tool_calls"]) == ["call_1", "call_2"]
+    assert reload(m).is_tool_call
+    # both calls reach the provider history of the chat
+    chat.add_message(role="tool", content="sunny", parent_tool_call=first)
+    chat.add_message(role="tool", content="12:00", parent_tool_call=second)
+    assert [r.tool_call_id for r in reload(m).tool_results] == ["call_1", "call_2"]
+    # a chat given explicitly is kept
+    other = Chat.objects.create()
+    third = ToolCall.objects.create(message=m, chat=other, call_id="call_3", name="x")
+    assert third.chat_id == other.pk
+
+
+def test_tool_call_without_a_message_still_fails_loudly(chat):
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises((IntegrityError, ValueError)), transaction.atomic():
+        ToolCall.objects.create(call_id="call_1", name="weather")
+
+
+def test_message_create_accepts_the_supplied_cost(chat):
+    """Seed 000's ``cost:``: ``Message.objects.create(..., cost=Decimal("0.5"))`` is the
+    message's supplied cost."""
+    m = Message.objects.create(chat=chat, role="assistant", content="hi", cost=Decimal("0.5"))
+    assert m.supplied_cost == Decimal("0.5")
+    assert reload(m).cost() == Cost(total=Decimal("0.5"))
+    assert reload(m).to_dict()["cost"] == {"total": "0.5000000000"}
+    # numbers, text and Cost values too; None is no supplied cost
+    assert Message(chat=chat, cost=0.25).supplied_cost == Decimal("0.25")
+    assert Message(chat=chat, cost="1.5").supplied_cost == Decimal("1.5")
+    assert Message(chat=chat, cost=Cost(total=Decimal("2"))).supplied_cost == Decimal("2")
+    assert Message(chat=chat, cost=None).supplied_cost is None
+    assert "cost" not in Message.objects.create(chat=chat, cost=None).to_dict()
+    with pytest.raises(TypeError, match="cost must be"):
+        Message(chat=chat, cost=[1])
+    # recorded attempt costs still win over the supplied one
+    Usage.objects.create(
+        chat=chat, message=m, provider="openai", model_id="m", total_cost=Decimal("0.01")
+    )
+    assert reload(m).cost().total == Decimal("0.01")
 
 
 def test_attachments(chat):

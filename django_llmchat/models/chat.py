@@ -191,11 +191,9 @@ class AbstractChat(models.Model):
             raise ArgumentError(f"role must be one of {', '.join(Message.ROLES)}, got {role!r}")
         if not isinstance(content, str):
             raise ArgumentError(f"content must be a string, got {type(content).__name__}")
-        message = Message(chat=self, role=role, content=content, **fields)
+        message = Message(chat=self, role=role, content=content, cost=cost, **fields)
         if tokens is not None:
             message.tokens = tokens
-        if cost is not None:
-            message.supplied_cost = Decimal(str(cost))
         with transaction.atomic():
             self._insert(message, attachments, updated_at=models.functions.Now())
         return message

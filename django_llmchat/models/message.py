@@ -85,6 +85,13 @@ class AbstractMessage(models.Model):
         abstract = True
         ordering = ("position", "id")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``cost=`` (a Decimal, number or Cost) is the supplied cost, as in RubyLLM's
+        # ``Message.new(cost:)``: stored in ``supplied_cost``
+        if "cost" in kwargs:
+            kwargs["supplied_cost"] = _supplied_cost(kwargs.pop("cost"))
+        super().__init__(*args, **kwargs)
+
     def __str__(self) -> str:
         text = self.content if len(self.content) <= 60 else self.content[:57] + "..."
         return f"{self.role}: {text}"
@@ -245,16 +252,19 @@ class AbstractMessage(models.Model):
 
     # -- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict of the message: ``None`` and empty lists omitted, token counts merged
-        in, ``cost`` only when it was supplied by hand."""
+        """A plain dict of the message, as RubyLLM's ``Message#to_h``: ``None`` and empty
+        lists omitted, token counts merged in, ``cost`` only when it was supplied by hand,
+        ``raw_content`` / ``raw_reasoning`` when ``raw`` keeps the provider's own content
+        (``raw["content"]``) / reasoning items (``raw["reasoning_items"]``)."""
         tool_calls = {tc.call_id: tc.to_dict() for tc in self._tool_calls_list()}
         attachments = [a.to_dict() for a in self.attachments.all()] if self.pk else []
         thinking = self.thinking
+        raw = self.raw if isinstance(self.raw, dict) else {}
         data: dict[str, Any] = {
             "role": self.role,
             "content": self.content,
             "attachments": attachments,
-            "model_id": self.model_id or None,
+            "model": self.model_id or None,
             "cost": self.cost().to_dict() if self.supplied_cost is not None else None,
             "tool_calls": tool_calls or None,
             "tool_call_id": self.tool_call_id,
@@ -262,12 +272,24 @@ class AbstractMessage(models.Model):
             "thinking_signature": thinking.signature if thinking else None,
             "citations": [c.to_dict() for c in self.citations or []],
             "server_tool_calls": [s.to_dict() for s in self.server_tool_calls or []],
+            "raw_content": raw.get("content"),
+            "raw_reasoning": raw.get("reasoning_items") or None,
             "finish_reason": self.finish_reason or None,
             "cache_until_here": True if self.cache_boundary else None,
             "summary_until": getattr(self, "summary_until_id", None),
         }
         data.update(self.tokens.to_dict())
         return {k: v for k, v in data.items() if v is not None and v != []}
+
+
+def _supplied_cost(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, Decimal):
+        return value
+    if isinstance(value, Cost):
+        return value.total
+    if isinstance(value, int | float | str):
+        return Decimal(str(value))
+    raise TypeError(f"cost must be a Decimal, a number or a Cost, not {type(value).__name__}")
 
 
 class Message(AbstractMessage):

@@ -58,6 +58,13 @@ class ToolCall(AbstractToolCall):
         "django_llmchat.Chat", on_delete=models.CASCADE, related_name="tool_calls", db_index=False
     )
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the call; its ``chat`` (kept beside ``message`` for transcript reads) is
+        the message's when not given."""
+        if self.chat_id is None and self.message_id is not None:
+            self.chat_id = self.message.chat_id
+        super().save(*args, **kwargs)
+
     class Meta(AbstractToolCall.Meta):
         db_table = "llmchat_tool_call"
         ordering = ("id",)
