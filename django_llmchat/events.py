@@ -31,6 +31,9 @@ __all__ = [
     "Interrupt",
     "TokenUsageDone",
     "FinishReasonDone",
+    "ToolApprovalRequest",
+    "ToolResultDone",
+    "StepFinished",
     "RunStarted",
     "RunFinished",
     "ContextCompacted",
@@ -304,6 +307,85 @@ class FinishReasonDone(StreamEvent):
 
 
 @dataclass(eq=True)
+class ToolApprovalRequest(StreamEvent):
+    """A tool call waits for a decision (``approve`` or ``deny``) before it runs; the run
+    pauses after this event (status ``awaiting_approval``)."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = "{}"
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+
+
+@dataclass(eq=True)
+class ToolResultDone(StreamEvent):
+    """A tool call's result was stored: ``result`` is the tool message's text,
+    ``error_type`` names what went wrong (``None`` when the tool succeeded; ``"denied"``
+    when the user denied the call), ``message_id`` is the stored tool message."""
+
+    call_id: str = ""
+    name: str = ""
+    result: str = ""
+    error_type: str | None = None
+    message_id: int | None = None
+    role: str = "tool"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "call_id": self.call_id,
+            "name": self.name,
+            "result": self.result,
+            "error_type": self.error_type,
+            "message_id": self.message_id,
+        }
+
+
+@dataclass(eq=True)
+class StepFinished(StreamEvent):
+    """A step (one provider response) was stored: ``message_id`` is the stored assistant
+    message, ``step`` its number in the run (from 1), ``token_usage`` and ``cost`` (USD,
+    a decimal string; ``None`` when the price is unknown) are the step's, retried
+    attempts included."""
+
+    message_id: int | None = None
+    step: int = 0
+    finish_reason: str = "stop"
+    token_usage: Tokens = field(default_factory=Tokens)
+    cost: str | None = None
+    role: str = "assistant"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "message_id": self.message_id,
+            "step": self.step,
+            "finish_reason": self.finish_reason,
+            "token_usage": self.token_usage.to_dict(),
+            "cost": self.cost,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepFinished:
+        return cls(
+            message_id=data.get("message_id"),
+            step=data.get("step", 0),
+            finish_reason=data.get("finish_reason", "stop"),
+            token_usage=Tokens.from_dict(data.get("token_usage")),
+            cost=data.get("cost"),
+            role=data.get("role", "assistant"),
+        )
+
+
+@dataclass(eq=True)
 class RunStarted(StreamEvent):
     """A run of the loop began (published by the task that runs it). ``message_id`` is the
     user message being answered, when there is one. A second ``RunStarted`` before the
@@ -328,18 +410,37 @@ class RunFinished(StreamEvent):
     retryable provider error: the same run starts again later, with a new ``RunStarted``)
     or ``"blocked"`` (a before-guardrail refused the prompt of an inline stream: nothing
     was stored);
-    ``error`` is the error text (no secrets), ``None`` when there was none."""
+    ``error`` is the error text (no secrets), ``None`` when there was none.
+    ``message_id`` is the last message the run stored, ``token_usage`` and ``cost`` (USD,
+    a decimal string) the run's totals over every attempt so far; each is left out when
+    unknown."""
 
     run_id: str = ""
     status: str = "succeeded"
     error: str | None = None
+    message_id: int | None = None
+    token_usage: Tokens | None = None
+    cost: str | None = None
     role: str = "system"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "run_id": self.run_id, "status": self.status}
         if self.error is not None:
             out["error"] = self.error
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        if self.token_usage is not None:
+            out["token_usage"] = self.token_usage.to_dict()
+        if self.cost is not None:
+            out["cost"] = self.cost
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunFinished:
+        data = {k: v for k, v in data.items() if k != "role"}
+        if data.get("token_usage") is not None:
+            data["token_usage"] = Tokens.from_dict(data["token_usage"])
+        return cls(**data)
 
 
 @dataclass(eq=True)

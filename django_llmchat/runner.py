@@ -37,12 +37,16 @@ from .events import (
     GuardrailModification,
     GuardrailTripwire,
     Interrupt,
+    RunFinished,
     SkillActivation,
+    StepFinished,
     StreamEvent,
     TextDelta,
     TextDone,
     TokenUsageDone,
+    ToolApprovalRequest,
     ToolCallDone,
+    ToolResultDone,
 )
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
 from .history import History, check_summary_response, summary_request
@@ -60,6 +64,7 @@ from .transcript import (
     save_tool_results,
     usage_row,
 )
+from .values import Cost
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -527,13 +532,20 @@ class Runner:
             )
         elif content and self.guardrails:
             yield TextDone(content)
+        yield StepFinished(
+            message_id=message.pk,
+            step=execution.run.steps,
+            finish_reason=response.finish_reason,
+            token_usage=response.tokens,
+            cost=_usd(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
+        )
         return message, calls
 
     # -- tools ----------------------------------------------------------------------------
     def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):
         """Answer ``calls``; returns an ``Interrupt`` when the run must pause."""
         results: list[tuple[ToolCall, ToolResult]] = []
-        waiting = False
+        waiting: list[ToolCall] = []
         interrupt: Interrupt | None = None
         runnable: list[tuple[ToolCall, Tool | None]] = []
         for call in calls:
@@ -556,7 +568,7 @@ class Runner:
                 )
                 continue
             if tool is not None and tool.requires_approval and call.approval != "approved":
-                waiting = True
+                waiting.append(call)
                 continue
             runnable.append((call, tool))
         try:
@@ -568,6 +580,14 @@ class Runner:
         order = {c.pk: i for i, c in enumerate(calls)}
         results.sort(key=lambda pair: order[pair[0].pk])
         saved = save_tool_results(self.chat, results, self.execution)
+        for m, (call, result) in zip(saved, results, strict=True):
+            yield ToolResultDone(
+                call_id=call.call_id,
+                name=call.name,
+                result=m.content,
+                error_type=(result.error_type or "error") if result.is_error else None,
+                message_id=m.pk,
+            )
         for m in saved:
             history.append(provider_message(m, calls=[]))  # a tool message calls nothing
             if self.agent is not None and interrupt is None:
@@ -578,6 +598,12 @@ class Runner:
         if interrupt is not None:
             return interrupt
         if waiting:
+            for call in waiting:
+                yield ToolApprovalRequest(
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=json.dumps(call.arguments or {}),
+                )
             return Interrupt(reason="approval_required")
         return None
 
@@ -613,6 +639,33 @@ class Runner:
                 exc.partial_results = done
                 raise
         return done
+
+
+def _usd(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def run_finished(run_id: int | str, status: str, error: str | None = None) -> RunFinished:
+    """The ``RunFinished`` event of run ``run_id``, with the last message it stored and
+    its token and USD totals over every attempt (two queries)."""
+    run = Run.objects.filter(pk=run_id).with_totals().first() if run_id else None
+    if run is None:
+        return RunFinished(run_id=str(run_id or ""), status=status, error=error)
+    last = (
+        Message.objects.filter(run_id=run.pk)
+        .exclude(role="user")
+        .order_by("-position", "-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return RunFinished(
+        run_id=str(run.pk),
+        status=status,
+        error=error,
+        message_id=last,
+        token_usage=run.tokens,
+        cost=_usd(run.cost().total),
+    )
 
 
 def _none_if_empty(tokens):

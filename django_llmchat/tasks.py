@@ -101,7 +101,7 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
     """Work on one claimed run, publishing its events; returns its final status, raises
     :class:`RetryLater` when a retryable error gave the run back to the queue."""
     from .models import Chat
-    from .runner import Runner
+    from .runner import Runner, run_finished
 
     run = execution.run
     run_id = str(run.pk)
@@ -113,7 +113,7 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
         error_type, error = safe_error(exc)
         logger.exception("run %s of chat %s cannot start", run.pk, execution.chat_id)
         execution.finish(runs.Run.FAILED, error_type=error_type, error=error)
-        publish(RunFinished(run_id=run_id, status="failed", error=error))
+        publish(run_finished(run_id, "failed", error))
         return "failed"
     runner.execution, runner.run_row = execution, run
     delay: list[float] = []
@@ -138,11 +138,11 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
             publish(RunFinished(run_id=run_id, status="retrying", error=error))
             logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, exc, delay[0])
             raise RetryLater(delay[0], retries + 1, exc) from exc
-        publish(RunFinished(run_id=run_id, status=status, error=error))
+        publish(run_finished(run_id, status, error))
         logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, exc)
         return status
     status = execution.outcome or run.status
-    publish(RunFinished(run_id=run_id, status=status))
+    publish(run_finished(run_id, status))
     return status
 
 

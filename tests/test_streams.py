@@ -17,6 +17,7 @@ from django_llmchat.events import (
     Interrupt,
     RunFinished,
     RunStarted,
+    StepFinished,
     TextDelta,
     event_from_dict,
     to_sse,
@@ -168,7 +169,7 @@ def test_afollow(redis_events):
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
-    from django_llmchat.models import Chat
+    from django_llmchat.models import Chat, Run
 
     fake_llm.configure(
         "openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER="inline", **redis_events
@@ -179,4 +180,14 @@ def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
     events = [e for _, e in streams.follow(chat.pk, "0", block_ms=50, timeout=2)]
     assert isinstance(events[0], RunStarted) and events[0].message_id == prompt.pk
     assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "Hi there"
-    assert events[-1] == RunFinished(run_id=events[0].run_id, status="succeeded")
+    reply = chat.messages.get(role="assistant")
+    step = next(e for e in events if isinstance(e, StepFinished))
+    assert step.message_id == reply.pk and step.step == 1 and step.token_usage == reply.tokens
+    run = Run.objects.with_totals().get(pk=events[0].run_id)
+    assert events[-1] == RunFinished(
+        run_id=events[0].run_id,
+        status="succeeded",
+        message_id=reply.pk,
+        token_usage=run.tokens,
+        cost=str(run.cost().total) if run.cost().total is not None else None,
+    )

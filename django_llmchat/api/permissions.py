@@ -1,8 +1,9 @@
 """Who may call the API and see which chats: authentication, ownership, throttling.
 
 * Authentication: ``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]`` when the project
-  sets it, else token authentication (when ``rest_framework.authtoken`` is installed)
-  and session authentication (CSRF enforced, as DRF does).
+  sets it, else token authentication (when ``rest_framework.authtoken`` is installed;
+  ``Authorization: Token <key>`` or ``Authorization: Bearer <key>``) and session
+  authentication (CSRF enforced, as DRF does).
 * Permission: an authenticated user. Ownership is a queryset filter: a user sees their
   own chats only; staff see every chat when ``LLMCHAT["STAFF_SEES_ALL_CHATS"]`` is true.
   Other chats answer 404, on every nested route too.
@@ -15,7 +16,11 @@ from __future__ import annotations
 
 from django.apps import apps
 from django.db.models import QuerySet
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import (
+    SessionAuthentication,
+    TokenAuthentication,
+    get_authorization_header,
+)
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
@@ -24,6 +29,7 @@ from ..conf import settings
 from ..models import Chat
 
 __all__ = [
+    "BearerTokenAuthentication",
     "ChatAccess",
     "LLMChatRunThrottle",
     "LLMChatThrottle",
@@ -43,6 +49,23 @@ def chats_for(user) -> QuerySet:
     return qs.filter(user=user)
 
 
+class BearerTokenAuthentication(TokenAuthentication):
+    """DRF's token authentication taking the key as ``Authorization: Token <key>`` or,
+    as most HTTP clients send it, ``Authorization: Bearer <key>``."""
+
+    keywords = ("Token", "Bearer")
+
+    def authenticate(self, request):
+        words = get_authorization_header(request).split()
+        if words:
+            sent = words[0].decode("latin-1").lower()
+            for keyword in self.keywords:
+                if sent == keyword.lower():
+                    self.keyword = keyword  # this request's instance only
+                    break
+        return super().authenticate(request)
+
+
 def default_authenticators() -> list:
     """Authentication classes: the project's DRF default when it set one, else token
     (if ``rest_framework.authtoken`` is installed) and session authentication."""
@@ -51,7 +74,7 @@ def default_authenticators() -> list:
     classes: list = []
     if apps.is_installed("rest_framework.authtoken"):
         # first, so an anonymous request gets 401 with a WWW-Authenticate challenge
-        classes.append(TokenAuthentication)
+        classes.append(BearerTokenAuthentication)
     classes.append(SessionAuthentication)
     return classes
 

@@ -172,9 +172,12 @@ class InlineRun:
             run.refresh_from_db(fields=["status"])
             status = run.status
         status = status or "failed"
-        if self._error is not None:
-            return RunFinished(run_id, status, self._error["message"])
-        return RunFinished(run_id, status)
+        error = self._error["message"] if self._error is not None else None
+        if run is None or run.pk is None:
+            return RunFinished(run_id, status, error)
+        from ..runner import run_finished
+
+        return run_finished(run.pk, status, error)
 
     def _frames_sync(self) -> Iterator[str]:
         events = self._events()

@@ -1,6 +1,7 @@
 """``path("api/", include("django_llmchat.api.urls"))`` mounts the API (namespace
 ``llmchat-api``)."""
 
+from django.apps import apps
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
@@ -11,6 +12,7 @@ from .views import (
     LLMModelViewSet,
     MessageListCreateView,
     RunViewSet,
+    TokenView,
     ToolCallDecisionView,
 )
 
@@ -47,6 +49,10 @@ urlpatterns = [
         SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
         name="schema",
     ),
-    # last: any other path under the API is a JSON 404 (not the project's HTML page)
-    re_path(r"^(?P<path>.*)$", not_found, name="not-found"),
 ]
+
+if apps.is_installed("rest_framework.authtoken"):
+    urlpatterns.append(path("auth/token/", TokenView.as_view(), name="token"))
+
+# last: any other path under the API is a JSON 404 (not the project's HTML page)
+urlpatterns.append(re_path(r"^(?P<path>.*)$", not_found, name="not-found"))

@@ -61,6 +61,7 @@ __all__ = [
     "LLMModelViewSet",
     "MessageListCreateView",
     "RunViewSet",
+    "TokenView",
     "ToolCallDecisionView",
 ]
 
@@ -584,3 +585,44 @@ class LLMModelViewSet(LLMChatView, viewsets.ReadOnlyModelViewSet):
     @document(summary="Read one model", responses={200: LLMModelSerializer, 404: ERROR})
     def retrieve(self, request, *args, **kwargs):
         return super().retrieve(request, *args, **kwargs)
+
+
+# -- API tokens -----------------------------------------------------------------------------
+class TokenView(LLMChatView):
+    """Exchange a username and password for the user's API token (created on first use),
+    for clients that cannot use the session cookie: send it as
+    ``Authorization: Bearer <token>`` (or ``Token <token>``). Needs
+    ``rest_framework.authtoken`` in ``INSTALLED_APPS``."""
+
+    permission_classes: list = []
+    authentication_classes: list = []
+    serializer_class = serializers.Serializer
+
+    def get_authenticators(self):
+        return []  # credentials are in the body: no session, so no CSRF check either
+
+    def get_serializer_class(self):
+        from rest_framework.authtoken.serializers import AuthTokenSerializer
+
+        return AuthTokenSerializer
+
+    @document(
+        summary="Get an API token",
+        request=inline_serializer(
+            "TokenRequest",
+            {"username": serializers.CharField(), "password": serializers.CharField()},
+        ),
+        responses={
+            200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
+            400: ERROR,
+        },
+        auth=[],
+    )
+    def post(self, request):
+        from rest_framework.authtoken.models import Token
+        from rest_framework.authtoken.serializers import AuthTokenSerializer
+
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+        return Response({"token": token.key})

@@ -251,3 +251,92 @@ def test_runs_list_and_detail_are_the_owners_alone(api, clients, chat, fake_llm)
     # another user sees neither
     assert clients.other.get(url("chat-runs", pk=chat.pk)).status_code == 404
     assert clients.other.get(url("run-detail", pk=run.pk)).status_code == 404
+
+
+@tool
+def api_lookup(city: str) -> dict:
+    """Looks a city up"""
+    if city == "Atlantis":
+        raise ValueError("no such city")
+    return {"city": city, "population": 2_100_000}
+
+
+def test_the_stream_carries_tool_results_stored_ids_and_costs(api, chat, fake_llm):
+    from django_llmchat.models import LLMModel
+
+    LLMModel.objects.update_or_create(
+        provider="openai",
+        model_id="gpt-4.1-mini",
+        defaults={"name": "mini", "pricing": {"input_mtok": "0.40", "output_mtok": "1.60"}},
+    )
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_lookup", {"city": "Paris"}, call_id="call_p"),
+                ScriptedCall("api_lookup", {"city": "Atlantis"}, call_id="call_x"),
+            ],
+            usage={"input_tokens": 1000, "output_tokens": 100},
+        ),
+        Reply("Paris has 2.1 million people.", usage={"input_tokens": 2000, "output_tokens": 10}),
+    )
+    response = api.post(
+        url("chat-messages", pk=chat.pk),
+        {"content": "How big?"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    frames = sse_frames(b"".join(response.streaming_content).decode())
+    by_type: dict[str, list] = {}
+    for f in frames:
+        by_type.setdefault(f["event"], []).append(f["data"])
+    calls = {c.call_id: c for c in ToolCall.objects.filter(chat=chat)}
+    results = by_type["tool_result_done"]
+    assert [r["call_id"] for r in results] == ["call_p", "call_x"]
+    ok, failed = results
+    assert ok["name"] == "api_lookup" and ok["error_type"] is None
+    assert ok["message_id"] == calls["call_p"].get_result().pk
+    assert '"population": 2100000' in ok["result"]
+    assert failed["error_type"] and failed["message_id"] == calls["call_x"].get_result().pk
+    # the results come after the step that asked for them, before the next step
+    names = [f["event"] for f in frames]
+    assert names.index("step_finished") < names.index("tool_result_done")
+    steps = by_type["step_finished"]
+    replies = list(chat.messages.filter(role="assistant").order_by("position", "id"))
+    assert [s["message_id"] for s in steps] == [m.pk for m in replies]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert steps[0]["finish_reason"] == "tool_calls" and steps[1]["finish_reason"] == "stop"
+    assert Decimal(steps[0]["cost"]) == Decimal("0.00056")  # 1000 * 0.40/M + 100 * 1.60/M
+    assert steps[0]["token_usage"]["input_tokens"] == 1000
+    finished = frames[-1]["data"]
+    assert finished["message_id"] == replies[-1].pk
+    assert Decimal(finished["cost"]) == Decimal(steps[0]["cost"]) + Decimal(steps[1]["cost"])
+    assert finished["token_usage"]["input_tokens"] == 3000
+    assert Decimal(finished["cost"]) == Usage.objects.filter(chat=chat).cost().total
+
+
+def test_a_paused_run_streams_its_approval_requests(api, chat, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_transfer)
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 5}, call_id="call_t")])
+    )
+    response = api.post(
+        url("chat-messages", pk=chat.pk),
+        {"content": "Pay"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    frames = sse_frames(b"".join(response.streaming_content).decode())
+    asked = [f["data"] for f in frames if f["event"] == "tool_approval_request"]
+    assert asked == [
+        {
+            "role": "assistant",
+            "call_id": "call_t",
+            "name": "api_transfer",
+            "arguments": '{"amount": 5}',
+        }
+    ]
+    assert frames[-1]["data"]["status"] == "awaiting_approval"
+    assert not [f for f in frames if f["event"] == "tool_result_done"]

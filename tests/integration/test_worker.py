@@ -192,7 +192,9 @@ def test_follow_receives_the_run_and_resumes_after_last_id(worker, llm):
     ids = [i for i, _ in received]
     events = [e for _, e in received]
     assert events[0] == RunStarted(run_id=events[0].run_id, message_id=prompt.pk)
-    assert events[-1] == RunFinished(run_id=events[0].run_id, status="succeeded")
+    reply = chat.messages.get(role="assistant")
+    assert (events[-1].run_id, events[-1].status) == (events[0].run_id, "succeeded")
+    assert events[-1].message_id == reply.pk and events[-1].token_usage == reply.tokens
     text = "".join(e.content for e in events if isinstance(e, TextDelta))
     assert text == "Hello from the worker."
     assert TextDone("Hello from the worker.") in events
