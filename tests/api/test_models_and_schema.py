@@ -114,6 +114,7 @@ def test_schema_renders_and_validates():
         "/api/runs/{id}/",
         "/api/models/",
         "/api/models/{id}/",
+        "/api/auth/token/",
     }
     events = schema["paths"]["/api/chats/{id}/events/"]["get"]["responses"]["200"]["content"]
     assert list(events) == ["text/event-stream"]
