@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from decimal import Decimal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -642,7 +643,10 @@ class Runner:
 
 
 def _usd(value) -> str | None:
-    return None if value is None else str(value)
+    """A USD amount as a plain decimal string, without trailing zeros (``None``: unknown)."""
+    if value is None:
+        return None
+    return format(Decimal(value).normalize(), "f")
 
 
 def run_finished(run_id: int | str, status: str, error: str | None = None) -> RunFinished:

@@ -14,6 +14,8 @@ from .views import (
     RunViewSet,
     TokenView,
     ToolCallDecisionView,
+    UIChatStreamView,
+    UIChatView,
 )
 
 app_name = "llmchat-api"
@@ -42,6 +44,8 @@ urlpatterns = [
         ToolCallDecisionView.as_view(decision="denied"),
         name="tool-call-deny",
     ),
+    path("ui/chat", UIChatView.as_view(), name="ui-chat"),
+    path("ui/chat/<str:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
     path(

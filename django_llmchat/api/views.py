@@ -34,6 +34,7 @@ from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
 from ..transcript import known_relations
+from . import ui
 from .errors import api_exception_handler
 from .filters import LLMModelFilter
 from .pagination import (
@@ -63,6 +64,8 @@ __all__ = [
     "RunViewSet",
     "TokenView",
     "ToolCallDecisionView",
+    "UIChatStreamView",
+    "UIChatView",
 ]
 
 logger = logging.getLogger("django_llmchat.api")
@@ -178,6 +181,15 @@ SSE_RESPONSE = OpenApiResponse(
         "`token_usage_done`, ...), an `error` event with a safe message if the run fails, "
         "then `run_finished`."
     ),
+)
+UI_STREAM_RESPONSE = OpenApiResponse(
+    response=OpenApiTypes.STR,
+    description="The AI SDK's UI message stream (v1): `data: <chunk JSON>` frames "
+    "(`start`, `start-step`, `text-start`/`text-delta`/`text-end`, reasoning, "
+    "`tool-input-start`/`tool-input-delta`/`tool-input-available`, "
+    "`tool-approval-request`, `tool-output-available`/`tool-output-error`/"
+    "`tool-output-denied`, `message-metadata`, `finish-step`, `finish`, `error`), then "
+    "`data: [DONE]`.",
 )
 ERROR = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
@@ -609,7 +621,7 @@ class TokenView(LLMChatView):
     @document(
         summary="Get an API token",
         request=inline_serializer(
-            "TokenRequest",
+            "Credentials",
             {"username": serializers.CharField(), "password": serializers.CharField()},
         ),
         responses={
@@ -626,3 +638,96 @@ class TokenView(LLMChatView):
         serializer.is_valid(raise_exception=True)
         token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
         return Response({"token": token.key})
+
+
+# -- the AI SDK's UI message stream -------------------------------------------------------------
+class UIChatView(LLMChatView):
+    """``POST ui/chat``: the Vercel AI SDK's ``DefaultChatTransport`` (``useChat``) as it
+    is. Answers with the UI message stream protocol v1."""
+
+    starts_runs = True
+    serializer_class = ui.UIChatSerializer
+
+    @document(
+        summary="Send a message the AI SDK way (UI message stream protocol v1)",
+        description=(
+            "The body of the AI SDK's `DefaultChatTransport`: `id` (a chat id of yours, or "
+            "an id the client made up: the chat is created on first use), `messages` (only "
+            "the last is read: the new user message, or the assistant message with answers "
+            "to tool approvals), `trigger` (`submit-message`, `regenerate-message`: the "
+            "last reply is replaced by a new run) and `messageId`. The answer streams UI "
+            "message chunks (`data: <JSON>` frames, then `data: [DONE]`) with the header "
+            "`x-vercel-ai-ui-message-stream: v1`."
+        ),
+        request=ui.UIChatSerializer,
+        responses={
+            (200, "text/event-stream"): UI_STREAM_RESPONSE,
+            400: ERROR,
+            409: ERROR,
+        },
+    )
+    def post(self, request):
+        serializer = ui.UIChatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        chat = ui.chat_for(request.user, data["id"], create=True)
+        if chat is None:  # cannot happen for an authenticated user
+            raise Http404("No such chat.")
+        last = data["last"]
+        stream = ui.UIMessageStream(chat_id=chat.pk)
+        run: dict[str, Any] = {}
+        if data["trigger"] == "regenerate-message":
+            ui.drop_last_reply(chat)
+            run["prompt"] = None
+        elif last["role"] == "user":
+            if chat.status == Run.AWAITING_APPROVAL:
+                raise Conflict(
+                    "The chat's run waits for a decision on its tool calls: answer the "
+                    "approval requests (or cancel the run) first."
+                )
+            run["prompt"], run["attachments"] = ui.prompt_of(last)
+            run["attachments"] = run["attachments"] or None
+        elif last["role"] == "assistant":
+            decisions = ui.approvals_of(last)
+            if not decisions:
+                raise ValidationError(
+                    {"messages": ["the last message must be a user message, or an assistant "
+                                  "message answering approval requests"]}
+                )
+            resumed = ui.decide_all(chat, decisions)
+            if resumed is None:
+                raise Conflict("Other tool calls of the run still wait for a decision.")
+            stream = ui.UIMessageStream(
+                chat_id=chat.pk,
+                message_id=last.get("id") or None,
+                tool_ids={call_id: known for call_id, _, known in decisions},
+            )
+            run["resume"] = resumed
+        else:
+            raise ValidationError({"messages": ["a client cannot send system messages"]})
+        inline = ui.UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
+        return ui.ui_response(inline.frames())
+
+
+class UIChatStreamView(LLMChatView):
+    """``GET ui/chat/{id}/stream``: the transport's ``reconnectToStream``."""
+
+    serializer_class = serializers.Serializer
+
+    @document(
+        summary="Resume the run in progress (AI SDK reconnect)",
+        description="The chat's run in progress from its start, as UI message chunks "
+        "(`204` when no run is in progress, or without `LLMCHAT['EVENTS_URL']`).",
+        responses={
+            (200, "text/event-stream"): UI_STREAM_RESPONSE,
+            204: OpenApiResponse(description="No run to resume."),
+            404: ERROR,
+        },
+    )
+    def get(self, request, id: str):
+        chat = ui.chat_for(request.user, id, create=False)
+        if chat is None:
+            raise Http404("No such chat.")
+        if not ui.can_resume(chat):
+            return ui.no_stream()
+        return ui.ui_response(ui.follow_chunks(chat, asynchronous=self.is_asgi()))

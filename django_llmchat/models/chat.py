@@ -131,6 +131,13 @@ class AbstractChat(models.Model):
         help_text="What the chat is doing: idle, queued, running or awaiting_approval (kept "
         "by django_llmchat.runs from the chat's runs).",
     )
+    client_id = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="The id a frontend made up for the chat (the AI SDK's useChat id), unique "
+        "per user; blank for chats made on the server.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -567,4 +574,11 @@ class Chat(AbstractChat):
         indexes = [
             models.Index(fields=["user", "-updated_at"], name="llmchat_chat_user_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_chat_model_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "client_id"],
+                condition=~models.Q(client_id=""),
+                name="llmchat_chat_client_id_uniq",
+            )
         ]

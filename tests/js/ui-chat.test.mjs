@@ -1,0 +1,281 @@
+// The AI SDK's Chat and DefaultChatTransport, unchanged, against a live server
+// (started by tests/test_js_clients.py: LLMCHAT_URL, LLMCHAT_TOKEN).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+} from "ai";
+
+const BASE = process.env.LLMCHAT_URL;
+const headers = { Authorization: `Bearer ${process.env.LLMCHAT_TOKEN}` };
+
+// The framework-free chat state (what @ai-sdk/react's useChat keeps in React state).
+class State {
+  constructor() {
+    this.status = "ready";
+    this.error = undefined;
+    this.messages = [];
+  }
+  pushMessage(message) {
+    this.messages = [...this.messages, message];
+  }
+  popMessage() {
+    this.messages = this.messages.slice(0, -1);
+  }
+  replaceMessage(index, message) {
+    this.messages = [
+      ...this.messages.slice(0, index),
+      structuredClone(message),
+      ...this.messages.slice(index + 1),
+    ];
+  }
+  snapshot(value) {
+    return structuredClone(value);
+  }
+}
+
+class Chat extends AbstractChat {
+  constructor(options) {
+    super({ ...options, state: new State() });
+  }
+}
+
+// fetch that keeps the chunks of every response, for the test to look at
+function recordingFetch(log) {
+  return async (url, init) => {
+    const response = await fetch(url, init);
+    log.push({ url: String(url), method: init?.method ?? "GET", status: response.status,
+               headers: response.headers, chunks: [] });
+    const entry = log.at(-1);
+    if (!response.body) return response;
+    const [mine, theirs] = response.body.tee();
+    (async () => {
+      const text = await new Response(mine).text();
+      for (const block of text.split("\n\n")) {
+        if (block.startsWith("data: ")) entry.chunks.push(block.slice(6));
+      }
+    })();
+    return new Response(theirs, { status: response.status, headers: response.headers });
+  };
+}
+
+function transport(extra = {}) {
+  return new DefaultChatTransport({ api: `${BASE}/api/ui/chat`, headers, ...extra });
+}
+
+async function api(path, init = {}) {
+  const response = await fetch(`${BASE}/api/${path}`, {
+    ...init,
+    headers: { ...headers, "Content-Type": "application/json", ...(init.headers ?? {}) },
+  });
+  assert.ok(response.ok, `${path}: ${response.status} ${await response.clone().text()}`);
+  return response.status === 204 ? null : response.json();
+}
+
+async function newChat(tools) {
+  return api("chats/", { method: "POST", body: JSON.stringify({ title: "js", tools }) });
+}
+
+async function until(condition, what, seconds = 20) {
+  const end = Date.now() + seconds * 1000;
+  while (Date.now() < end) {
+    if (condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+const text = (message) =>
+  message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+
+async function stored(chatId) {
+  const page = await api(`chats/${chatId}/messages/`);
+  return page.results;
+}
+
+test("a made-up chat id: the chat is created, the reply streams, then regenerate", async () => {
+  const log = [];
+  const errors = [];
+  const id = `spa-${Math.random().toString(36).slice(2)}`;
+  const chat = new Chat({ id, transport: transport({ fetch: recordingFetch(log) }),
+                          onError: (e) => errors.push(e) });
+  await chat.sendMessage({ text: "Hello there, how are you?" });
+  assert.deepEqual(errors, []);
+  assert.equal(chat.status, "ready");
+  const [user, reply] = chat.messages;
+  assert.equal(user.role, "user");
+  assert.equal(reply.role, "assistant");
+  assert.match(text(reply), /offline demo model/);
+  assert.ok(reply.parts.some((p) => p.type === "reasoning" && p.text.length > 0));
+  // streamed: many deltas, the protocol's header, [DONE] last
+  const response = log[0];
+  assert.equal(response.headers.get("x-vercel-ai-ui-message-stream"), "v1");
+  assert.equal(response.chunks.at(-1), "[DONE]");
+  const deltas = response.chunks.filter((c) => c.includes('"text-delta"'));
+  assert.ok(deltas.length > 3, `only ${deltas.length} text deltas`);
+  // metadata: the chat, the run, tokens and USD cost
+  const { chatId, runId, status, tokens, storedMessageId } = reply.metadata;
+  assert.equal(status, "succeeded");
+  assert.ok(tokens.input_tokens > 0 && tokens.output_tokens > 0);
+  assert.equal(reply.id, `run-${runId}`);
+  const chats = await api("chats/");
+  const mine = chats.results.find((c) => c.id === chatId);
+  assert.ok(mine, "the chat was created for the user");
+  let messages = await stored(chatId);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant"]);
+  assert.equal(messages[1].id, storedMessageId);
+  assert.equal(messages[1].content, text(reply));
+
+  // the same made-up id again: the same chat
+  await chat.sendMessage({ text: "Short one" });
+  assert.equal(chat.status, "ready");
+  messages = await stored(chatId);
+  assert.equal(messages.length, 4);
+  const before = await api(`chats/${chatId}/usage/`);
+
+  await chat.regenerate();
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 4);
+  const regenerated = chat.messages.at(-1);
+  assert.notEqual(regenerated.metadata.runId, reply.metadata.runId);
+  messages = await stored(chatId);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "user", "assistant"]);
+  assert.equal(messages[3].content, text(regenerated));
+  assert.equal(messages[3].id, regenerated.metadata.storedMessageId);
+  const after = await api(`chats/${chatId}/usage/`);
+  // the replaced reply's usage stays: the totals grew by the new run
+  assert.ok(after.tokens.input_tokens > before.tokens.input_tokens);
+  const runs = await api(`chats/${chatId}/runs/`);
+  assert.equal(runs.results.length, 3);
+});
+
+test("a tool call streams with its output", async () => {
+  const { id } = await newChat(["demo_weather"]);
+  const errors = [];
+  const chat = new Chat({ id: String(id), transport: transport(), onError: (e) => errors.push(e) });
+  await chat.sendMessage({ text: "What is the weather in Paris?" });
+  assert.deepEqual(errors, []);
+  const reply = chat.messages.at(-1);
+  const call = reply.parts.find((p) => p.type === "tool-demo_weather");
+  assert.ok(call, JSON.stringify(reply.parts));
+  assert.equal(call.state, "output-available");
+  assert.deepEqual(call.input, { city: "Paris" });
+  assert.equal(call.output.city, "Paris");
+  assert.ok(text(reply).includes("Paris"));
+  assert.equal(reply.parts.filter((p) => p.type === "step-start").length, 2);
+  const messages = await stored(id);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+  assert.equal(messages[1].tool_calls[0].name, "demo_weather");
+  assert.equal(reply.metadata.storedMessageId, messages[3].id);
+});
+
+test("an approval round: approve, the run resumes in the same message", async () => {
+  const { id } = await newChat(["demo_book_table"]);
+  const errors = [];
+  const chat = new Chat({
+    id: String(id),
+    transport: transport(),
+    onError: (e) => errors.push(e),
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  });
+  await chat.sendMessage({ text: "Please book a table at Chez Demo for 4" });
+  assert.deepEqual(errors, []);
+  let reply = chat.messages.at(-1);
+  let call = reply.parts.find((p) => p.type === "tool-demo_book_table");
+  assert.equal(call.state, "approval-requested");
+  assert.equal(reply.metadata.status, "awaiting_approval");
+  const chatRow = await api(`chats/${id}/`);
+  assert.equal(chatRow.status, "awaiting_approval");
+
+  await chat.addToolApprovalResponse({ id: call.approval.id, approved: true });
+  await until(() => {
+    const part = chat.messages.at(-1).parts.find((p) => p.type === "tool-demo_book_table");
+    return chat.status === "ready" && part.state === "output-available";
+  }, "the approved call's output");
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 2, "the continuation fills the same message");
+  reply = chat.messages.at(-1);
+  call = reply.parts.find((p) => p.type === "tool-demo_book_table");
+  assert.match(call.output, /Booked a table for 4 at Chez Demo/);
+  assert.equal(reply.metadata.status, "succeeded");
+  const messages = await stored(id);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+  assert.equal(messages[1].tool_calls[0].approval, "approved");
+
+  // a second booking, denied
+  await chat.sendMessage({ text: "Now book a table at Le Rouge for 2" });
+  reply = chat.messages.at(-1);
+  call = reply.parts.find((p) => p.type === "tool-demo_book_table" && p.state === "approval-requested");
+  await chat.addToolApprovalResponse({ id: call.approval.id, approved: false });
+  await until(() => chat.status === "ready" &&
+    chat.messages.at(-1).parts.some((p) => p.state === "output-denied"), "the denial");
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 4);
+});
+
+test("a dropped connection resumes from the server's event stream", async () => {
+  const { id } = await newChat([]);
+  const errors = [];
+  let drop = true;
+  // the first response breaks after its first text delta, as a lost network would
+  const flaky = async (url, init) => {
+    const response = await fetch(url, init);
+    if (!drop || (init?.method ?? "GET") !== "POST") return response;
+    drop = false;
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let seen = "";
+    const body = new ReadableStream({
+      async pull(controller) {
+        const { value, done } = await reader.read();
+        if (done) return controller.close();
+        seen += decoder.decode(value, { stream: true });
+        controller.enqueue(value);
+        if (seen.includes('"text-delta"')) {
+          await reader.cancel();
+          controller.error(new TypeError("network error"));
+        }
+      },
+    });
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
+  const chat = new Chat({ id: String(id), transport: transport({ fetch: flaky }),
+                          onError: (e) => errors.push(e) });
+  await chat.sendMessage({ text: "Tell me something long about resuming" });
+  assert.equal(chat.status, "error");
+  assert.equal(errors.length, 1);
+  const partial = text(chat.messages.at(-1));
+
+  await chat.resumeStream();
+  assert.equal(chat.status, "ready");
+  assert.equal(chat.messages.length, 2, "the resumed reply replaces the partial one");
+  const reply = chat.messages.at(-1);
+  assert.ok(text(reply).length > partial.length);
+  const messages = await stored(id);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant"]);
+  assert.equal(text(reply), messages[1].content);
+  assert.equal(reply.metadata.status, "succeeded");
+
+  // nothing runs any more: the reconnect answers 204 and the chat stays as it is
+  await chat.resumeStream();
+  assert.equal(chat.status, "ready");
+  assert.equal(text(chat.messages.at(-1)), messages[1].content);
+});
+
+test("bad input is a 400 naming the field; another user's chat is not reachable", async () => {
+  const response = await fetch(`${BASE}/api/ui/chat`, {
+    method: "POST",
+    headers: { ...headers, "Content-Type": "application/json" },
+    body: JSON.stringify({ id: "x", messages: [], trigger: "nope" }),
+  });
+  assert.equal(response.status, 400);
+  const body = await response.json();
+  assert.ok("trigger" in body, JSON.stringify(body));
+  const missing = await fetch(`${BASE}/api/ui/chat/never-made/stream`, { headers });
+  assert.equal(missing.status, 404);
+  const anonymous = await fetch(`${BASE}/api/ui/chat`, { method: "POST", body: "{}" });
+  assert.equal(anonymous.status, 401);
+});

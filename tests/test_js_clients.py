@@ -1,0 +1,149 @@
+"""The API driven by real JavaScript clients, in Node: the AI SDK's ``Chat`` and
+``DefaultChatTransport`` (``tests/js/ui-chat.test.mjs``) and a client typed by
+openapi-typescript, compiled with ``tsc --noEmit`` (``tests/js/client.ts``).
+
+The packages install from ``tests/js/package-lock.json`` (``npm ci``) when missing. The
+server is ``manage.py runserver`` on a free port with a SQLite file, the demo model's
+replies (a loopback fake provider) and live events on Redis. Without ``node`` and
+``npm`` the tests are skipped, except under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, require_service
+
+ROOT = Path(__file__).resolve().parents[1]
+JS = ROOT / "tests" / "js"
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason}, but CI=true requires the JavaScript client tests to run")
+    pytest.skip(reason)
+
+
+def _run(*args: str, env=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=JS, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def node_packages() -> None:
+    """``npm ci`` from the committed lock file, unless node_modules matches it already."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        _unavailable("node and npm are not installed")
+    lock = (JS / "package-lock.json").read_bytes()
+    installed = JS / "node_modules" / ".llmchat-lock"
+    if not installed.exists() or installed.read_bytes() != lock:
+        done = _run("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+        assert done.returncode == 0, done.stdout + done.stderr
+        installed.write_bytes(lock)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live_api(tmp_path_factory, node_packages):
+    """``manage.py runserver`` with ``tests.api.ui_server_settings``; yields ``(url,
+    token, env)``."""
+    redis_url = require_service("REDIS_URL")
+    work = tmp_path_factory.mktemp("js-api")
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.api.ui_server_settings",
+        "LLMCHAT_API_DB": str(work / "db.sqlite3"),
+        "REDIS_URL": redis_url,
+        "EVENTS_KEY_PREFIX": f"llmchat-js-{uuid.uuid4().hex[:8]}",
+        "CHUNK_DELAY": "0.02",
+    }
+    python = sys.executable
+    done = subprocess.run(
+        [python, "-m", "django", "migrate", "--noinput"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    script = (
+        "from django.contrib.auth import get_user_model\n"
+        "from rest_framework.authtoken.models import Token\n"
+        "user = get_user_model().objects.create_user('js', password='js-password')\n"
+        "print(Token.objects.create(user=user).key)\n"
+    )
+    done = subprocess.run(
+        [python, "-m", "django", "shell", "-c", script], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip().splitlines()[-1]
+    port = _free_port()
+    log = open(work / "server.log", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [python, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{url}/api/schema/?format=json", timeout=2).read()
+                break
+            except OSError:
+                if server.poll() is not None:
+                    break
+                time.sleep(0.1)
+        else:
+            pytest.fail("the server did not start")
+        assert server.poll() is None, (work / "server.log").read_text()
+        yield url, token, env, work
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+
+
+def test_the_ai_sdk_chat_works_against_the_api(live_api):
+    url, token, env, work = live_api
+    done = _run(
+        "node",
+        "--test",
+        "--test-reporter=spec",
+        "ui-chat.test.mjs",
+        env={**os.environ, "LLMCHAT_URL": url, "LLMCHAT_TOKEN": token},
+    )
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        output += "\n--- server log ---\n" + (work / "server.log").read_text()[-6000:]
+    assert done.returncode == 0, output
+
+
+def test_generated_typescript_types_compile_against_a_client(live_api):
+    url, token, env, work = live_api
+    schema = urllib.request.urlopen(f"{url}/api/schema/?format=json", timeout=10).read()
+    json.loads(schema)
+    (work / "schema.json").write_bytes(schema)
+    generated = JS / "schema.d.ts"
+    done = _run("npx", "openapi-typescript", str(work / "schema.json"), "-o", str(generated))
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        done = _run("npx", "tsc", "--noEmit", "-p", ".")
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        generated.unlink(missing_ok=True)
