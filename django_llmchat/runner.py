@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from decimal import Decimal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections

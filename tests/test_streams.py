@@ -189,5 +189,5 @@ def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
         status="succeeded",
         message_id=reply.pk,
         token_usage=run.tokens,
-        cost=str(run.cost().total) if run.cost().total is not None else None,
+        cost=format(run.cost().total.normalize(), "f"),
     )

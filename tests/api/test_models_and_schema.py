@@ -115,6 +115,8 @@ def test_schema_renders_and_validates():
         "/api/models/",
         "/api/models/{id}/",
         "/api/auth/token/",
+        "/api/ui/chat",
+        "/api/ui/chat/{id}/stream",
     }
     events = schema["paths"]["/api/chats/{id}/events/"]["get"]["responses"]["200"]["content"]
     assert list(events) == ["text/event-stream"]
