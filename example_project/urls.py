@@ -2,7 +2,6 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularSwaggerView
 
 from . import views
 
@@ -15,10 +14,5 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path(
-        "api/docs/",
-        SpectacularSwaggerView.as_view(url_name="llmchat-api:schema"),
-        name="api-docs",
-    ),
     path("api/", include("django_llmchat.api.urls")),
 ]

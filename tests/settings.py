@@ -3,6 +3,7 @@
 import os
 
 import dj_database_url
+from corsheaders.defaults import default_headers
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -21,10 +22,13 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "corsheaders",
     "django_llmchat",
 ]
 
 MIDDLEWARE = [
+    "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -34,6 +38,11 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "tests.urls"
+
+# a single-page app on another origin (docs/frontends.md)
+CORS_ALLOWED_ORIGINS = ["http://spa.example"]
+CORS_URLS_REGEX = r"^/api/.*$"
+CORS_ALLOW_HEADERS = (*default_headers, "last-event-id")
 
 TEMPLATES = [
     {

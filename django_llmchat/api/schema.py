@@ -15,6 +15,7 @@ __all__ = [
     "closed_request_bodies",
     "describe_path_parameters",
     "document",
+    "document_refusals",
     "only_llmchat_endpoints",
 ]
 
@@ -69,6 +70,48 @@ def describe_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str,
     return result
 
 
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_REFUSALS = {
+    "401": "Not authenticated (no or a wrong token).",
+    "403": "Not allowed (e.g. a CSRF failure with session authentication).",
+    "429": "Too many requests (a throttle rate), or a budget over its limit.",
+}
+
+
+def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """The refusals every route may answer, documented on each: ``401``, ``403``,
+    ``429``, ``413`` where a body is read, ``404`` for a path id; errors are JSON."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = {
+        "type": "object",
+        "description": 'A refusal: `{"detail": <message>, "code": <code>}`, or '
+        '`{"<field>": ["<reason>", ...]}` for invalid input.',
+        "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
+        "additionalProperties": True,
+    }
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            refusals = dict(_REFUSALS)
+            if path.endswith("/auth/token/"):
+                refusals.pop("401")
+                refusals.pop("403")
+            if "requestBody" in operation:
+                refusals["413"] = "The request body is too large."
+                refusals.setdefault("400", "Invalid input: the field and the reason.")
+            if "{" in path:
+                refusals["404"] = "No such object (or not yours)."
+            for code, text in refusals.items():
+                responses.setdefault(
+                    code, {"description": text, "content": {"application/json": {"schema": _ERROR}}}
+                )
+            for code, response in responses.items():
+                content = response.get("content") or {}
+                if code >= "400" and "application/json" in content:
+                    content["application/json"] = {"schema": _ERROR}
+    return result
+
+
 SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "django-llmchat API",
     "DESCRIPTION": (
@@ -76,12 +119,15 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "Events), tool-call approvals, usage and cost, and the model registry."
     ),
     "VERSION": __version__,
+    "OAS_VERSION": "3.1.0",
     "COMPONENT_SPLIT_REQUEST": True,
     "PREPROCESSING_HOOKS": ["django_llmchat.api.schema.only_llmchat_endpoints"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "django_llmchat.api.schema.closed_request_bodies",
         "django_llmchat.api.schema.describe_path_parameters",
+        "django_llmchat.api.event_schemas.describe_event_streams",
+        "django_llmchat.api.schema.document_refusals",
     ],
 }
 

@@ -12,6 +12,8 @@ from .views import (
     LLMModelViewSet,
     MessageListCreateView,
     RunViewSet,
+    SchemaRedocView,
+    SchemaSwaggerView,
     TokenView,
     ToolCallDecisionView,
     UIChatStreamView,
@@ -53,6 +55,8 @@ urlpatterns = [
         SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
         name="schema",
     ),
+    path("docs/", SchemaSwaggerView.as_view(), name="schema-docs"),
+    path("redoc/", SchemaRedocView.as_view(), name="schema-redoc"),
 ]
 
 if apps.is_installed("rest_framework.authtoken"):

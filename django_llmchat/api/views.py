@@ -22,6 +22,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     inline_serializer,
 )
+from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.generics import GenericAPIView
@@ -44,7 +45,7 @@ from .pagination import (
     RunCursorPagination,
 )
 from .permissions import ChatAccess, chats_for, default_authenticators, default_throttles
-from .schema import document
+from .schema import SCHEMA_SETTINGS, document
 from .serializers import (
     ChatSerializer,
     LLMModelSerializer,
@@ -62,6 +63,8 @@ __all__ = [
     "LLMModelViewSet",
     "MessageListCreateView",
     "RunViewSet",
+    "SchemaRedocView",
+    "SchemaSwaggerView",
     "TokenView",
     "ToolCallDecisionView",
     "UIChatStreamView",
@@ -731,3 +734,47 @@ class UIChatStreamView(LLMChatView):
         if not ui.can_resume(chat):
             return ui.no_stream()
         return ui.ui_response(ui.follow_chunks(chat, asynchronous=self.is_asgi()))
+
+
+# -- the schema, readable -----------------------------------------------------------------------
+def _local_asset(path: str) -> str | None:
+    """The static URL of a drf-spectacular-sidecar asset when that app is installed."""
+    from django.apps import apps
+    from django.templatetags.static import static
+
+    if apps.is_installed("drf_spectacular_sidecar"):
+        return static(f"drf_spectacular_sidecar/{path}")
+    return None
+
+
+class SchemaSwaggerView(SpectacularSwaggerView):
+    """Swagger UI for ``schema/``, its scripts served by this site when
+    ``drf_spectacular_sidecar`` is installed (no CDN)."""
+
+    url_name = "llmchat-api:schema"
+    title = SCHEMA_SETTINGS["TITLE"]
+    schema = None  # a page, not an endpoint of the schema
+
+    @staticmethod
+    def _swagger_ui_resource(filename):
+        found = _local_asset(f"swagger-ui-dist/{filename}")
+        return found or SpectacularSwaggerView._swagger_ui_resource(filename)
+
+    @staticmethod
+    def _swagger_ui_favicon():
+        found = _local_asset("swagger-ui-dist/favicon-32x32.png")
+        return found or SpectacularSwaggerView._swagger_ui_favicon()
+
+
+class SchemaRedocView(SpectacularRedocView):
+    """Redoc for ``schema/``, served by this site when ``drf_spectacular_sidecar`` is
+    installed."""
+
+    url_name = "llmchat-api:schema"
+    title = SCHEMA_SETTINGS["TITLE"]
+    schema = None
+
+    @staticmethod
+    def _redoc_standalone():
+        found = _local_asset("redoc/bundles/redoc.standalone.js")
+        return found or SpectacularRedocView._redoc_standalone()

@@ -68,3 +68,37 @@ def test_session_auth_needs_the_csrf_token_for_writes(owner, chat):
         HTTP_X_CSRFTOKEN=token,
     )
     assert created.status_code == 201, created.content
+
+
+def test_cors_lets_the_spa_origin_in_with_a_token_and_last_event_id(owner, chat):
+    client = APIClient()
+    preflight = client.options(
+        url("chat-events", pk=chat.pk),
+        HTTP_ORIGIN="http://spa.example",
+        HTTP_ACCESS_CONTROL_REQUEST_METHOD="GET",
+        HTTP_ACCESS_CONTROL_REQUEST_HEADERS="authorization, last-event-id",
+    )
+    assert preflight.status_code == 200  # not a 401: preflights carry no credentials
+    assert preflight["Access-Control-Allow-Origin"] == "http://spa.example"
+    allowed = preflight["Access-Control-Allow-Headers"].lower()
+    assert "authorization" in allowed and "last-event-id" in allowed
+    key = Token.objects.create(user=owner).key
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    response = client.get(url("chat-detail", pk=chat.pk), HTTP_ORIGIN="http://spa.example")
+    assert response.status_code == 200
+    assert response["Access-Control-Allow-Origin"] == "http://spa.example"
+    other = client.get(url("chat-detail", pk=chat.pk), HTTP_ORIGIN="http://evil.example")
+    assert "Access-Control-Allow-Origin" not in other
+
+
+def test_swagger_ui_and_redoc_load_their_assets_from_this_site(client):
+    from django.contrib.staticfiles import finders
+
+    for name, asset in (("schema-docs", "swagger-ui-bundle.js"), ("schema-redoc", "redoc")):
+        page = client.get(url(name))
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert "cdn.jsdelivr.net" not in html and "/static/drf_spectacular_sidecar/" in html
+        assert asset in html
+    assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert finders.find("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
