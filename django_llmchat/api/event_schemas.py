@@ -133,6 +133,17 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
         {"error": _STR, "message_id": _INT, "token_usage": _TOKENS, "cost": _STR},
         doc="A run ended, with its totals.",
     ),
+    "context_compacted": _object(
+        {
+            **_ROLE,
+            "message_id": _NULLABLE_INT,
+            "summary_until": _NULLABLE_INT,
+            "messages": _INT,
+            "tokens_before": _NULLABLE_INT,
+            "tokens_after": _NULLABLE_INT,
+        },
+        doc="Before a step, the history was compacted into the stored summary `message_id`.",
+    ),
     "error": _object(
         {"type": _STR, "message": _STR},
         {"status": _INT},
