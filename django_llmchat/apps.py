@@ -8,4 +8,5 @@ class LLMChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers system checks)
+        # the system checks, and the Celery tasks (the run module sends them by name)
+        from . import checks, tasks  # noqa: F401

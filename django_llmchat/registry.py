@@ -9,20 +9,18 @@ capability data (``django_llmchat/data/models.json``), which wins for the fields
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from django.db import transaction
 from django.utils import timezone
 from genai_prices.data_snapshot import get_snapshot
 
+from .models import LLMModel
+from .models.llm_model import find_model
 from .pricing import PROVIDER_IDS, find_genai_model, pricing_table
-
-if TYPE_CHECKING:
-    from .models import LLMModel
 
 __all__ = [
     "EXCLUDED_MODEL_PREFIXES",
@@ -52,14 +50,7 @@ EXCLUDED_MODEL_PREFIXES: dict[str, tuple[str, ...]] = {
 }
 """Per provider name: genai-prices model ids with these prefixes get no registry row."""
 
-_DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 _BATCH_SIZE = 500
-
-
-def _llm_model() -> type[LLMModel]:
-    from .models import LLMModel
-
-    return LLMModel
 
 
 @cache
@@ -143,7 +134,7 @@ def sync_models(stdout: TextIO | None = None) -> tuple[int, int]:
     typed in by hand survives), and ``metadata`` keys the sync does not own are kept. Runs
     in one transaction with a handful of queries, whatever the number of models.
     """
-    model_class = _llm_model()
+    model_class = LLMModel
     now = timezone.now()
     entries = _entries(now)
     created: list[LLMModel] = []
@@ -187,45 +178,3 @@ def sync_models(stdout: TextIO | None = None) -> tuple[int, int]:
         if n_created or n_updated:
             _write(stdout, f"{provider}: {n_created} created, {n_updated} updated")
     return len(created), len(updated)
-
-
-def _reverse_provider(provider_id: str) -> str | None:
-    for ours, theirs in PROVIDER_IDS.items():
-        if theirs == provider_id:
-            return ours
-    return None
-
-
-def find_model(model_id: str | None, provider: str | None = None) -> LLMModel | None:
-    """The ``LLMModel`` row for ``model_id`` (on ``provider`` when given), or ``None``.
-
-    Tries, in order: the exact id, the id without a trailing date
-    (``claude-haiku-4-5-20251001`` -> ``claude-haiku-4-5``, ``gpt-4o-2024-08-06`` ->
-    ``gpt-4o``), and the id genai-prices resolves the name to. One query.
-    """
-    if not model_id:
-        return None
-    candidates = [model_id]
-
-    def add(candidate: str | None) -> None:
-        if candidate and candidate not in candidates:
-            candidates.append(candidate)
-
-    add(model_id.lower())
-    add(_DATE_SUFFIX.sub("", model_id))
-    add(_DATE_SUFFIX.sub("", model_id.lower()))
-    preferred = provider
-    found = find_genai_model(model_id, provider)
-    if found is not None:
-        add(found[1].id)
-        preferred = preferred or _reverse_provider(found[0].id)
-
-    rows = _llm_model().objects.filter(model_id__in=candidates)
-    if provider:
-        rows = rows.filter(provider=provider)
-    best = min(
-        rows,
-        key=lambda row: (candidates.index(row.model_id), row.provider != preferred, row.provider),
-        default=None,
-    )
-    return best

@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from . import runs
 from .agents import Agent, load_agent
 from .conf import settings
 from .context import Context
 from .errors import (
+    ArgumentError,
     ChatBusyError,
     ContextLengthExceededError,
     IncompleteStreamError,
@@ -52,6 +54,7 @@ from .events import (
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
 from .history import History, check_summary_response, summary_request
 from .models import Chat, Message, Run, ToolCall, Usage
+from .prepared import database_of
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
@@ -186,8 +189,6 @@ class Runner:
         """Store ``prompt`` (after the before-guardrails) with a run answering it, and take
         the run (waiting for the runs ahead of it); returns the guardrails' events. A
         blocked prompt raises :class:`Blocked` and stores nothing."""
-        from .models import Message
-
         chat = self.chat
         events: list[StreamEvent] = []
         message = None
@@ -640,6 +641,102 @@ class Runner:
                 exc.partial_results = done
                 raise
         return done
+
+    # -- what the chat's methods call (Chat.ask, stream, ask_later, approve, interrupt) ----
+    def ask(self, prompt: str | None, attachments: list[tuple]):
+        """Run the loop with whole answers; the final assistant Message (``None`` when a
+        guardrail blocked the prompt)."""
+        for _ in self.events(prompt, attachments, stream=False):
+            pass
+        return self.result.message
+
+    def events(self, prompt, attachments, *, stream: bool, resume: Run | None = None):
+        """The run's events; nothing is stored or marked before the first ``next()``, and
+        closing or dropping the iterator ends the run ``cancelled``. ``chat.last_run`` is
+        the run."""
+        chat = self.chat
+        try:
+            if resume is not None:
+                self.resume(resume)
+                pre = []
+            else:
+                pre = self.begin(prompt, attachments)
+        except Blocked as exc:
+            self._blocked_run(exc.event)
+            yield exc.event
+            return
+        chat.last_run = self.run_row
+        try:
+            yield from self.run(stream=stream, pre_events=pre)
+        finally:
+            self._remember()
+
+    def ask_later(self, prompt: str, attachments: list[tuple]):
+        """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
+        when the transaction commits; the user Message, or ``None`` when blocked."""
+        chat = self.chat
+        try:
+            text, _events = self.check_prompt(prompt)
+        except Blocked as exc:
+            self._blocked_run(exc.event)
+            return None
+        message = Message(chat=chat, role="user", content=text)
+        task_id = uuid.uuid4().hex
+        run, _ = runs.enqueue(chat, message, attachments, task_id=task_id)
+        chat.last_run = run
+        chat_id, run_id = chat.pk, run.pk
+        transaction.on_commit(
+            lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
+        )
+        return message
+
+    def decide(self, call_id: str, approval: str, *, resume: bool):
+        """Record a decision on a waiting tool call; when none is left waiting (and
+        ``resume``), run the rest here and return the final Message."""
+        chat = self.chat
+        calls = list(ToolCall.objects.filter(chat=chat, call_id=call_id).select_related("result"))
+        if not calls:
+            raise ArgumentError(f"chat {chat.pk} has no tool call {call_id!r}")
+        waiting = [c for c in calls if not c.approval and c.get_result() is None]
+        if not waiting:
+            raise ArgumentError(f"tool call {call_id!r} has already been answered")
+        run = runs.decide(chat.pk, waiting[0], approval)
+        if run is not None and resume:
+            for _ in self.events(None, [], stream=False, resume=run):
+                pass
+            return self.result.message
+        return None
+
+    @staticmethod
+    def interrupt(chat: Chat, reason: str | None) -> bool:
+        """Ask the chat's current run to stop (no runner needed: its agent may be gone)."""
+        return runs.interrupt(chat.pk, reason)
+
+    def _blocked_run(self, event: GuardrailTripwire) -> Run:
+        """What ``last_run`` is after a before-guardrail blocked the prompt: nothing was
+        stored, so an unsaved Run saying why."""
+        run = Run(
+            chat=self.chat,
+            status=Run.FAILED,
+            error_type="guardrail_tripwire",
+            error="A guardrail blocked the prompt.",
+        )
+        run.tripwire = event
+        self.result.tripwire = event
+        self.chat.last_run = run
+        return run
+
+    def _remember(self) -> None:
+        """``chat.last_run``: the run worked on, with what this call saw."""
+        run = getattr(self, "run_row", None)
+        if run is None:
+            return
+        result = self.result
+        run.message, run.interrupt, run.tripwire = result.message, result.interrupt, result.tripwire
+        run.events = result.events if self.keep_events else None
+        if self.execution is not None:
+            run.steps = max(run.steps, result.steps)
+        self.chat.last_run = run
 
 
 def _usd(value) -> str | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings as django_settings
 from django.db import connections, router, transaction
 from django.db.models import F, Max, Q
@@ -44,6 +45,8 @@ from .errors import ArgumentError, ChatBusyError, RunLostError
 from .models import Chat, Message, Run, ToolCall
 from .models.message import QUEUED_POSITION, clock_position
 from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate, mark_saved
+from .tools import ToolResult
+from .transcript import save_tool_results
 
 logger = logging.getLogger("django_llmchat.runs")
 
@@ -601,10 +604,20 @@ def _waits_for_a_worker(run: Run | None) -> bool:
     return run is not None and run.status == Run.QUEUED and run.lease_expires_at is None
 
 
-def _send(run: Run) -> None:
-    from .tasks import complete_chat
+COMPLETE_CHAT = "django_llmchat.tasks.complete_chat"
+"""The Celery task answering a chat's queued runs (:mod:`django_llmchat.tasks` registers it
+when the app is ready); this module sends it by name, being below it."""
 
-    complete_chat.delay(run.chat_id, run_id=run.pk)
+
+def send(chat_id: int, run_id: int, *, task_id: str | None = None) -> None:
+    """Send the task answering run ``run_id`` (to the broker, or run in this process when
+    no broker is configured)."""
+    task = current_app.tasks[COMPLETE_CHAT]
+    task.apply_async((chat_id,), {"run_id": run_id}, task_id=task_id)
+
+
+def _send(run: Run) -> None:
+    send(run.chat_id, run.pk)
 
 
 # -- lease renewal ----------------------------------------------------------------------------
@@ -721,9 +734,6 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
 def _answer_waiting_calls(chat_id: int, run: Run) -> None:
     """A run stopped while it waited for decisions: each waiting call gets an error
     result, so the transcript holds no call without its result."""
-    from .tools import ToolResult
-    from .transcript import save_tool_results
-
     waiting = list(ToolCall.objects.filter(chat_id=chat_id, result__isnull=True).order_by("id"))
     if waiting:
         result = ToolResult.error("cancelled", "The run was stopped before this call was decided.")
@@ -793,14 +803,8 @@ def recover(dispatch=None) -> list[Run]:
     """Send a task for every stale run (:func:`stale_runs`); ``dispatch(chat_id, run_id)``
     replaces sending (``manage.py llmchat_recover --inline`` runs them in-process).
     Returns the runs found."""
-    if dispatch is None:
-        from .tasks import complete_chat
-
-        def dispatch(chat_id: int, run_id: int) -> None:
-            complete_chat.delay(chat_id, run_id=run_id)
-
     found = stale_runs()
     for run in found:
         logger.info("recovering run %s of chat %s (%s)", run.pk, run.chat_id, run.status)
-        dispatch(run.chat_id, run.pk)
+        (dispatch or send)(run.chat_id, run.pk)
     return found

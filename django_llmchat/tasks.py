@@ -34,6 +34,8 @@ from . import runs, streams
 from .conf import settings
 from .errors import ProviderError, RunLostError, safe_error
 from .events import RunFinished, RunStarted, StreamEvent
+from .models import Chat, Run
+from .runner import Runner, run_finished
 
 logger = logging.getLogger("django_llmchat.tasks")
 
@@ -100,9 +102,6 @@ def _retry_delay(exc: BaseException, attempt: int) -> float | None:
 def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> str:
     """Work on one claimed run, publishing its events; returns its final status, raises
     :class:`RetryLater` when a retryable error gave the run back to the queue."""
-    from .models import Chat
-    from .runner import Runner, run_finished
-
     run = execution.run
     run_id = str(run.pk)
     publish(RunStarted(run_id=run_id, message_id=run.prompt_id))
@@ -222,8 +221,6 @@ def _call_args(
 
 def _run_of_prompt(chat_id: int, message_id: int) -> int | None:
     """A task sent by an earlier version names the prompt, not the run."""
-    from .models import Run
-
     return (
         Run.objects.filter(chat_id=chat_id, prompt_id=message_id)
         .order_by("-id")
@@ -296,7 +293,7 @@ class ChatTask(Task):
 @shared_task(
     bind=True,
     base=ChatTask,
-    name="django_llmchat.tasks.complete_chat",
+    name=runs.COMPLETE_CHAT,
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=None,  # retries are bounded by LLMCHAT["TASK_MAX_RETRIES"] below

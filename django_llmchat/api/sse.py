@@ -130,7 +130,7 @@ class InlineRun:
     def _events(self) -> Iterator[StreamEvent]:
         from ..runner import Blocked
 
-        runner = self.runner = self.chat._runner()
+        runner = self.runner = self.chat.runner()
         try:
             if self.resume is not None:
                 runner.resume(self.resume)

@@ -694,8 +694,12 @@ class UIChatView(LLMChatView):
             decisions = ui.approvals_of(last)
             if not decisions:
                 raise ValidationError(
-                    {"messages": ["the last message must be a user message, or an assistant "
-                                  "message answering approval requests"]}
+                    {
+                        "messages": [
+                            "the last message must be a user message, or an assistant "
+                            "message answering approval requests"
+                        ]
+                    }
                 )
             resumed = ui.decide_all(chat, decisions)
             if resumed is None:

@@ -3,15 +3,23 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
-from django.db import models, transaction
+from django.db import connections, models, transaction
 from django.db.models import Count, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.utils.module_loading import import_string
 
+from ..aio import stream_in_thread
 from ..conf import settings
 from ..errors import ArgumentError
-from ..prepared import database_of, is_new
+from ..prepared import is_new
 from ..values import TOKEN_FIELDS, Cost, Tokens
+from .attachment import Attachment
+from .llm_model import find_model
+from .message import Message
+from .run import Run
+from .usage import Usage
 
 
 def _default_model_id() -> str:
@@ -67,10 +75,6 @@ class ChatQuerySet(models.QuerySet):
     def with_totals(self):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
         (no row multiplication, one query for any number of chats)."""
-        from .message import Message
-        from .run import Run
-        from .usage import Usage
-
         count = (
             Message.objects.filter(chat=OuterRef("pk"))
             .order_by()
@@ -192,8 +196,6 @@ class AbstractChat(models.Model):
         ``attachments`` are ``(filename, bytes)`` or ``(filename, bytes, mime_type)``;
         ``cost`` is a supplied USD cost; ``tokens`` fills the token columns.
         """
-        from .message import Message
-
         if role not in Message.ROLES:
             raise ArgumentError(f"role must be one of {', '.join(Message.ROLES)}, got {role!r}")
         if not isinstance(content, str):
@@ -208,8 +210,6 @@ class AbstractChat(models.Model):
     def _insert(self, message, attachments, **chat_updates: Any) -> None:
         """Save ``message`` with its attachments and update the chat row when
         ``chat_updates`` are given (in the caller's transaction)."""
-        from .attachment import Attachment
-
         message.save()
         for item in attachments or []:
             filename, data, *mime = item
@@ -240,8 +240,6 @@ class AbstractChat(models.Model):
         if not model_id:
             raise ArgumentError("model_id must not be empty")
         if provider is None:
-            from ..registry import find_model
-
             info = find_model(model_id)
             provider = info.provider if info else self.provider
         self.model_id, self.provider = model_id, provider
@@ -299,14 +297,17 @@ class AbstractChat(models.Model):
         return self
 
     # -- running the loop -----------------------------------------------------------------
-    def _runner(self, context=None):
-        from ..runner import Runner
+    runner_class = "django_llmchat.runner.Runner"
+    """Dotted path of the class running this chat's loop (the loop is built on the models,
+    so a chat names it rather than importing it). A subclass may name its own Runner."""
 
+    def runner(self, context=None):
+        """The runner for one call of this chat's loop (the chat must be saved)."""
         if self.pk is None:
             raise ArgumentError(
                 "save the chat before running it (Chat.objects.create(...) or chat.save())"
             )
-        return Runner(self, context=context)
+        return import_string(self.runner_class)(self, context=context)
 
     @staticmethod
     def _check_prompt_type(prompt: Any, attachments: Any) -> list[tuple]:
@@ -318,65 +319,13 @@ class AbstractChat(models.Model):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         return _attachment_items(attachments)
 
-    def _blocked_run(self, runner, event):
-        """What ``last_run`` is after a before-guardrail blocked the prompt: nothing was
-        stored, so an unsaved Run saying why."""
-        from .run import Run
-
-        run = Run(
-            chat=self,
-            status=Run.FAILED,
-            error_type="guardrail_tripwire",
-            error="A guardrail blocked the prompt.",
-        )
-        run.tripwire = event
-        runner.result.tripwire = event
-        self.last_run = run
-        return run
-
-    def _remember(self, runner) -> None:
-        """``chat.last_run``: the run ``runner`` worked on, with what this call saw."""
-        run = getattr(runner, "run_row", None)
-        if run is None:
-            return
-        result = runner.result
-        run.message, run.interrupt, run.tripwire = result.message, result.interrupt, result.tripwire
-        run.events = result.events if runner.keep_events else None
-        if runner.execution is not None:
-            run.steps = max(run.steps, result.steps)
-        self.last_run = run
-
-    def _events(self, runner, prompt, items, *, stream: bool, resume=None):
-        """The run's events; nothing is stored or marked before the first ``next()``, and
-        closing or dropping the iterator ends the run ``cancelled``."""
-        from ..runner import Blocked
-
-        try:
-            if resume is not None:
-                runner.resume(resume)
-                pre = []
-            else:
-                pre = runner.begin(prompt, items)
-        except Blocked as exc:
-            self._blocked_run(runner, exc.event)
-            yield exc.event
-            return
-        self.last_run = runner.run_row
-        try:
-            yield from runner.run(stream=stream, pre_events=pre)
-        finally:
-            self._remember(runner)
-
     def ask(self, prompt: str | None = None, attachments=None, *, context=None):
         """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
         returns the final assistant Message (``None`` when a guardrail blocked the run).
         ``chat.last_run`` is the run. Asked while another run of the chat works, it waits
         for its turn."""
-        runner = self._runner(context)
-        items = self._check_prompt_type(prompt, attachments)
-        for _ in self._events(runner, prompt, items, stream=False):
-            pass
-        return runner.result.message
+        runner = self.runner(context)
+        return runner.ask(prompt, self._check_prompt_type(prompt, attachments))
 
     def complete(self, *, context=None):
         """Continue the saved history without a new prompt (answers pending tool calls
@@ -389,9 +338,9 @@ class AbstractChat(models.Model):
         event. Closing the iterator (or dropping it) ends the run ``cancelled``, its usage
         row kept. With no prompt, the saved history is continued (a retry after an
         ``IncompleteStreamError`` adds no second user turn)."""
-        runner = self._runner(context)
+        runner = self.runner(context)
         items = self._check_prompt_type(prompt, attachments)
-        return self._events(runner, prompt, items, stream=True)
+        return runner.events(prompt, items, stream=True)
 
     def ask_later(self, prompt: str, attachments=None):
         """Store ``prompt`` (before-guardrails applied) with a queued run, and let a worker
@@ -403,37 +352,12 @@ class AbstractChat(models.Model):
         Prompts asked while an earlier one is still being answered are queued runs, each
         answered in order. With no Celery broker configured, the task runs in this process
         (see ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``)."""
-        import uuid
-
-        from ..runner import Blocked
-        from ..runs import enqueue
-        from ..tasks import complete_chat
-        from .message import Message
-
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
-        runner = self._runner()
-        items = _attachment_items(attachments)
-        try:
-            text, _events = runner.check_prompt(prompt)
-        except Blocked as exc:
-            self._blocked_run(runner, exc.event)
-            return None
-        message = Message(chat=self, role="user", content=text)
-        task_id = uuid.uuid4().hex
-        run, _ = enqueue(self, message, items, task_id=task_id)
-        self.last_run = run
-        chat_id, run_id = self.pk, run.pk
-        transaction.on_commit(
-            lambda: complete_chat.apply_async((chat_id,), {"run_id": run_id}, task_id=task_id),
-            using=database_of(self),
-        )
-        return message
+        return self.runner().ask_later(prompt, _attachment_items(attachments))
 
     async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`ask` for ASGI views."""
-        from asgiref.sync import sync_to_async
-        from django.db import connections
 
         def ask_in_thread():
             try:
@@ -446,8 +370,6 @@ class AbstractChat(models.Model):
     def astream(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`stream`: an async iterator of events. The loop runs in a
         worker thread; the prompt is saved before the first event."""
-        from ..aio import stream_in_thread
-
         return stream_in_thread(lambda: self.stream(prompt, attachments, context=context))
 
     @property
@@ -474,8 +396,6 @@ class AbstractChat(models.Model):
     @property
     def cancel_requested(self) -> bool:
         """Whether a stop was asked for the run working now."""
-        from .run import Run
-
         if self.pk is None:
             return False
         return Run.objects.filter(chat=self, status=Run.RUNNING, cancel_requested=True).exists()
@@ -485,52 +405,30 @@ class AbstractChat(models.Model):
         ends with ``Interrupt(reason=reason)``, the transcript valid, and ``complete()``
         resumes it. A run waiting for a tool-call decision, or queued, ends at once.
         Returns whether there was a run to stop (the first of concurrent requests wins)."""
-        from ..runs import interrupt
-
         if reason is not None and not isinstance(reason, str):
             raise ArgumentError(f"reason must be a string or None, got {type(reason).__name__}")
         if self.pk is None:
             return False
-        return interrupt(self.pk, reason)
+        return import_string(self.runner_class).interrupt(self, reason)
 
     def cancel(self) -> bool:
         """``interrupt("cancelled")``: the run ends ``cancelled``, with
         ``Interrupt(reason="cancelled")``."""
         return self.interrupt("cancelled")
 
-    def _decide(self, call_id: str, approval: str, resume: bool):
-        from ..runs import decide
-        from .tool_call import ToolCall
-
-        calls = list(ToolCall.objects.filter(chat=self, call_id=call_id).select_related("result"))
-        if not calls:
-            raise ArgumentError(f"chat {self.pk} has no tool call {call_id!r}")
-        waiting = [c for c in calls if not c.approval and c.get_result() is None]
-        if not waiting:
-            raise ArgumentError(f"tool call {call_id!r} has already been answered")
-        run = decide(self.pk, waiting[0], approval)
-        if run is not None and resume:
-            runner = self._runner()
-            for _ in self._events(runner, None, [], stream=False, resume=run):
-                pass
-            return runner.result.message
-        return None
-
     def approve(self, call_id: str, *, resume: bool = True):
         """Approve a tool call waiting for approval; when none is left waiting, the run
         resumes here (returns the final Message, else ``None``)."""
-        return self._decide(call_id, "approved", resume)
+        return self.runner().decide(call_id, "approved", resume=resume)
 
     def deny(self, call_id: str, *, resume: bool = True):
         """Deny a tool call: the model gets a ``denied`` error result and the run resumes."""
-        return self._decide(call_id, "denied", resume)
+        return self.runner().decide(call_id, "denied", resume=resume)
 
     # -- totals ---------------------------------------------------------------------------
     @property
     def tokens(self) -> Tokens:
         """Tokens over every provider attempt, plus hand-built messages without usage rows."""
-        from .message import Message
-
         usage = self.usages.all().tokens()
         manual = Message.objects.filter(chat=self, usages__isnull=True).aggregate(
             **{n: Sum(n) for n in TOKEN_FIELDS}
@@ -539,8 +437,6 @@ class AbstractChat(models.Model):
 
     def cost(self) -> Cost:
         """USD over every provider attempt, plus costs supplied on hand-built messages."""
-        from .message import Message
-
         total = self.usages.all().cost()
         supplied = Message.objects.filter(
             chat=self, usages__isnull=True, supplied_cost__isnull=False

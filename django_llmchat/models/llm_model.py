@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import re
+
 from django.db import models
+
+from ..pricing import PROVIDER_IDS, find_genai_model
+
+_DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
 class AbstractLLMModel(models.Model):
@@ -40,3 +46,45 @@ class LLMModel(AbstractLLMModel):
             )
         ]
         indexes = [models.Index(fields=["model_id"], name="llmchat_llm_model_model_idx")]
+
+
+def _reverse_provider(provider_id: str) -> str | None:
+    for ours, theirs in PROVIDER_IDS.items():
+        if theirs == provider_id:
+            return ours
+    return None
+
+
+def find_model(model_id: str | None, provider: str | None = None) -> LLMModel | None:
+    """The ``LLMModel`` row for ``model_id`` (on ``provider`` when given), or ``None``.
+
+    Tries, in order: the exact id, the id without a trailing date
+    (``claude-haiku-4-5-20251001`` -> ``claude-haiku-4-5``, ``gpt-4o-2024-08-06`` ->
+    ``gpt-4o``), and the id genai-prices resolves the name to. One query.
+    """
+    if not model_id:
+        return None
+    candidates = [model_id]
+
+    def add(candidate: str | None) -> None:
+        if candidate and candidate not in candidates:
+            candidates.append(candidate)
+
+    add(model_id.lower())
+    add(_DATE_SUFFIX.sub("", model_id))
+    add(_DATE_SUFFIX.sub("", model_id.lower()))
+    preferred = provider
+    found = find_genai_model(model_id, provider)
+    if found is not None:
+        add(found[1].id)
+        preferred = preferred or _reverse_provider(found[0].id)
+
+    rows = LLMModel.objects.filter(model_id__in=candidates)
+    if provider:
+        rows = rows.filter(provider=provider)
+    best = min(
+        rows,
+        key=lambda row: (candidates.index(row.model_id), row.provider != preferred, row.provider),
+        default=None,
+    )
+    return best

@@ -3,17 +3,17 @@ from __future__ import annotations
 import json
 import time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.db.models import Prefetch
 
 from ..errors import StructuredOutputError
+from ..pricing import price, price_from_table
 from ..values import TOKEN_FIELDS, Citation, Cost, ServerToolCall, Thinking, Tokens
 from .fields import ValueListField
-
-if TYPE_CHECKING:
-    from .llm_model import LLMModel
+from .llm_model import LLMModel, find_model
+from .tool_call import ToolCall
 
 _UNSET = object()
 
@@ -31,8 +31,6 @@ class MessageQuerySet(models.QuerySet):
     def transcript(self):
         """Messages with everything a transcript shows, in a constant number of queries:
         tool calls (with their result ids), attachments, usage rows, the answered call."""
-        from .tool_call import ToolCall
-
         return self.select_related("parent_tool_call").prefetch_related(
             Prefetch("tool_calls", queryset=ToolCall.objects.select_related("result")),
             "attachments",
@@ -215,8 +213,6 @@ class AbstractMessage(models.Model):
     def cost(self, model: str | LLMModel | None = None) -> Cost:
         """The message's cost in USD: recorded attempt costs, else the supplied cost, else
         priced from ``model_info``. ``model`` (an id or an ``LLMModel``) reprices."""
-        from ..pricing import price, price_from_table
-
         if model is None:
             rows = self._usage_rows()
             if rows:
@@ -241,8 +237,6 @@ class AbstractMessage(models.Model):
         if not self.model_id:
             return None
         if "_model_info" not in self.__dict__:
-            from ..registry import find_model
-
             self.__dict__["_model_info"] = find_model(self.model_id, self.provider or None)
         return self.__dict__["_model_info"]
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Sum
 
+from ..pricing import price
 from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
 
 MONEY = {"max_digits": 16, "decimal_places": 10, "null": True, "blank": True}
@@ -87,8 +88,6 @@ class AbstractUsage(models.Model):
 
     def freeze_cost(self) -> Cost:
         """Price this attempt's tokens now and store the result on the row (unsaved)."""
-        from ..pricing import price
-
         tokens = self.tokens
         cost = price(tokens, self.model_id, self.provider) if not tokens.is_empty else Cost()
         self.cost = cost
