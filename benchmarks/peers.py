@@ -1,0 +1,390 @@
+"""django-llmchat beside its peers: the time of one stored reply, as a ratio to a floor.
+
+Every side answers the same prompts from the same loopback fake server
+(``django_llmchat.testing.FakeProviderServer``, Chat Completions, non-streaming) and stores
+each reply in SQLite (a file of its own, WAL, ``synchronous=NORMAL``):
+
+* ``floor``: one reused ``httpx.Client`` POST and one ``INSERT`` of the reply;
+* ``django-llmchat``: ``chat.ask()`` (prompt, run, reply, tool calls, usage and cost rows);
+* ``openai``: the openai SDK's ``chat.completions.create`` and one ``INSERT``;
+* ``litellm``: ``litellm.completion`` and one ``INSERT``;
+* ``pydantic-ai``: ``Agent.run_sync`` with the message history, its new messages stored
+  (``new_messages_json()``, one ``INSERT``);
+* ``llm``: simonw/llm's conversation ``prompt()`` with ``log_to_db`` (its own tables).
+
+Two shapes: 1-turn (every reply a new conversation) and 10-turn (conversations of ten
+turns, each request sending the history so far, as a chat does). Each side runs in its own
+process (the server in this one), warmed up untimed first; then the sides take turns, a
+block of replies each, round after round and in a rotating order, so a slow spell of the
+machine hits them alike. Times are measured inside each side's process around its block;
+printed are ms per reply and the ratio to the floor, of the totals over all rounds.
+
+The peers are installed, the first time, into ``benchmarks/.peers-venv`` (a venv of their
+own, from PyPI); ``--no-install`` skips sides whose packages are missing there.
+
+    python benchmarks/peers.py [--rounds 10] [--block 10] [--sides floor,django-llmchat,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEERS_VENV = HERE / ".peers-venv"
+PEER_PACKAGES = {
+    "openai": ["openai>=1.60"],
+    "litellm": ["litellm>=1.60"],
+    "pydantic-ai": ["pydantic-ai-slim[openai]>=1.0"],
+    "llm": ["llm>=0.27"],
+}
+SIDES = ("floor", "django-llmchat", "openai", "litellm", "pydantic-ai", "llm")
+MODEL = "gpt-4.1-mini"
+KEY = "bench-key"
+REPLY = "The capital of France is Paris."
+SHAPES = (1, 10)  # turns per conversation
+
+
+# -- the orchestrator ------------------------------------------------------------------------
+
+
+def peers_python(install: bool) -> Path:
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        if not install:
+            return python
+        print(f"creating {PEERS_VENV} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    missing = [
+        spec for side, specs in PEER_PACKAGES.items() for spec in specs if not _has(python, side)
+    ]
+    if missing and install:
+        print(f"installing {' '.join(missing)} into {PEERS_VENV} ...", flush=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "httpx", *missing], check=True
+        )
+    return python
+
+
+def _has(python: Path, side: str) -> bool:
+    module = {"pydantic-ai": "pydantic_ai", "llm": "llm", "openai": "openai", "litellm": "litellm"}
+    if not python.exists():
+        return False
+    done = subprocess.run([str(python), "-c", f"import {module[side]}"], capture_output=True)
+    return done.returncode == 0
+
+
+class Side:
+    """One side's process: told ``<conversations> <turns>``, it answers the seconds spent."""
+
+    def __init__(self, name: str, python: Path, url: str, workdir: Path):
+        self.name = name
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env["LLM_USER_PATH"] = str(workdir / "llm")
+        self.proc = subprocess.Popen(
+            [str(python), str(Path(__file__).resolve()), "--side", name, "--url", url,
+             "--workdir", str(workdir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        self.ready = self._read()
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.name} side ended (see its error output above)")
+        return line.strip()
+
+    def run(self, conversations: int, turns: int) -> float:
+        self.proc.stdin.write(f"{conversations} {turns}\n")
+        self.proc.stdin.flush()
+        return float(self._read())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--block", type=int, default=10, help="replies per side per turn")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--no-install", action="store_true")
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        return serve_side(args.side, args.url, Path(args.workdir))
+    if args.block % 10:
+        parser.error("--block must be a multiple of 10 (whole 10-turn conversations)")
+    names = [s for s in args.sides.split(",") if s]
+    unknown = set(names) - set(SIDES)
+    if unknown:
+        parser.error(f"unknown sides: {', '.join(sorted(unknown))}; known: {', '.join(SIDES)}")
+
+    sys.path.insert(0, str(ROOT))
+    from django_llmchat.testing import FakeProviderServer, Reply
+
+    server = FakeProviderServer(
+        default=Reply(REPLY, usage={"input_tokens": 20, "output_tokens": 8})
+    ).start()
+    peers = None
+    if any(name in PEER_PACKAGES for name in names):
+        peers = peers_python(install=not args.no_install)
+    sides: list[Side] = []
+    workroot = Path(tempfile.mkdtemp(prefix="llmchat-peers-"))
+    for name in names:
+        python = Path(sys.executable) if name not in PEER_PACKAGES else peers
+        if name in PEER_PACKAGES and not _has(python, name):
+            print(f"skipping {name}: not installed in {PEERS_VENV}")
+            continue
+        workdir = workroot / name
+        workdir.mkdir()
+        side = Side(name, python, server.base_url("openai"), workdir)
+        print(f"{name}: {side.ready}", flush=True)
+        sides.append(side)
+
+    for side in sides:  # untimed warm-up: imports, pools, prepared statements, caches
+        for turns in SHAPES:
+            side.run(args.block // turns, turns)
+
+    spent = {(side.name, turns): 0.0 for side in sides for turns in SHAPES}
+    per_round: dict[tuple[str, int], list[float]] = {key: [] for key in spent}
+    for number in range(args.rounds):
+        order = sides[number % len(sides) :] + sides[: number % len(sides)]
+        for turns in SHAPES:
+            for side in order:
+                seconds = side.run(args.block // turns, turns)
+                spent[side.name, turns] += seconds
+                per_round[side.name, turns].append(seconds)
+            server.reset()  # its record of requests, not anyone's state
+    for side in sides:
+        side.close()
+    server.stop()
+
+    replies = args.block * args.rounds
+    print()
+    print(f"{replies} replies per side and shape, {args.rounds} rounds, interleaved")
+    print(f"{'side':<16}{'1-turn ms':>11}{'ratio':>8}{'10-turn ms':>12}{'ratio':>8}")
+    floor = {turns: spent.get(("floor", turns)) for turns in SHAPES}
+    for side in sides:
+        cells = []
+        for turns in SHAPES:
+            total = spent[side.name, turns]
+            ratio = f"{total / floor[turns]:.1f}" if floor[turns] else "-"
+            cells.append(f"{total / replies * 1000:>11.2f}{ratio:>8}")
+        print(f"{side.name:<16}{''.join(cells)}")
+
+
+# -- the sides ----------------------------------------------------------------------------------
+
+
+def serve_side(name: str, url: str, workdir: Path) -> None:
+    """Answer ``<conversations> <turns>`` lines with the seconds one block took."""
+    reply_block = SIDE_FACTORIES[name](url, workdir)
+    print(f"ready (Python {sys.version.split()[0]})", flush=True)
+    counter = 0
+    for line in sys.stdin:
+        conversations, turns = (int(x) for x in line.split())
+        start = time.perf_counter()
+        for _ in range(conversations):
+            ask = reply_block()
+            for _ in range(turns):
+                counter += 1
+                ask(f"question {counter}")
+        print(f"{time.perf_counter() - start:.9f}", flush=True)
+
+
+def _sqlite(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)  # autocommit: one INSERT, one commit
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(
+        "CREATE TABLE reply (id INTEGER PRIMARY KEY, conversation INTEGER, role TEXT, "
+        "content TEXT, raw TEXT)"
+    )
+    return db
+
+
+INSERT = "INSERT INTO reply (conversation, role, content, raw) VALUES (?, ?, ?, ?)"
+
+
+def floor_side(url: str, workdir: Path):
+    import httpx
+
+    client = httpx.Client(headers={"Authorization": f"Bearer {KEY}"})
+    db = _sqlite(workdir / "floor.sqlite3")
+    endpoint = url + "/chat/completions"
+    conversation = [0]
+
+    def new():
+        conversation[0] += 1
+        number = conversation[0]
+        history: list[dict] = []
+
+        def ask(prompt: str) -> None:
+            history.append({"role": "user", "content": prompt})
+            answer = client.post(endpoint, json={"model": MODEL, "messages": history}).json()
+            text = answer["choices"][0]["message"]["content"]
+            history.append({"role": "assistant", "content": text})
+            db.execute(INSERT, (number, "assistant", text, None))
+
+        return ask
+
+    return new
+
+
+def llmchat_side(url: str, workdir: Path):
+    sys.path.insert(0, str(HERE))
+    os.environ.pop("DATABASE_URL", None)
+    from _django import setup
+
+    setup(
+        {
+            "DEFAULT_PROVIDER": "openai_compatible",
+            "DEFAULT_MODEL": MODEL,
+            "PROVIDERS": {"openai_compatible": {"api_key": KEY, "base_url": url}},
+        }
+    )
+    from django_llmchat.models import Chat
+
+    def new():
+        # a new conversation is a Chat row here (counted: llm's log_to_db writes its
+        # conversation row too)
+        chat = Chat.objects.create()
+        return chat.ask
+
+    return new
+
+
+def openai_side(url: str, workdir: Path):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=url, api_key=KEY, max_retries=0)
+    db = _sqlite(workdir / "openai.sqlite3")
+    conversation = [0]
+
+    def new():
+        conversation[0] += 1
+        number = conversation[0]
+        history: list[dict] = []
+
+        def ask(prompt: str) -> None:
+            history.append({"role": "user", "content": prompt})
+            answer = client.chat.completions.create(model=MODEL, messages=history)
+            text = answer.choices[0].message.content
+            history.append({"role": "assistant", "content": text})
+            db.execute(INSERT, (number, "assistant", text, None))
+
+        return ask
+
+    return new
+
+
+def litellm_side(url: str, workdir: Path):
+    import litellm
+
+    litellm.telemetry = False
+    db = _sqlite(workdir / "litellm.sqlite3")
+    conversation = [0]
+
+    def new():
+        conversation[0] += 1
+        number = conversation[0]
+        history: list[dict] = []
+
+        def ask(prompt: str) -> None:
+            history.append({"role": "user", "content": prompt})
+            answer = litellm.completion(
+                model=f"openai/{MODEL}", messages=history, api_base=url, api_key=KEY
+            )
+            text = answer.choices[0].message.content
+            history.append({"role": "assistant", "content": text})
+            db.execute(INSERT, (number, "assistant", text, None))
+
+        return ask
+
+    return new
+
+
+def pydantic_ai_side(url: str, workdir: Path):
+    from pydantic_ai import Agent
+
+    try:
+        from pydantic_ai.models.openai import OpenAIChatModel as ChatModel
+    except ImportError:  # releases before 1.0
+        from pydantic_ai.models.openai import OpenAIModel as ChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = ChatModel(MODEL, provider=OpenAIProvider(base_url=url, api_key=KEY))
+    agent = Agent(model)
+    db = _sqlite(workdir / "pydantic_ai.sqlite3")
+    conversation = [0]
+
+    def new():
+        conversation[0] += 1
+        number = conversation[0]
+        history: list = []
+
+        def ask(prompt: str) -> None:
+            result = agent.run_sync(prompt, message_history=history)
+            history[:] = result.all_messages()
+            db.execute(INSERT, (number, "messages", result.output, result.new_messages_json()))
+
+        return ask
+
+    return new
+
+
+def llm_side(url: str, workdir: Path):
+    (workdir / "llm").mkdir(exist_ok=True)
+    (workdir / "llm" / "extra-openai-models.yaml").write_text(
+        f"- model_id: bench\n  model_name: {MODEL}\n  api_base: {json.dumps(url)}\n"
+    )
+    import llm
+    import sqlite_utils
+    from llm.migrations import migrate
+
+    db = sqlite_utils.Database(str(workdir / "llm.sqlite3"))
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    migrate(db)
+    model = llm.get_model("bench")
+
+    def new():
+        conversation = model.conversation()
+
+        def ask(prompt: str) -> None:
+            response = conversation.prompt(prompt, key=KEY, stream=False)
+            response.text()
+            response.log_to_db(db)
+
+        return ask
+
+    return new
+
+
+SIDE_FACTORIES = {
+    "floor": floor_side,
+    "django-llmchat": llmchat_side,
+    "openai": openai_side,
+    "litellm": litellm_side,
+    "pydantic-ai": pydantic_ai_side,
+    "llm": llm_side,
+}
+
+
+if __name__ == "__main__":
+    main()
