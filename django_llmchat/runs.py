@@ -622,7 +622,12 @@ def _send(run: Run) -> None:
 
 # -- lease renewal ----------------------------------------------------------------------------
 class _Keeper:
-    """One thread per process renewing the leases of the runs it works on."""
+    """One thread per process renewing the leases of the runs it works on.
+
+    The thread outlives its last run by up to two ticks (a third of the lease each): runs
+    that follow one another, as a chat's do, share it instead of each starting a thread.
+    It holds a database connection only while it has renewed something: when its last
+    run ends it closes the connection, and with nothing to renew for a whole tick, ends."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -630,44 +635,64 @@ class _Keeper:
         self.mutex = threading.Lock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        self.tick = 0.0
+        self.connected = False  # the thread opened a connection it has not closed yet
 
     def add(self, execution: Execution) -> None:
         if _private_database():
             return  # no other process can see the database: nothing to prove alive
+        tick = _tick()
         with self.mutex:
             self.live.add(execution)
             if self.thread is None or not self.thread.is_alive():
+                self.tick = tick
                 self.thread = threading.Thread(target=self._run, name="llmchat-leases", daemon=True)
                 self.thread.start()
-            else:
-                self.wake.set()  # a tick now: the new run's lease period may be shorter
+            elif tick < self.tick:
+                self.wake.set()  # a tick now: the new run's lease period is shorter
 
     def discard(self, execution: Execution) -> None:
         with self.mutex:
             self.live.discard(execution)
-            if not self.live:
-                self.wake.set()  # nothing left: the thread ends now
+            if not self.live and self.connected:
+                self.wake.set()  # nothing left: the thread closes its connection now
 
     def _run(self) -> None:
-        """Renew until no run is left to renew, then end (and close this thread's database
-        connection): ``add`` starts a new thread when the next run comes."""
+        idle = False
         try:
             while True:
-                self.wake.wait(max(0.2, _lease_seconds() / 3))
+                self.wake.wait(self.tick)
                 self.wake.clear()
                 with self.mutex:
+                    self.tick = _tick()
                     live = list(self.live)
-                    if not live:
+                    if not live and idle:
                         self.thread = None
                         return
+                    idle = not live
+                    close = idle and self.connected
+                    if close:
+                        self.connected = False
+                if close:
+                    connections.close_all()
                 for execution in live:
+                    with self.mutex:
+                        self.connected = True
                     try:
                         if not execution.renew():
                             self.discard(execution)
                     except Exception as exc:  # the next tick tries again
                         logger.warning("could not renew the lease of run %s: %s", execution.pk, exc)
         finally:
+            with self.mutex:
+                self.connected = False
+                if self.thread is threading.current_thread():
+                    self.thread = None
             connections.close_all()
+
+
+def _tick() -> float:
+    return max(0.2, _lease_seconds() / 3)
 
 
 _keeper_instance: _Keeper | None = None

@@ -317,6 +317,24 @@ def test_ask_behind_a_run_whose_process_died_gets_it_resumed_then_answers(chat, 
     assert run_statuses(chat) == ["succeeded", "succeeded"]
 
 
+def test_runs_one_after_another_share_the_lease_thread_which_then_ends(chat, fake_llm):
+    if connection.vendor == "sqlite":
+        pytest.skip("an in-memory database has no other process to prove alive to")
+    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=0.6)
+    fake_llm.script("One.", "Two.", "Three.")
+    keeper = runs._keeper()
+    threads = []
+    for prompt in ("1", "2", "3"):
+        chat.ask(prompt)
+        threads.append(keeper.thread)
+    assert threads[0] is not None and threads == [threads[0]] * 3
+    assert [t.name for t in threading.enumerate()].count("llmchat-leases") == 1
+    threads[0].join(timeout=30)  # nothing to renew for a whole tick: it ends
+    assert not threads[0].is_alive() and keeper.thread is None and not keeper.connected
+    chat.ask("again")  # and the next run starts one
+    assert keeper.thread is not None and keeper.thread is not threads[0]
+
+
 def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
     if connection.vendor == "sqlite":
         pytest.skip("an in-memory database has no other process to prove alive to")
