@@ -245,7 +245,7 @@ def model_limits(provider: str, model_id: str) -> tuple[int | None, int | None]:
     now = time.monotonic()
     if found is not None and found[0] > now:
         return found[1], found[2]
-    from .registry import find_model
+    from .models.llm_model import find_model
 
     row = find_model(model_id, provider)
     window = row.context_window if row is not None else None
@@ -376,7 +376,7 @@ class History:
         """Before the run's first step near the limit: the scale this process last saw for
         the chat, else one from the chat's last reported step (one query; what that step
         sent is taken to be what the policy sends now of the messages before its reply)."""
-        from .models import Usage
+        from .models.usage import Usage
 
         found = _scales.get(self.chat.pk)
         if found is not None:
