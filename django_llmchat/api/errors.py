@@ -90,3 +90,11 @@ def not_found(request, path: str = ""):
                 status=404,
             )
     return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+
+
+class Conflict(APIException):
+    """409: the chat is busy (a run works, or waits for a decision)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The chat is busy."
+    default_code = "conflict"

@@ -46,6 +46,7 @@ from ..events import (
     WebSearchDone,
 )
 from ..models import Chat, Message, Run, ToolCall
+from .errors import Conflict
 from .sse import InlineRun, error_payload
 
 __all__ = [
@@ -673,8 +674,6 @@ def approvals_of(message: dict) -> list[tuple[str, str, str]]:
 
 def decide_all(chat: Chat, decisions: list[tuple[str, str, str]]) -> Run | None:
     """Record the decisions; the run to resume once none is left waiting."""
-    from .views import Conflict
-
     resumed = None
     for call_id, decision, _ in decisions:
         calls = list(ToolCall.objects.filter(chat=chat, call_id=call_id).order_by("id"))
@@ -697,8 +696,6 @@ def decide_all(chat: Chat, decisions: list[tuple[str, str, str]]) -> Run | None:
 def drop_last_reply(chat: Chat) -> None:
     """Regenerate: the messages the chat's last run stored leave the transcript (its prompt
     and every usage row stay)."""
-    from .views import Conflict
-
     if chat.runs.filter(status__in=Run.UNFINISHED).exists():
         raise Conflict("The chat has a run in progress; wait for it to end (or cancel it).")
     last = chat.runs.order_by("-id").first()

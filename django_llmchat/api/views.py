@@ -36,7 +36,7 @@ from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
 from ..transcript import known_relations
 from . import ui
-from .errors import api_exception_handler
+from .errors import Conflict, api_exception_handler
 from .filters import LLMModelFilter
 from .pagination import (
     ChatCursorPagination,
@@ -109,12 +109,6 @@ class StrictJSONParser(JSONParser):
             raise ParseError("JSON parse error - unknown charset") from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The chat is busy."
-    default_code = "conflict"
 
 
 class EventsUnavailable(APIException):
