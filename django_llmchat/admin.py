@@ -110,7 +110,10 @@ class ChatAdmin(admin.ModelAdmin):
         (None, {"fields": ("title", "user", ("provider", "model_id"), "agent")}),
         (
             "Request",
-            {"fields": ("params", "schema", "tools", "context"), "classes": ("collapse",)},
+            {
+                "fields": ("params", "schema", "tools", "context", "history"),
+                "classes": ("collapse",),
+            },
         ),
         ("Run", {"fields": ("status", "active_run", "created_at", "updated_at")}),
     )

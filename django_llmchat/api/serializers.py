@@ -247,6 +247,12 @@ class MessageSerializer(serializers.ModelSerializer):
     tokens = TokensSerializer()
     cost = CostSerializer()
     cache_until_here = serializers.BooleanField(source="cache_boundary")
+    summary_until = serializers.IntegerField(
+        source="summary_until_id",
+        allow_null=True,
+        help_text="For a summary (a stored compaction of the history): the id of the last "
+        "message it covers; requests send it instead of the messages up to that one.",
+    )
 
     class Meta:
         model = Message
@@ -266,6 +272,7 @@ class MessageSerializer(serializers.ModelSerializer):
             "tokens",
             "cost",
             "cache_until_here",
+            "summary_until",
             "created_at",
         )
         read_only_fields = fields
@@ -316,6 +323,7 @@ class MessageSerializer(serializers.ModelSerializer):
             "tokens": tokens_dict(tokens),
             "cost": cost_dict(cost) if cost is not None else {},
             "cache_until_here": m.cache_boundary,
+            "summary_until": m.summary_until_id,
             "created_at": serializers.DateTimeField().to_representation(m.created_at),
         }
 
@@ -431,6 +439,16 @@ class MessageAcceptedSerializer(serializers.Serializer):
 
 
 # -- chats --------------------------------------------------------------------------------
+def validate_history(value: Any) -> Any:
+    from ..history import history_errors
+
+    if value is not None:
+        problems = history_errors(value)
+        if problems:
+            raise serializers.ValidationError(problems[0])
+    return value
+
+
 class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     """A chat: its model and provider, parameters, tools and context, its run status, and
     totals over its messages and provider attempts."""
@@ -450,6 +468,14 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     )
     context = JSONObjectField(
         required=False, help_text="Context keys the chat's tools and agent can read."
+    )
+    history = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        validators=[validate_history],
+        help_text='What of the transcript each request sends: "window", "summarize", "all", '
+        "the dotted path of a history processor, or a dict of history options with "
+        "\"strategy\"; null: the agent's or the project's policy.",
     )
     message_count = serializers.IntegerField(read_only=True)
     total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
@@ -480,6 +506,7 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "tools",
             "context",
             "schema",
+            "history",
             "status",
             "last_run",
             "message_count",
