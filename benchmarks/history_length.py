@@ -115,7 +115,7 @@ def main() -> None:
 
     block = 5
     # an untimed pass warms every path; the in-memory twins start from the stored rows
-    memories = {n: load_history(chats[n])[0] for n in lengths}
+    memories = {n: load_history(chats[n]).messages for n in lengths}
     turn = 0
     for n in lengths:
         library(chats[n], block, turn)

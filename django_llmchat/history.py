@@ -332,27 +332,44 @@ class History:
         agent: Any,
         messages: list[ProviderMessage],
         summary: tuple | None,
+        tokens: dict[Any, dict[int, int]] | None = None,
     ):
         self.chat = chat
         self.options = history_options(chat, agent)
         self.messages = messages
         self.summary = summary  # (pk, covered up to this message's pk, content)
         self._estimate = self.options.estimate()
-        self._tokens: dict[int, int] = {}
+        # estimates of stored messages by pk, kept with the built history for later runs;
+        # of the others (instructions, a summary's header) by id(), for this run
+        shared = {} if tokens is None else tokens
+        self._tokens: dict[int, int] = shared.setdefault(self.options.estimator, {})
+        self._local: dict[int, int] = {}
+        self._fitted: dict[int, int] = {}  # the estimate of the request sent, by id()
         self.scale: float | None = None  # vendor count / our estimate, once known
         self.compactions = 0
 
     # -- counting -------------------------------------------------------------------------
     def tokens(self, message: ProviderMessage) -> int:
-        key = id(message)
-        found = self._tokens.get(key)
+        ref = message.ref
+        if ref is None:
+            found = self._local.get(id(message))
+            if found is None:
+                found = self._local[id(message)] = int(self._estimate(message))
+            return found
+        found = self._tokens.get(ref)
         if found is None:
-            found = self._tokens[key] = int(self._estimate(message))
+            found = self._tokens[ref] = int(self._estimate(message))
         return found
 
     def raw_count(self, messages: list[ProviderMessage]) -> int:
-        tokens = self.tokens
-        return sum(tokens(m) for m in messages)
+        """Our estimate of ``messages``, unscaled (one pass; estimates are remembered)."""
+        known = self._tokens
+        total = 0
+        for m in messages:
+            ref = m.ref
+            found = known.get(ref) if ref is not None else None
+            total += found if found is not None else self.tokens(m)
+        return total
 
     def count(self, messages: list[ProviderMessage]) -> int:
         """Estimated tokens of ``messages``, scaled by the vendor's last report."""
@@ -364,7 +381,10 @@ class History:
             getattr(tokens, name) or 0
             for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
         )
-        estimated = self.raw_count(request.messages) + _request_overhead(request)
+        raw = self._fitted.get(id(request))
+        if raw is None:
+            raw = self.raw_count(request.messages)
+        estimated = raw + _request_overhead(request)
         if reported > 0 and estimated > 0:
             low, high = _SCALE_LIMITS
             self.scale = min(high, max(low, reported / estimated))
@@ -477,14 +497,12 @@ class History:
                     self.chat.provider,
                 )
             return request
-        if (
-            self.scale is None
-            and overflow is None
-            and self.raw_count(request.messages) > budget // 2
-        ):
+        raw = self.raw_count(request.messages)
+        if self.scale is None and overflow is None and raw > budget // 2:
             self._calibrate(request, budget)
-        before = self.count(request.messages)
+        before = int(raw * (self.scale or 1.0))
         if before <= budget:
+            self._fitted = {id(request): raw}
             return request
         if options.strategy == "summarize" and compact is not None:
             done = yield from self._compact(request, budget, compact, before)

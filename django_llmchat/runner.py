@@ -234,8 +234,9 @@ class Runner:
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            history, pending_ids, summary = load_history(chat)
-            self.history = History(chat, self.agent, history, summary)
+            loaded = load_history(chat)
+            history, pending_ids = loaded.messages, loaded.pending
+            self.history = History(chat, self.agent, history, loaded.summary, loaded.tokens)
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (

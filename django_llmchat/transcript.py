@@ -3,16 +3,20 @@ persistence side (one transaction per step)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.core.signals import setting_changed
+from django.db import connections, router, transaction
 from django.db.models.functions import Now
+from django.db.models.signals import post_delete
 
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION
-from .prepared import PreparedInsert, PreparedQuery, PreparedUpdate, json_value, known_relations
+from .prepared import PreparedInsert, PreparedUpdate, json_value, known_relations
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
 from .values import Thinking
@@ -113,29 +117,15 @@ MESSAGE_COLUMNS = (
     "cache_boundary",
     "parent_tool_call_id",
     "summary_until_id",
+    "position",
 )
 
-
-# The hot-path reads, compiled once per database (see django_llmchat.prepared).
-_HISTORY = PreparedQuery(
-    lambda chat_id: (
-        # prompts queued behind the run wait for their own turn
-        Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION)
-        .annotate(
-            _calls=Exists(ToolCall.objects.filter(message=OuterRef("pk"))),
-            _files=Exists(Attachment.objects.filter(message=OuterRef("pk"))),
-        )
-        .order_by("position", "id")
-        .values_list(*MESSAGE_COLUMNS, "_calls", "_files")
-    )
-)
-_CALLS = PreparedQuery(
-    lambda chat_id: (
-        ToolCall.objects.filter(chat_id=chat_id)
-        .order_by("id")
-        .values_list("id", "message_id", "call_id", "name", "arguments", "thought_signature")
-    )
-)
+HISTORY_CACHE_SIZE = 64
+"""How many chats' built histories a process keeps (the least recently used go first)."""
+HISTORY_CACHE_TTL = 60.0
+"""Seconds a built history is reused before it is read again whole: an edit of a stored
+message made elsewhere than this process's ``Message.save()`` or ``cache_until_here()`` is
+sent from then on (new and deleted messages are seen at once)."""
 
 
 # The hot-path writes: a reply costs the same few statements, none of them compiled twice.
@@ -144,31 +134,176 @@ _INSERT_USAGE = PreparedInsert(Usage)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
 
 
-def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], tuple | None]:
-    """What a run needs from the saved transcript, read as plain rows (no model instances):
-    the provider messages, the ids of tool calls still unanswered, and the latest summary
-    as ``(pk, covered up to this message's pk, content)`` or ``None`` (summaries are not
-    among the messages). One query, plus one for tool calls and one for attachments when
-    the chat has any, whatever the length."""
-    rows = _HISTORY.rows(chat.pk)
-    calls: dict[int, list[tuple]] = {}
-    by_pk: dict[int, tuple] = {}
+@dataclass
+class LoadedHistory:
+    """A chat's saved transcript as a run needs it: the provider messages (the run's own
+    list: it appends what it stores), the ids of the tool calls still unanswered, the
+    latest summary as ``(pk, covered up to this message's pk, content)`` or ``None``
+    (summaries are not among the messages), and the history policy's token estimates of
+    the messages, shared with later runs (keyed by estimator, then by ``id(message)``)."""
+
+    messages: list[ProviderMessage]
+    pending: list[int]
+    summary: tuple | None
+    tokens: dict[Any, dict[int, int]]
+
+
+@dataclass
+class _Built:
+    """One chat's history as a load built it, reused by the next load in this process,
+    which reads only the rows after ``last``."""
+
+    messages: list[ProviderMessage]
+    count: int
+    top: int  # the highest message id read
+    last: tuple[int, int]
+    calls: dict[int, tuple[str, str]]  # tool call pk -> (call_id, name)
+    unanswered: dict[int, None]  # tool call pks without a result, in order
+    summary: tuple | None
+    tokens: dict[Any, dict[int, int]]
+    expires: float
+
+
+_built: OrderedDict[tuple[str, Any], _Built] = OrderedDict()
+_built_lock = threading.Lock()
+_FIRST = (-(2**62), 0)
+
+
+def forget_history(chat_id: Any = None) -> None:
+    """Drop the built history of ``chat_id`` (every chat's when ``None``): the next load
+    reads it whole."""
+    with _built_lock:
+        if chat_id is None:
+            _built.clear()
+        else:
+            for key in [k for k in _built if k[1] == chat_id]:
+                del _built[key]
+
+
+def _chat_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    forget_history(instance.pk)
+
+
+post_delete.connect(_chat_deleted, sender=Chat, dispatch_uid="llmchat-history-chat")
+setting_changed.connect(
+    lambda **kwargs: forget_history(), dispatch_uid="llmchat-history-settings", weak=False
+)
+
+
+def _history_sql(connection) -> str:
+    """The transcript read: the number of saved messages, joined to those after a given
+    ``(position, id)`` with whether each has tool calls and attachments."""
+    qn = connection.ops.quote_name
+    message = qn(Message._meta.db_table)
+    calls = qn(ToolCall._meta.db_table)
+    files = qn(Attachment._meta.db_table)
+    column = {f.attname: qn(f.column) for f in Message._meta.concrete_fields}
+    chat, position, pk = column["chat_id"], column["position"], column["id"]
+    call_message = qn(ToolCall._meta.get_field("message").column)
+    file_message = qn(Attachment._meta.get_field("message").column)
+    selected = ", ".join(f"m.{column[name]}" for name in MESSAGE_COLUMNS)
+    return (
+        f"SELECT a.n, a.top, {selected}, "
+        f"EXISTS (SELECT 1 FROM {calls} c WHERE c.{call_message} = m.{pk}), "
+        f"EXISTS (SELECT 1 FROM {files} f WHERE f.{file_message} = m.{pk}) "
+        f"FROM (SELECT COUNT(*) AS n, MAX({pk}) AS top FROM {message} "
+        f"WHERE {chat} = %s AND {position} < %s) a "
+        f"LEFT JOIN {message} m ON m.{chat} = %s AND m.{position} < %s "
+        f"AND (m.{position} > %s OR (m.{position} = %s AND m.{pk} > %s)) "
+        f"ORDER BY m.{position}, m.{pk}"
+    )
+
+
+_sql: dict[str, str] = {}
+
+
+def _read(chat: Chat, after: tuple[int, int]) -> list[tuple]:
+    using = router.db_for_read(Message)
+    connection = connections[using]
+    sql = _sql.get(connection.vendor)
+    if sql is None:
+        sql = _sql[connection.vendor] = _history_sql(connection)
+    # prompts queued behind the run wait for their own turn
+    params = [chat.pk, QUEUED_POSITION, chat.pk, QUEUED_POSITION, after[0], after[0], after[1]]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def load_history(chat: Chat) -> LoadedHistory:
+    """What a run needs from the saved transcript, read as plain rows (no model instances).
+
+    The messages built for a chat are kept (per process, for ``HISTORY_CACHE_TTL``
+    seconds): the next load reads only the messages stored since, with the count of all
+    of them (a deleted or late message means a whole read again). One query, plus one for
+    the new messages' tool calls and one for their attachments when they have any."""
+    key = (router.db_for_read(Message), chat.pk)
+    now = time.monotonic()
+    with _built_lock:
+        built = _built.get(key)
+    if built is not None and built.expires <= now:
+        built = None
+    rows = _read(chat, built.last if built is not None else _FIRST)
+    count, top = rows[0][0], rows[0][1]
+    rows = [row[2:] for row in rows if row[2] is not None]
+    if built is not None and (
+        count != built.count + len(rows)
+        or (top or 0) != max([built.top, *(row[0] for row in rows)])
+    ):
+        built = None  # a message was deleted, or stored out of order: read it all
+        rows = [row[2:] for row in _read(chat, _FIRST) if row[2] is not None]
+    if built is None:
+        built = _Built([], 0, 0, _FIRST, {}, {}, None, {}, now + HISTORY_CACHE_TTL)
+    if not rows:
+        fresh = built
+    else:
+        fresh = _extend(chat, built, rows)
+    with _built_lock:
+        if fresh.expires is not None:
+            _built[key] = fresh
+            _built.move_to_end(key)
+            while len(_built) > HISTORY_CACHE_SIZE:
+                _built.popitem(last=False)
+        else:
+            _built.pop(key, None)
+    return LoadedHistory(
+        messages=list(fresh.messages),
+        pending=list(fresh.unanswered),
+        summary=fresh.summary,
+        tokens=fresh.tokens,
+    )
+
+
+def _extend(chat: Chat, built: _Built, rows: list[tuple]) -> _Built:
+    """``built`` with ``rows`` (the messages stored after it) appended."""
+    calls = built.calls
+    unanswered = built.unanswered
+    new_calls: dict[int, list[tuple]] = {}
     if any(row[-2] for row in rows):
-        for row in _CALLS.rows(chat.pk):
-            row = (*row[:4], json_value(row[4]), row[5])
-            calls.setdefault(row[1], []).append(row)
-            by_pk[row[0]] = row
+        calls, unanswered = dict(calls), dict(unanswered)
+        ids = [row[0] for row in rows if row[-2]]
+        for pk, message_id, call_id, name, arguments, signature in (
+            ToolCall.objects.filter(message_id__in=ids)
+            .order_by("id")
+            .values_list("id", "message_id", "call_id", "name", "arguments", "thought_signature")
+        ):
+            new_calls.setdefault(message_id, []).append((call_id, name, arguments, signature, pk))
+            calls[pk] = (call_id, name)
+            unanswered[pk] = None
     attachments: dict[int, list[Attachment]] = {}
+    keep = True
     if any(row[-1] for row in rows):
+        keep = False  # file contents are not kept in memory between runs
+        ids = [row[0] for row in rows if row[-1]]
         for att in (
-            Attachment.objects.filter(message__chat=chat)
+            Attachment.objects.filter(message_id__in=ids)
             .order_by("id")
             .only("id", "message_id", "file", "filename", "mime_type")
         ):
             attachments.setdefault(att.message_id, []).append(att)
-    answered = set()
-    history: list[ProviderMessage] = []
-    summary = None
+    messages = list(built.messages)
+    append = messages.append
+    summary = built.summary
     for row in rows:
         (
             pk,
@@ -182,17 +317,37 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], tuple | 
             cache,
             parent_id,
             summary_until,
-        ) = row[:-2]
+            _position,
+            has_calls,
+            has_files,
+        ) = row
         if summary_until is not None:
             summary = (pk, summary_until, content)  # rows are in order: the last one wins
+            continue
+        if not (raw or t_text or t_sig or parent_id or has_calls or has_files):
+            # most messages: text alone
+            append(
+                ProviderMessage(
+                    role,
+                    content,
+                    [],
+                    [],
+                    cache_boundary=bool(cache),
+                    model_id=model_id or None,
+                    provider=provider or None,
+                    ref=pk,
+                )
+            )
             continue
         raw = json_value(raw) if raw else None
         if not isinstance(raw, dict):
             raw = {}
-        parent = by_pk.get(parent_id) if parent_id else None
-        if parent_id:
-            answered.add(parent_id)
-        history.append(
+        parent = calls.get(parent_id) if parent_id else None
+        if parent_id and parent_id in unanswered:
+            if unanswered is built.unanswered:
+                unanswered = dict(unanswered)
+            del unanswered[parent_id]
+        append(
             _provider_message(
                 role=role,
                 content=content,
@@ -202,15 +357,25 @@ def load_history(chat: Chat) -> tuple[list[ProviderMessage], list[int], tuple | 
                 item_ids=raw.get("item_ids"),
                 reasoning_items=raw.get("reasoning_items"),
                 is_error=bool(raw.get("error")),
-                cache_boundary=cache,
-                calls=[(*c[2:], c[0]) for c in calls.get(pk, ())],
-                parent=(parent[2], parent[3], parent[0]) if parent else None,
+                cache_boundary=bool(cache),
+                calls=[(c[0], c[1], json_value(c[2]), c[3], c[4]) for c in new_calls.get(pk, ())],
+                parent=(parent[0], parent[1], parent_id) if parent else None,
                 attachments=attachments.get(pk, []),
                 message_ref=pk,
             )
         )
-    pending = [pk for pk in by_pk if pk not in answered]
-    return history, pending, summary
+    last = rows[-1]
+    return _Built(
+        messages=messages,
+        count=built.count + len(rows),
+        top=max(built.top, max(row[0] for row in rows)),
+        last=(last[11], last[0]),
+        calls=calls,
+        unanswered=unanswered,
+        summary=summary,
+        tokens=built.tokens if keep else {},
+        expires=built.expires if keep else None,
+    )
 
 
 def usage_row(
@@ -393,6 +558,10 @@ def save_tool_results(
 
 
 __all__ = [
+    "HISTORY_CACHE_SIZE",
+    "HISTORY_CACHE_TTL",
+    "LoadedHistory",
+    "forget_history",
     "provider_message",
     "record_failed_attempts",
     "save_step",

@@ -27,6 +27,13 @@ def clock_position() -> int:
     return time.time_ns() // 1000
 
 
+def _changed(message: Any) -> None:
+    """A stored message changed: the built history of its chat is read again."""
+    from ..transcript import forget_history
+
+    forget_history(getattr(message, "chat_id", None))
+
+
 class MessageQuerySet(models.QuerySet):
     def transcript(self):
         """Messages with everything a transcript shows, in a constant number of queries:
@@ -93,6 +100,14 @@ class AbstractMessage(models.Model):
     def __str__(self) -> str:
         text = self.content if len(self.content) <= 60 else self.content[:57] + "..."
         return f"{self.role}: {text}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the message; a stored message changed here is read again by the next run
+        (see ``django_llmchat.transcript.HISTORY_CACHE_TTL``)."""
+        changed = not self._state.adding
+        super().save(*args, **kwargs)
+        if changed:
+            _changed(self)
 
     # -- reasoning and tool links ---------------------------------------------------------
     @property
@@ -163,6 +178,7 @@ class AbstractMessage(models.Model):
         self.cache_boundary = True
         if self.pk:
             type(self).objects.filter(pk=self.pk).update(cache_boundary=True)
+            _changed(self)
         else:
             self.save()
         return self
