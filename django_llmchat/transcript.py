@@ -197,11 +197,16 @@ def _history_sql(connection) -> str:
     message = qn(Message._meta.db_table)
     calls = qn(ToolCall._meta.db_table)
     files = qn(Attachment._meta.db_table)
-    column = {f.attname: qn(f.column) for f in Message._meta.concrete_fields}
-    chat, position, pk = column["chat_id"], column["position"], column["id"]
+    fields = {f.name: f for f in Message._meta.get_fields() if getattr(f, "column", None)}
+    by_attname = {f.attname: f for f in fields.values()}
+
+    def column(attname: str) -> str:
+        return qn(by_attname[attname].column)
+
+    chat, position, pk = column("chat_id"), column("position"), column("id")
     call_message = qn(ToolCall._meta.get_field("message").column)
     file_message = qn(Attachment._meta.get_field("message").column)
-    selected = ", ".join(f"m.{column[name]}" for name in MESSAGE_COLUMNS)
+    selected = ", ".join(f"m.{column(name)}" for name in MESSAGE_COLUMNS)
     return (
         f"SELECT a.n, a.top, {selected}, "
         f"EXISTS (SELECT 1 FROM {calls} c WHERE c.{call_message} = m.{pk}), "

@@ -104,7 +104,7 @@ class AbstractMessage(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save the message; a stored message changed here is read again by the next run
         (see ``django_llmchat.transcript.HISTORY_CACHE_TTL``)."""
-        changed = not self._state.adding
+        changed = self.pk is not None
         super().save(*args, **kwargs)
         if changed:
             _changed(self)
