@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db.models.signals import post_delete, post_save
 from django.utils.module_loading import import_string
 
 from .conf import settings
@@ -230,42 +227,15 @@ def _request_overhead(request: ProviderRequest) -> int:
 
 
 # -- the model's limits -----------------------------------------------------------------
-_limits: dict[tuple[str, str], tuple[float, int | None, int | None]] = {}
-_limits_lock = threading.Lock()
 _warned: set[tuple[str, str]] = set()
 _scales: dict[Any, float] = {}  # per chat: the vendor's count over our estimate, last seen
 
 
-def model_limits(provider: str, model_id: str) -> tuple[int | None, int | None]:
-    """``(context_window, max_output_tokens)`` of a model from the registry (``None`` when
-    unknown), remembered for a minute (a change to the registry row is seen at once in
-    this process)."""
-    key = (provider, model_id)
-    found = _limits.get(key)
-    now = time.monotonic()
-    if found is not None and found[0] > now:
-        return found[1], found[2]
-    from .models.llm_model import find_model
-
-    row = find_model(model_id, provider)
-    window = row.context_window if row is not None else None
-    output = row.max_output_tokens if row is not None else None
-    with _limits_lock:
-        _limits[key] = (now + _LIMITS_TTL, window, output)
-    return window, output
+def _forget_scales(sender: Any = None, **kwargs: Any) -> None:
+    _scales.clear()
 
 
-def _forget_limits(sender: Any, **kwargs: Any) -> None:
-    with _limits_lock:
-        _limits.clear()
-        _scales.clear()
-
-
-post_save.connect(_forget_limits, sender="django_llmchat.LLMModel", dispatch_uid="llmchat-limits")
-post_delete.connect(
-    _forget_limits, sender="django_llmchat.LLMModel", dispatch_uid="llmchat-limits-del"
-)
-setting_changed.connect(_forget_limits, dispatch_uid="llmchat-limits-settings")
+setting_changed.connect(_forget_scales, dispatch_uid="llmchat-history-scales")
 
 
 # -- shaping a request ------------------------------------------------------------------
@@ -333,7 +303,13 @@ class History:
         messages: list[ProviderMessage],
         summary: tuple | None,
         tokens: dict[Any, dict[int, int]] | None = None,
+        *,
+        limits: Callable[[str, str], tuple[int | None, int | None]] | None = None,
+        last_step: Callable[[Any], tuple[int, int] | None] | None = None,
     ):
+        """``limits(provider, model_id)`` gives a model's ``(context_window,
+        max_output_tokens)``; ``last_step(chat_id)`` the chat's last reported step as
+        ``(message id, input tokens)``."""
         self.chat = chat
         self.options = history_options(chat, agent)
         self.messages = messages
@@ -347,6 +323,8 @@ class History:
         self._fitted: dict[int, int] = {}  # the estimate of the request sent, by id()
         self.scale: float | None = None  # vendor count / our estimate, once known
         self.compactions = 0
+        self._limits = limits or (lambda provider, model_id: (None, None))
+        self._last_step = last_step
 
     # -- counting -------------------------------------------------------------------------
     def tokens(self, message: ProviderMessage) -> int:
@@ -396,24 +374,15 @@ class History:
         """Before the run's first step near the limit: the scale this process last saw for
         the chat, else one from the chat's last reported step (one query; what that step
         sent is taken to be what the policy sends now of the messages before its reply)."""
-        from .models.usage import Usage
-
         found = _scales.get(self.chat.pk)
         if found is not None:
             self.scale = found
             return
         self.scale = 1.0
-        last = (
-            Usage.objects.filter(chat_id=self.chat.pk, status=Usage.SUCCEEDED, operation="chat")
-            .exclude(message=None)
-            .order_by("-id")
-            .values_list("message_id", "input_tokens", "cache_read_tokens", "cache_write_tokens")
-            .first()
-        )
+        last = self._last_step(self.chat.pk) if self._last_step is not None else None
         if last is None:
             return
-        message_id, *counts = last
-        reported = sum(c or 0 for c in counts)
+        message_id, reported = last
         index = {m.ref: i for i, m in enumerate(self.messages) if m.ref is not None}
         if message_id not in index or reported <= 0:
             return
@@ -427,7 +396,7 @@ class History:
 
     def window(self, request: ProviderRequest) -> Window:
         chat = self.chat
-        context_window, max_output = model_limits(chat.provider, chat.model_id)
+        context_window, max_output = self._limits(chat.provider, chat.model_id)
         asked = request.params.get("max_tokens") or request.params.get("max_output_tokens")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             max_output = asked

@@ -54,12 +54,14 @@ from .events import (
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
 from .history import History, check_summary_response, summary_request
 from .models import Chat, Message, Run, ToolCall, Usage
+from .models.llm_model import model_limits
 from .prepared import database_of
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
+    last_reported_step,
     load_history,
     provider_message,
     record_failed_attempts,
@@ -236,7 +238,15 @@ class Runner:
             yield from pre_events
             loaded = load_history(chat)
             history, pending_ids = loaded.messages, loaded.pending
-            self.history = History(chat, self.agent, history, loaded.summary, loaded.tokens)
+            self.history = History(
+                chat,
+                self.agent,
+                history,
+                loaded.summary,
+                loaded.tokens,
+                limits=model_limits,
+                last_step=last_reported_step,
+            )
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (

@@ -15,7 +15,7 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_delete
 
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
-from .models.message import QUEUED_POSITION
+from .models.message import QUEUED_POSITION, transcript_changed
 from .prepared import PreparedInsert, PreparedUpdate, json_value, known_relations
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
@@ -184,7 +184,12 @@ def _chat_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
     forget_history(instance.pk)
 
 
+def _message_changed(sender: Any, chat_id: Any = None, **kwargs: Any) -> None:
+    forget_history(chat_id)
+
+
 post_delete.connect(_chat_deleted, sender=Chat, dispatch_uid="llmchat-history-chat")
+transcript_changed.connect(_message_changed, dispatch_uid="llmchat-history-message")
 setting_changed.connect(
     lambda **kwargs: forget_history(), dispatch_uid="llmchat-history-settings", weak=False
 )
@@ -383,6 +388,22 @@ def _extend(chat: Chat, built: _Built, rows: list[tuple]) -> _Built:
     )
 
 
+def last_reported_step(chat_id: Any) -> tuple[int, int] | None:
+    """The chat's last answered step as ``(its message's id, the input tokens the vendor
+    reported for it)``, or ``None``. One query."""
+    row = (
+        Usage.objects.filter(chat_id=chat_id, status=Usage.SUCCEEDED, operation="chat")
+        .exclude(message=None)
+        .order_by("-id")
+        .values_list("message_id", "input_tokens", "cache_read_tokens", "cache_write_tokens")
+        .first()
+    )
+    if row is None:
+        return None
+    message_id, *counts = row
+    return message_id, sum(c or 0 for c in counts)
+
+
 def usage_row(
     chat: Chat,
     *,
@@ -567,6 +588,7 @@ __all__ = [
     "HISTORY_CACHE_TTL",
     "LoadedHistory",
     "forget_history",
+    "last_reported_step",
     "provider_message",
     "record_failed_attempts",
     "save_step",

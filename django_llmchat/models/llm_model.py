@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import models
+from django.db.models.signals import post_delete, post_save
 
 from ..pricing import PROVIDER_IDS, find_genai_model
 
@@ -88,3 +93,35 @@ def find_model(model_id: str | None, provider: str | None = None) -> LLMModel | 
         default=None,
     )
     return best
+
+
+_LIMITS_TTL = 60.0
+_limits: dict[tuple[str, str], tuple[float, int | None, int | None]] = {}
+_limits_lock = threading.Lock()
+
+
+def model_limits(provider: str, model_id: str) -> tuple[int | None, int | None]:
+    """``(context_window, max_output_tokens)`` of a model from the registry (``None`` when
+    unknown), remembered for a minute (a change to a registry row made in this process is
+    seen at once)."""
+    key = (provider, model_id)
+    found = _limits.get(key)
+    now = time.monotonic()
+    if found is not None and found[0] > now:
+        return found[1], found[2]
+    row = find_model(model_id, provider)
+    window = row.context_window if row is not None else None
+    output = row.max_output_tokens if row is not None else None
+    with _limits_lock:
+        _limits[key] = (now + _LIMITS_TTL, window, output)
+    return window, output
+
+
+def _forget_limits(sender: Any = None, **kwargs: Any) -> None:
+    with _limits_lock:
+        _limits.clear()
+
+
+post_save.connect(_forget_limits, sender=LLMModel, dispatch_uid="llmchat-limits")
+post_delete.connect(_forget_limits, sender=LLMModel, dispatch_uid="llmchat-limits-del")
+setting_changed.connect(_forget_limits, dispatch_uid="llmchat-limits-settings")

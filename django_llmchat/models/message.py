@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Prefetch
+from django.dispatch import Signal
 
 from ..errors import StructuredOutputError
 from ..pricing import price, price_from_table
@@ -27,11 +28,14 @@ def clock_position() -> int:
     return time.time_ns() // 1000
 
 
+transcript_changed = Signal()
+"""Sent with ``chat_id`` when a stored message of that chat changed in this process
+(``Message.save()`` of a stored row, ``cache_until_here()``)."""
+
+
 def _changed(message: Any) -> None:
     """A stored message changed: the built history of its chat is read again."""
-    from ..transcript import forget_history
-
-    forget_history(getattr(message, "chat_id", None))
+    transcript_changed.send(sender=type(message), chat_id=getattr(message, "chat_id", None))
 
 
 class MessageQuerySet(models.QuerySet):
