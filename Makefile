@@ -1,4 +1,5 @@
-# The two commands: `make run` serves the example project, `make test` runs the suite.
+# The two commands: `make run` serves the example project (`make run PORT=8001` for
+# another port), `make test` runs the suite.
 # Another interpreter or Django goes in its own venv, e.g. (as CI does):
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO="Django>=6.0,<7"
 PYTHON ?= python3
@@ -7,6 +8,8 @@ VENV ?= .venv
 DJANGO ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+
+PORT ?= 8000
 
 .PHONY: run test lint docs benchmarks clean
 
@@ -24,10 +27,10 @@ run: $(STAMP)
 	@DJANGO_SUPERUSER_USERNAME=admin DJANGO_SUPERUSER_PASSWORD=admin DJANGO_SUPERUSER_EMAIL=admin@example.com \
 		$(BIN)/python manage.py createsuperuser --noinput >/dev/null 2>&1 || true
 	@echo ""
-	@echo "  Chat:   http://127.0.0.1:8000/         user: admin   password: admin"
-	@echo "  Admin:  http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/api/docs/"
+	@echo "  Chat:   http://127.0.0.1:$(PORT)/         user: admin   password: admin"
+	@echo "  Admin:  http://127.0.0.1:$(PORT)/admin/   API: http://127.0.0.1:$(PORT)/api/docs/"
 	@echo ""
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

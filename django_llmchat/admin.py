@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.core.paginator import InvalidPage, Paginator
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest
-from django.template.defaultfilters import floatformat
+from django.template.defaultfilters import floatformat, truncatechars
+from django.urls import path, reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
 
-from .models import Chat, LLMModel, Run, Usage
+from .models import Chat, LLMModel, Run, Usage, UsageDashboard
 from .values import Cost, Tokens
+
+TRANSCRIPT_PAGE_SIZE = 50
+"""Messages per page of a chat's transcript in the admin (the latest page comes first)."""
 
 
 def _money(value: Any) -> str:
     return "—" if value is None else f"${floatformat(value, -6)}"
+
+
+def _count(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
+    text = " ".join((text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,.;:-") + "…"
 
 
 def build_transcript(chat: Chat) -> dict[str, Any]:
@@ -79,6 +104,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
         entries.extend({"run": run} for run in marks.get(m.pk, ()))
     return {
         "entries": entries,
+        "last_message_id": messages[-1].pk if messages else None,
         "message_count": len(messages),
         "total_tokens": total_tokens,
         "total_cost": total_cost,
@@ -86,13 +112,33 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
     }
 
 
+def transcript_page(transcript: dict[str, Any], number: str | int | None) -> dict[str, Any]:
+    """One page of :func:`build_transcript`'s entries, :data:`TRANSCRIPT_PAGE_SIZE` a page;
+    no ``number`` (or a bad one) means the LAST page, where the latest messages are."""
+    paginator = Paginator(transcript["entries"], TRANSCRIPT_PAGE_SIZE, orphans=5)
+    try:
+        page = paginator.page(int(number or paginator.num_pages))
+    except (ValueError, InvalidPage):
+        page = paginator.page(paginator.num_pages)
+    return {
+        **transcript,
+        "entries": page.object_list,
+        "page": page,
+        "page_range": list(paginator.get_elided_page_range(page.number, on_each_side=2)),
+    }
+
+
+class _Styled:
+    class Media:
+        css = {"all": ("django_llmchat/admin.css",)}
+
+
 @admin.register(Chat)
-class ChatAdmin(admin.ModelAdmin):
+class ChatAdmin(_Styled, admin.ModelAdmin):
     list_display = (
-        "__str__",
+        "short_title",
         "user",
-        "provider",
-        "model_id",
+        "model_display",
         "messages_count",
         "tokens_total",
         "cost_total",
@@ -106,8 +152,15 @@ class ChatAdmin(admin.ModelAdmin):
     readonly_fields = ("status", "active_run", "created_at", "updated_at")
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
+    # collapsed: the transcript below is what the page is for
     fieldsets = (
-        (None, {"fields": ("title", "user", ("provider", "model_id"), "agent")}),
+        (
+            "Settings",
+            {
+                "fields": ("title", "user", ("provider", "model_id"), "agent"),
+                "classes": ("collapse",),
+            },
+        ),
         (
             "Request",
             {
@@ -115,11 +168,27 @@ class ChatAdmin(admin.ModelAdmin):
                 "classes": ("collapse",),
             },
         ),
-        ("Run", {"fields": ("status", "active_run", "created_at", "updated_at")}),
+        (
+            "Run",
+            {
+                "fields": ("status", "active_run", "created_at", "updated_at"),
+                "classes": ("collapse",),
+            },
+        ),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).with_totals()
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, obj: Chat) -> str:
+        return _short(str(obj), 48)
+
+    @admin.display(description="model", ordering="model_id")
+    def model_display(self, obj: Chat) -> str:
+        return format_html(
+            '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, 32)
+        )
 
     @admin.display(description="messages", ordering="message_count")
     def messages_count(self, obj: Chat) -> int:
@@ -137,12 +206,14 @@ class ChatAdmin(admin.ModelAdmin):
         extra_context = dict(extra_context or {})
         chat = self.get_object(request, object_id)
         if chat is not None:
-            extra_context["transcript"] = build_transcript(chat)
+            extra_context["transcript"] = transcript_page(
+                build_transcript(chat), request.GET.get("transcript_page")
+            )
         return super().change_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(_Styled, admin.ModelAdmin):
     """Every run: what it answered, how it ended (with its safe error), its attempts, steps,
     worker and cost. Read-only: runs change through django_llmchat.runs alone."""
 
@@ -172,31 +243,40 @@ class RunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # shown, never saved: no SAVE button
+
     @admin.display(description="cost (USD)", ordering="_cost")
     def cost_display(self, obj: Run) -> str:
         return _money(getattr(obj, "_cost", None))
 
 
 @admin.register(Usage)
-class UsageAdmin(admin.ModelAdmin):
+class UsageAdmin(_Styled, admin.ModelAdmin):
+    """Every provider attempt with its tokens and frozen cost. Read-only: an audit trail."""
+
     list_display = (
-        "created_at",
-        "chat",
-        "provider",
-        "model_id",
+        "when",
+        "chat_display",
+        "model_display",
         "status",
-        "input_tokens",
-        "output_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
+        "input_display",
+        "output_display",
+        "cache_display",
         "total_cost_display",
-        "duration_ms",
+        "duration_display",
     )
     list_filter = ("status", "provider", "model_id", "operation")
     search_fields = ("model_id", "error")
     list_select_related = ("chat",)
     raw_id_fields = ("chat", "message", "run")
     date_hierarchy = "created_at"
+    change_list_template = "admin/django_llmchat/usage/change_list.html"
+    actions = None  # rows are removed with their chat, not one by one
+
+    @admin.display(description="created", ordering="created_at")
+    def when(self, obj: Usage) -> str:
+        return date_format(localtime(obj.created_at), "Y-m-d H:i")
 
     def get_readonly_fields(self, request, obj=None):
         # Usage rows are an audit trail: frozen once written.
@@ -205,25 +285,262 @@ class UsageAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # shown, never saved: no SAVE button
+
+    @admin.display(description="chat", ordering="chat")
+    def chat_display(self, obj: Usage) -> str:
+        return _short(str(obj.chat), 24)
+
+    @admin.display(description="model", ordering="model_id")
+    def model_display(self, obj: Usage) -> str:
+        return format_html(
+            '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, 28)
+        )
+
+    @admin.display(description="in", ordering="input_tokens")
+    def input_display(self, obj: Usage) -> str:
+        return _count(obj.input_tokens)
+
+    @admin.display(description="out", ordering="output_tokens")
+    def output_display(self, obj: Usage) -> str:
+        return _count(obj.output_tokens)
+
+    @admin.display(description="cache r/w", ordering="cache_read_tokens")
+    def cache_display(self, obj: Usage) -> str:
+        if not obj.cache_read_tokens and not obj.cache_write_tokens:
+            return "—"
+        return f"{obj.cache_read_tokens or 0:,} / {obj.cache_write_tokens or 0:,}"
+
     @admin.display(description="cost (USD)", ordering="total_cost")
     def total_cost_display(self, obj: Usage) -> str:
         return _money(obj.total_cost)
 
+    @admin.display(description="time", ordering="duration_ms")
+    def duration_display(self, obj: Usage) -> str:
+        return "—" if obj.duration_ms is None else f"{obj.duration_ms / 1000:.1f} s"
+
+
+@admin.register(UsageDashboard)
+class UsageDashboardAdmin(admin.ModelAdmin):
+    """The usage dashboard: spend and tokens over time, by model, provider, user, status and
+    chat, for a date range. Needs the permission to view usage rows."""
+
+    def _can_view(self, request: HttpRequest) -> bool:
+        return (
+            request.user.is_active
+            and request.user.is_staff
+            and (
+                request.user.has_perm("django_llmchat.view_usage")
+                or request.user.has_perm("django_llmchat.view_usagedashboard")
+            )
+        )
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._can_view(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._can_view(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        from django.core.exceptions import PermissionDenied
+        from django.template.response import TemplateResponse
+
+        from .dashboard import DashboardFilters, usage_summary
+
+        if not self._can_view(request):
+            raise PermissionDenied
+        filters = DashboardFilters(request.GET)
+        summary = None
+        status = 400
+        if filters.is_valid():
+            status = 200
+            data = filters.cleaned_data
+            summary = usage_summary(data["start"], data["end"], data["period"])
+            # shown with the range in force (the defaults filled in)
+            filters = DashboardFilters({k: str(v) for k, v in data.items()})
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Usage dashboard",
+            "opts": self.opts,
+            "filters": filters,
+            "summary": summary,
+            "chart_data": summary.chart_data() if summary else None,
+            "usage_url": reverse("admin:django_llmchat_usage_changelist"),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(
+            request, "admin/django_llmchat/usage/dashboard.html", context, status=status
+        )
+
+
+CAPABILITY_CHOICES = (
+    ("streaming", "streaming"),
+    ("tools", "tools"),
+    ("vision", "vision (images in)"),
+    ("pdf", "PDF in"),
+    ("thinking", "thinking"),
+    ("structured_output", "structured output"),
+    ("prompt_caching", "prompt caching"),
+)
+MODALITY_CHOICES = (
+    ("text", "text"),
+    ("image", "image"),
+    ("pdf", "PDF"),
+    ("audio", "audio"),
+    ("video", "video"),
+)
+PRICE_FIELDS = {
+    "input_mtok": "input",
+    "output_mtok": "output",
+    "cache_read_mtok": "cache read",
+    "cache_write_mtok": "cache write",
+}
+
+
+def _with_current(choices: tuple, values: Any) -> list[tuple[str, str]]:
+    """``choices`` plus any stored value they do not list (kept, never dropped)."""
+    known = [value for value, _ in choices]
+    extra = [(v, v) for v in (values or []) if isinstance(v, str) and v not in known]
+    return [*choices, *extra]
+
+
+def _price_field(label: str) -> forms.DecimalField:
+    return forms.DecimalField(
+        label=f"{label} (USD / 1M tokens)",
+        required=False,
+        min_value=Decimal(0),
+        decimal_places=6,
+        max_digits=16,
+    )
+
+
+class LLMModelForm(forms.ModelForm):
+    """Capabilities and modalities as checkboxes, the four token prices as numbers (USD per
+    million tokens). Tiered prices and other price keys are shown, and kept as they are."""
+
+    capabilities = forms.MultipleChoiceField(
+        choices=CAPABILITY_CHOICES, widget=forms.CheckboxSelectMultiple, required=False
+    )
+    input_modalities = forms.MultipleChoiceField(
+        label="input", choices=MODALITY_CHOICES, widget=forms.CheckboxSelectMultiple,
+        required=False,
+    )  # fmt: skip
+    output_modalities = forms.MultipleChoiceField(
+        label="output", choices=MODALITY_CHOICES, widget=forms.CheckboxSelectMultiple,
+        required=False,
+    )  # fmt: skip
+
+    input_mtok = _price_field("input")
+    output_mtok = _price_field("output")
+    cache_read_mtok = _price_field("cache read")
+    cache_write_mtok = _price_field("cache write")
+
+    class Meta:
+        model = LLMModel
+        exclude = ("modalities", "pricing")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        pricing = self.instance.pricing or {}
+        modalities = self.instance.modalities or {}
+        self.fields["capabilities"].choices = _with_current(
+            CAPABILITY_CHOICES, self.instance.capabilities
+        )
+        for side in ("input", "output"):
+            field = self.fields[f"{side}_modalities"]
+            field.choices = _with_current(MODALITY_CHOICES, modalities.get(side))
+            self.initial.setdefault(f"{side}_modalities", modalities.get(side) or [])
+        for key in PRICE_FIELDS:
+            value = pricing.get(key)
+            if isinstance(value, dict):  # tiered: shown as text below, kept as it is
+                self.fields[key].disabled = True
+                self.fields[key].help_text = "tiered: " + _tiers_text(value)
+                value = value.get("base")
+            self.initial.setdefault(key, value)
+
+    def save(self, commit: bool = True) -> LLMModel:
+        model = self.instance
+        data = self.cleaned_data
+        model.capabilities = list(data.get("capabilities") or [])
+        modalities = dict(model.modalities or {})
+        modalities["input"] = list(data.get("input_modalities") or [])
+        modalities["output"] = list(data.get("output_modalities") or [])
+        model.modalities = modalities
+        pricing = dict(model.pricing or {})
+        for key in PRICE_FIELDS:
+            if self.fields[key].disabled:
+                continue
+            value = data.get(key)
+            if value is None:
+                pricing.pop(key, None)
+            else:
+                pricing[key] = format(value.normalize(), "f")
+        model.pricing = pricing
+        return super().save(commit)
+
+
+def _price_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"${value.get('base')}" + (f" ({_tiers_text(value)})" if value.get("tiers") else "")
+    return f"${value}"
+
+
+def _tiers_text(value: dict) -> str:
+    return ", ".join(
+        f"${tier.get('price')} above {tier.get('start'):,} prompt tokens"
+        for tier in value.get("tiers") or ()
+        if isinstance(tier.get("start"), int)
+    )
+
 
 @admin.register(LLMModel)
-class LLMModelAdmin(admin.ModelAdmin):
+class LLMModelAdmin(_Styled, admin.ModelAdmin):
+    form = LLMModelForm
     list_display = (
         "model_id",
         "provider",
         "name",
-        "family",
         "context_window",
         "max_output_tokens",
         "input_price",
         "output_price",
+        "cache_read_price",
+        "capabilities_display",
     )
     list_filter = ("provider", "family")
     search_fields = ("model_id", "name", "family")
+    readonly_fields = ("pricing_display", "metadata_display", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": (("provider", "model_id"), ("name", "family"))}),
+        ("Limits", {"fields": (("context_window", "max_output_tokens"),)}),
+        ("Capabilities", {"fields": ("capabilities",)}),
+        ("Modalities", {"fields": (("input_modalities", "output_modalities"),)}),
+        (
+            "Prices",
+            {
+                "fields": (
+                    ("input_mtok", "output_mtok"),
+                    ("cache_read_mtok", "cache_write_mtok"),
+                    "pricing_display",
+                )
+            },
+        ),
+        ("Sources", {"fields": ("metadata_display", "created_at", "updated_at")}),
+    )
 
     @staticmethod
     def _price(obj: LLMModel, key: str) -> str:
@@ -240,8 +557,50 @@ class LLMModelAdmin(admin.ModelAdmin):
     def output_price(self, obj: LLMModel) -> str:
         return self._price(obj, "output_mtok")
 
+    @admin.display(description="cache read")
+    def cache_read_price(self, obj: LLMModel) -> str:
+        return self._price(obj, "cache_read_mtok")
 
-__all__ = ["ChatAdmin", "LLMModelAdmin", "RunAdmin", "UsageAdmin", "build_transcript"]
+    @admin.display(description="capabilities")
+    def capabilities_display(self, obj: LLMModel) -> str:
+        return format_html_join(
+            " ", '<span class="llmchat-chip">{}</span>', ((c,) for c in obj.capabilities or ())
+        )
+
+    @admin.display(description="all prices (USD)")
+    def pricing_display(self, obj: LLMModel) -> str:
+        rows = sorted((obj.pricing or {}).items())
+        if not rows:
+            return "no price known: costs of this model show as unknown"
+        return format_html(
+            '<table class="llmchat-kv">{}</table>',
+            format_html_join(
+                "",
+                "<tr><th>{}</th><td>{}</td></tr>",
+                ((key.replace("_", " "), _price_text(value)) for key, value in rows),
+            ),
+        )
+
+    @admin.display(description="sources")
+    def metadata_display(self, obj: LLMModel) -> str:
+        meta = obj.metadata or {}
+        sources = ", ".join(meta.get("sources") or ()) or "entered by hand"
+        genai = meta.get("genai_prices") or {}
+        if genai:
+            sources += f" (genai-prices: {genai.get('provider')}/{genai.get('model')})"
+        return truncatechars(sources, 200)
+
+
+__all__ = [
+    "TRANSCRIPT_PAGE_SIZE",
+    "ChatAdmin",
+    "LLMModelAdmin",
+    "LLMModelForm",
+    "RunAdmin",
+    "UsageAdmin",
+    "build_transcript",
+    "transcript_page",
+]
 
 
 def _column_fields(model) -> list[str]:

@@ -205,8 +205,10 @@ def price(
     """The cost of ``tokens`` on ``model_id`` at time ``at`` (default: now), from genai-prices.
 
     ``provider`` is one of our provider names (see :data:`PROVIDER_IDS`); ``None`` lets
-    genai-prices guess it from the model id. Unknown model or provider, or no token counts
-    at all: a :class:`Cost` whose every field is ``None``.
+    genai-prices guess it from the model id. A model genai-prices does not know is priced
+    with the bundled data's own table when it has one (the offline demo model). Unknown
+    model or provider, or no token counts at all: a :class:`Cost` whose every field is
+    ``None``.
     """
     counts = _counts(tokens)
     if counts is None:
@@ -230,12 +232,23 @@ def price(
                 usage, model_id, provider_id=provider_id, genai_request_timestamp=at
             )
         except (LookupError, ValueError):  # unknown model or provider; data it rejects
-            return Cost()
+            table = _bundled_table(model_id, provider)
+            return price_from_table(tokens, table) if table else Cost()
         rates = _rates_from_model_price(calculation.model_price)
         if len(_RATES_CACHE) > 512:
             _RATES_CACHE.clear()
         _RATES_CACHE[key] = rates
     return _cost(counts, rates)
+
+
+def _bundled_table(model_id: str, provider: str | None) -> dict[str, Any] | None:
+    """The bundled data's own price table for a model genai-prices does not know."""
+    from .registry import bundled_price_tables
+
+    tables = bundled_price_tables()
+    if provider is not None:
+        return tables.get((provider, model_id))
+    return next((t for (_, m), t in sorted(tables.items()) if m == model_id), None)
 
 
 # (model, provider, minute) -> rates; tiers are resolved per prompt size in _cost
@@ -341,5 +354,6 @@ def model_pricing(
     """
     found = find_genai_model(model_id, provider)
     if found is None:
-        return None
+        table = _bundled_table(model_id, provider)
+        return dict(table) if table else None
     return pricing_table(found[1], at=at)

@@ -26,6 +26,7 @@ __all__ = [
     "EXCLUDED_MODEL_PREFIXES",
     "SYNCED_FIELDS",
     "bundled_models",
+    "bundled_price_tables",
     "find_model",
     "sync_models",
 ]
@@ -42,7 +43,7 @@ SYNCED_FIELDS = (
 )
 """The ``LLMModel`` fields :func:`sync_models` may write."""
 
-_BUNDLED_FIELDS = SYNCED_FIELDS[:6]
+_BUNDLED_FIELDS = SYNCED_FIELDS[:7]  # pricing too: for models genai-prices does not know
 
 EXCLUDED_MODEL_PREFIXES: dict[str, tuple[str, ...]] = {
     # genai-prices lists Vertex AI's partner models under Google; the Gemini API has none.
@@ -61,6 +62,17 @@ def _bundled_text() -> str:
 def bundled_models() -> list[dict[str, Any]]:
     """The app's bundled capability data: one dict per model (a fresh copy each call)."""
     return json.loads(_bundled_text())
+
+
+@cache
+def bundled_price_tables() -> dict[tuple[str, str], dict[str, Any]]:
+    """The price tables the bundled data sets itself, by ``(provider, model_id)``: the
+    prices of models genai-prices does not know (the offline demo model)."""
+    return {
+        (item["provider"], item["model_id"]): item["pricing"]
+        for item in bundled_models()
+        if item.get("pricing")
+    }
 
 
 def _genai_metadata(provider_id: str, model: Any) -> dict[str, Any]:

@@ -134,3 +134,120 @@ def test_a_run_that_did_not_succeed_shows_where_it_stopped(admin_client):
     assert listing.status_code == 200 and "rate_limit" in listing.content.decode()
     page = admin_client.get(reverse("admin:django_llmchat_run_change", args=[chat.runs.get().pk]))
     assert page.status_code == 200
+
+
+def test_usage_and_run_pages_are_read_only(admin_client):
+    from django_llmchat.models import Run, Usage
+
+    chat = Chat.objects.create(title="x", model_id="gpt-4.1-mini", provider="openai")
+    build_transcript(chat, 1)
+    usage = Usage.objects.filter(chat=chat).first()
+    url = reverse("admin:django_llmchat_usage_change", args=[usage.pk])
+    html = admin_client.get(url).content.decode()
+    assert "gpt-4.1-mini" in html
+    assert 'name="_save"' not in html and 'name="_continue"' not in html
+    assert admin_client.post(url, {"status": "failed"}).status_code == 403
+    usage.refresh_from_db()
+    assert usage.status == "succeeded"
+    run = Run.objects.create(chat=chat, status="failed", error="boom")
+    html = admin_client.get(reverse("admin:django_llmchat_run_change", args=[run.pk])).content
+    assert b'name="_save"' not in html
+    # the list shows tokens and cost in their own short columns, with no bulk actions
+    html = admin_client.get(reverse("admin:django_llmchat_usage_changelist")).content.decode()
+    assert "$0.0001" in html and "10 / 0" in html and 'name="action"' not in html
+
+
+def test_llm_model_form_edits_prices_and_capabilities_as_fields(admin_client):
+    from django_llmchat.models import LLMModel
+
+    model = LLMModel.objects.create(
+        provider="openai",
+        model_id="gpt-x",
+        name="GPT X",
+        capabilities=["streaming", "custom_flag"],
+        modalities={"input": ["text"], "output": ["text"]},
+        pricing={
+            "input_mtok": {"base": "1.25", "tiers": [{"start": 200000, "price": "2.5"}]},
+            "output_mtok": "10",
+            "web_searches_kcount": "25",
+        },
+    )
+    url = reverse("admin:django_llmchat_llmmodel_change", args=[model.pk])
+    html = admin_client.get(url).content.decode()
+    assert 'type="checkbox" name="capabilities" value="tools"' in html
+    assert 'value="custom_flag"' in html  # a stored value the choices do not list is kept
+    assert 'name="output_mtok"' in html and 'value="10"' in html
+    assert "$2.5 above 200,000 prompt tokens" in html
+    assert '<textarea name="pricing"' not in html and '<textarea name="capabilities"' not in html
+    response = admin_client.post(
+        url,
+        {
+            "provider": "openai",
+            "model_id": "gpt-x",
+            "name": "GPT X",
+            "family": "",
+            "context_window": "1000",
+            "max_output_tokens": "",
+            "capabilities": ["streaming", "tools", "custom_flag"],
+            "input_modalities": ["text", "image"],
+            "output_modalities": ["text"],
+            "output_mtok": "12.50",
+            "cache_read_mtok": "0.3",
+            "cache_write_mtok": "",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    model.refresh_from_db()
+    assert model.capabilities == ["streaming", "tools", "custom_flag"]
+    assert model.modalities == {"input": ["text", "image"], "output": ["text"]}
+    assert model.pricing == {
+        "input_mtok": {"base": "1.25", "tiers": [{"start": 200000, "price": "2.5"}]},
+        "output_mtok": "12.5",
+        "cache_read_mtok": "0.3",
+        "web_searches_kcount": "25",
+    }
+    bad = admin_client.post(url, {"provider": "openai", "model_id": "gpt-x", "name": "X",
+                                  "output_mtok": "-1"})  # fmt: skip
+    assert bad.status_code == 200
+    assert "Ensure this value is greater than or equal to 0." in bad.content.decode()
+
+
+def test_a_long_transcript_is_paginated_with_the_latest_page_first(admin_client):
+    chat = Chat.objects.create(title="long", model_id="gpt-4.1-mini", provider="openai")
+    build_transcript(chat, 100, with_attachments=False)  # 400 messages, 300 entries
+    url = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+    html = admin_client.get(url).content.decode()
+    # (the builder writes the questions first, then the answers)
+    assert "It is sunny (99)." in html and "question 0" not in html
+    assert "Latest message" in html and "?transcript_page=2" in html
+    assert '<fieldset class="module aligned collapse' in html  # the settings, collapsed
+    first = admin_client.get(url, {"transcript_page": "1"}).content.decode()
+    assert "question 0" in first and "It is sunny (99)." not in first
+    junk = admin_client.get(url, {"transcript_page": "x"}).content.decode()
+    assert "It is sunny (99)." in junk  # a bad page number shows the latest
+
+
+def test_replies_render_as_sanitized_markdown(admin_client):
+    chat = Chat.objects.create(title="md", model_id="gpt-4.1-mini", provider="openai")
+    chat.add_message(role="user", content="**not markdown** from the user")
+    chat.add_message(
+        role="assistant",
+        content=(
+            "**bold** and a [link](https://example.com)\n\n"
+            "| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('x')\n```\n\n"
+            '<script>alert(1)</script> <img src=x onerror="alert(2)"> '
+            "[click](javascript:alert(3))"
+        ),
+    )
+    html = admin_client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk]))
+    html = html.content.decode()
+    assert "<strong>bold</strong>" in html
+    assert "<table>" in html and "<td>1</td>" in html
+    assert '<code class="language-python">print(&#x27;x&#x27;)' in html or (
+        "<code class=\"language-python\">print('x')" in html
+    )
+    assert '<a href="https://example.com" rel="noopener noreferrer nofollow">link</a>' in html
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+    assert "<img" not in html.split('id="transcript"')[1]
+    assert 'href="javascript:' not in html
+    assert "**not markdown** from the user" in html  # user text shown as typed

@@ -133,3 +133,34 @@ def test_example_project_prefers_a_real_key():
     assert demo_mode is False
     llmchat, _, _ = _example_llmchat(LLMCHAT_PROVIDER="openai", LLMCHAT_MODEL="gpt-4.1")
     assert (llmchat["DEFAULT_PROVIDER"], llmchat["DEFAULT_MODEL"]) == ("openai", "gpt-4.1")
+
+
+def test_a_demo_reply_costs_usd_from_the_bundled_prices(demo_settings, django_user_model):
+    """The demo model is priced in the bundled registry data: its usage rows, the message,
+    the chat and the REST API all show a USD cost (made-up prices, as its answers are)."""
+    from decimal import Decimal
+
+    from rest_framework.test import APIClient
+
+    from django_llmchat.pricing import model_pricing
+    from django_llmchat.registry import sync_models
+
+    sync_models()
+    user = django_user_model.objects.create_user("demo-user")
+    chat = Chat.objects.create(user=user)
+    reply = chat.ask("How much does this cost?")
+    [row] = reply.usages.all()
+    table = model_pricing("demo-model", "demo")
+    expected = (
+        row.input_tokens * Decimal(table["input_mtok"])
+        + row.output_tokens * Decimal(table["output_mtok"])
+    ) / 1_000_000
+    assert row.total_cost == expected and row.total_cost > 0
+    assert reply.cost().total == expected
+    assert chat.cost().total == expected
+
+    api = APIClient()
+    api.force_authenticate(user)
+    body = api.get(f"/api/chats/{chat.pk}/messages/").json()
+    [assistant] = [m for m in body["results"] if m["role"] == "assistant"]
+    assert Decimal(str(assistant["cost"]["total"])) == expected

@@ -166,3 +166,24 @@ def test_ctrl_c_stops_the_reply_and_the_transcript_stays_valid(fake_llm):
         "cancelled",
         "succeeded",
     ]
+
+
+def test_user_owns_the_new_chat(fake_llm, django_user_model):
+    ada = django_user_model.objects.create_user("ada")
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Reply("Hello Ada."))
+    run("Hi", "/quit", user="ada")
+    chat = Chat.objects.get()
+    assert chat.user == ada
+    assert list(Chat.objects.for_user(ada)) == [chat]  # on her page and in her API
+
+
+def test_user_must_exist_and_own_a_continued_chat(django_user_model):
+    with pytest.raises(CommandError, match="There is no user 'nobody' \\(--user\\)"):
+        run("/quit", user="nobody")
+    assert not Chat.objects.exists()
+    django_user_model.objects.create_user("ben")
+    chat = Chat.objects.create(user=django_user_model.objects.create_user("ada"))
+    with pytest.raises(CommandError, match=f"Chat {chat.pk} does not belong to 'ben'"):
+        run("/quit", chat=chat.pk, user="ben")
+    run("/quit", chat=chat.pk, user="ada")

@@ -4,7 +4,7 @@ from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
 from .run import AbstractRun, Run
 from .tool_call import AbstractToolCall, ToolCall
-from .usage import AbstractUsage, Usage
+from .usage import AbstractUsage, Usage, UsageDashboard
 
 __all__ = [
     "AbstractAttachment",
@@ -21,4 +21,5 @@ __all__ = [
     "Run",
     "ToolCall",
     "Usage",
+    "UsageDashboard",
 ]

@@ -125,4 +125,15 @@ class Usage(AbstractUsage):
             models.Index(fields=["message"], name="llmchat_usage_msg_idx"),
             models.Index(fields=["run"], name="llmchat_usage_run_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_usage_model_idx"),
+            # the usage dashboard's date range
+            models.Index(fields=["created_at"], name="llmchat_usage_created_idx"),
         ]
+
+
+class UsageDashboard(Usage):
+    """No table of its own: the admin's usage dashboard, listed beside the other models."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "usage dashboard"
+        verbose_name_plural = "usage dashboard"

@@ -70,6 +70,11 @@ class Command(BaseCommand):
         parser.add_argument("--model", help="model id (default: LLMCHAT's)")
         parser.add_argument("--title", default="", help="title of a new chat")
         parser.add_argument(
+            "--user",
+            metavar="USERNAME",
+            help="the owner of a new chat (its username), so it shows on their pages and API",
+        )
+        parser.add_argument(
             "--tool",
             action="append",
             default=[],
@@ -98,12 +103,16 @@ class Command(BaseCommand):
                 chat = Chat.objects.get(pk=options["chat"])
             except Chat.DoesNotExist:
                 raise CommandError(f"There is no chat with id {options['chat']}.") from None
+            if options.get("user") and chat.user_id != self._user(options["user"]).pk:
+                raise CommandError(f"Chat {chat.pk} does not belong to {options['user']!r}.")
             if model:
                 chat.with_model(model, provider=provider)
             elif provider:
                 chat.with_model(chat.model_id, provider=provider)
         else:
             fields: dict[str, Any] = {"title": options.get("title") or "Terminal chat"}
+            if options.get("user"):
+                fields["user"] = self._user(options["user"])
             if provider:
                 fields["provider"] = provider
             if model:
@@ -112,6 +121,16 @@ class Command(BaseCommand):
         if options.get("tools"):
             chat.with_tools(*options["tools"])
         return chat
+
+    @staticmethod
+    def _user(username: str) -> Any:
+        from django.contrib.auth import get_user_model
+
+        model = get_user_model()
+        try:
+            return model._default_manager.get_by_natural_key(username)
+        except model.DoesNotExist:
+            raise CommandError(f"There is no user {username!r} (--user).") from None
 
     def _read(self, prompt: str) -> str | None:
         """One line of input without its newline; ``None`` at end of input."""
