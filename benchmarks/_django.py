@@ -12,7 +12,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def setup(llmchat: dict | None = None) -> None:
+def setup(llmchat: dict | None = None, *, admin: bool = False) -> None:
+    """``admin=True``: with the Django admin (sessions, messages, templates, its URLs)."""
     import dj_database_url
     import django
     from django.conf import settings
@@ -30,15 +31,39 @@ def setup(llmchat: dict | None = None) -> None:
             "NAME": str(path),
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }
+    extra: dict = {}
+    apps = ["django.contrib.auth", "django.contrib.contenttypes", "django_llmchat"]
+    if admin:
+        apps[:0] = ["django.contrib.admin", "django.contrib.sessions", "django.contrib.messages"]
+        extra = {
+            "ROOT_URLCONF": "_admin_urls",
+            "STATIC_URL": "/static/",
+            "MIDDLEWARE": [
+                "django.contrib.sessions.middleware.SessionMiddleware",
+                "django.contrib.auth.middleware.AuthenticationMiddleware",
+                "django.contrib.messages.middleware.MessageMiddleware",
+            ],
+            "TEMPLATES": [
+                {
+                    "BACKEND": "django.template.backends.django.DjangoTemplates",
+                    "APP_DIRS": True,
+                    "OPTIONS": {
+                        "context_processors": [
+                            "django.template.context_processors.request",
+                            "django.contrib.auth.context_processors.auth",
+                            "django.contrib.messages.context_processors.messages",
+                        ]
+                    },
+                }
+            ],
+        }
     settings.configure(
         DEBUG=False,
         SECRET_KEY="benchmarks",
         USE_TZ=True,
-        INSTALLED_APPS=[
-            "django.contrib.auth",
-            "django.contrib.contenttypes",
-            "django_llmchat",
-        ],
+        ALLOWED_HOSTS=["testserver"],
+        INSTALLED_APPS=apps,
+        **extra,
         DATABASES={"default": database},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         LLMCHAT=llmchat or {},

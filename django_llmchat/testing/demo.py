@@ -214,26 +214,27 @@ def _answer(text: str) -> tuple[str, str]:
         "No real model is configured, so I will reflect the message back, "
         "say what I noticed, and mention what the demo can do."
     )
-    sentences = [
-        "Hello! I am the offline demo model, so this answer is made up on the spot.",
+    # markdown, as real models answer: a page that renders it shows bold, a list, code
+    paragraphs = [
+        "Hello! I am the **offline demo model**, so this answer is made up on the spot.",
         f"You wrote: “{quoted}”",
     ]
     if longest:
-        sentences.append(
+        paragraphs.append(
             f"That is {len(words)} word{'s' if len(words) != 1 else ''}, "
             f"and the longest one is “{longest}”."
         )
     if text.rstrip().endswith("?"):
-        sentences.append("It sounds like a question; a real model would now try to answer it.")
-    sentences.append(
-        "Ask me about the weather in a city, the time in a time zone, or to book a table, "
-        "and I will call a demo tool."
+        paragraphs.append("It sounds like a question; a real model would now try to answer it.")
+    paragraphs.append(
+        "Ask me about the **weather** in a city, the **time** in a time zone, or to **book** "
+        "a table, and I will call a demo tool."
     )
-    sentences.append(
-        "Set OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (or run Ollama) "
+    paragraphs.append(
+        "Set `OPENAI_API_KEY`, `ANTHROPIC_API_KEY` or `GEMINI_API_KEY` (or run Ollama) "
         "to talk to a real model."
     )
-    return " ".join(sentences), thinking
+    return "\n\n".join(paragraphs), thinking
 
 
 def demo_responder(request: RecordedRequest) -> Reply:

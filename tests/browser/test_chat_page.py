@@ -11,6 +11,7 @@ under ``CI=true``, where that is a failure.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -92,7 +93,12 @@ def example_server(tmp_path_factory, fake_llm):
         base = os.environ["REDIS_URL"].rsplit("/", 1)[0]
         env["LLMCHAT_EVENTS_URL"] = f"{base}/13"
     manage = [sys.executable, str(ROOT / "manage.py")]
-    for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput"]):
+    for command in (
+        ["migrate", "--noinput"],
+        ["createsuperuser", "--noinput"],
+        ["llmchat_sync_models"],  # the demo model's prices, as make run has them
+        ["llmchat_demo_data", "--per-day", "12"],  # a month for the usage dashboard
+    ):
         subprocess.run(manage + command, cwd=ROOT, env=env, check=True, capture_output=True)
     port = _free_port()
     log = open(workdir / "runserver.log", "w")  # noqa: SIM115 (closed below)
@@ -256,6 +262,10 @@ def test_chat_page_streams_replies_with_tools_and_approvals(page):
     assert thinking.get_attribute("open") is None  # collapsed
     assert "The user wrote" in thinking.locator("p").text_content()
     assert "tokens" in reply.locator(".usage").inner_text()
+    # the demo model is priced: USD per message and per chat, never "cost unknown"
+    assert re.search(r"\$0\.0\d+", reply.locator(".usage").inner_text())
+    page.wait_for_function("document.querySelector('#chat-totals').innerText.includes('$')")
+    assert "cost unknown" not in page.locator("#transcript").inner_text()
 
     # a tool call and its result, then the answer built from it
     send(page, "What's the weather in Oslo?")
@@ -291,6 +301,8 @@ def test_chat_page_streams_replies_with_tools_and_approvals(page):
     body = page.locator("body").inner_text()
     assert "demo_weather" in body and "demo_book_table" in body
     assert "Done. Booked a table for 4 at Luigi" in body
+    assert re.search(r"\$0\.0\d+", page.locator("#transcript .llmchat-totals").inner_text())
+    assert page.locator("#transcript strong", has_text="offline demo model").count() >= 1
     page.screenshot(path=str(SHOTS / "admin-chat.png"), full_page=True)
 
 
@@ -558,3 +570,155 @@ def test_the_events_docs_javascript_receives_text(page):
         chat_id,
     )
     page.wait_for_function("window.__output.textContent.length > 10", timeout=20_000)
+
+
+def overflow(page) -> int:
+    """How far the page is wider than the viewport, in CSS pixels (0: no side scroll)."""
+    return page.evaluate(
+        "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+        " - document.documentElement.clientWidth"
+    )
+
+
+def too_wide(page) -> list[str]:
+    """The elements reaching past the viewport's right edge (for the failure message)."""
+    return page.evaluate(
+        "() => [...document.querySelectorAll('body *')]"
+        ".filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth)"
+        ".slice(0, 8).map((e) => `${e.tagName}.${e.className}#${e.id}`)"
+    )
+
+
+def test_the_page_fits_a_375px_phone(browser, example_server):
+    context = browser.new_context(
+        viewport={"width": 375, "height": 740}, base_url=example_server, is_mobile=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        log_in(page)
+        assert overflow(page) == 0, too_wide(page)
+        start_chat(page)
+        send(page, "A **long** question with a_very_long_identifier_that_does_not_wrap_at_all?")
+        wait_idle(page)
+        page.wait_for_function("document.querySelector('#chat-totals').innerText.includes('$')")
+        assert overflow(page) == 0, too_wide(page)
+        for name in ("#send", "#chat-totals", "#prompt"):
+            box = page.locator(name).bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 375, (name, box)
+        # the title: plain text (no markdown markers), cut at a word boundary
+        title = page.locator("#chat-title").inner_text()
+        assert title == "A long question with…", title
+        page.screenshot(path=str(SHOTS / "chat-375px.png"), full_page=True)
+    finally:
+        context.close()
+
+
+MARKDOWN_REPLY = """Here is **the summary**:
+
+| city | temp |
+|------|-----:|
+| Oslo | 4 |
+| Rome | 18 |
+
+```python
+def greet(name):
+    return f"hi {name}"
+```
+
+- one
+- two
+
+<script>window.__xss = "script"</script>
+<img src=x onerror="window.__xss = 'img'">
+<a href="#" onclick="window.__xss = 'click'">raw link</a>
+[a javascript link](javascript:window.__xss='href') and [a good one](https://example.com/)
+"""
+
+
+def test_a_markdown_reply_renders_and_its_html_stays_inert(page, fake_llm):
+    log_in(page)
+    start_fake_chat(page)
+    fake_llm.script(MARKDOWN_REPLY)
+    send(page, "Show me markdown")
+    wait_idle(page)
+    body = page.locator("#transcript li.msg.assistant .body.markdown").last
+    body.wait_for()
+    # a table, a code block and a list, drawn as such
+    assert body.locator("table th").all_inner_texts() == ["city", "temp"]
+    assert body.locator("table td").all_inner_texts() == ["Oslo", "4", "Rome", "18"]
+    assert "def greet(name):" in body.locator("pre code").inner_text()
+    assert body.locator("ul li").all_inner_texts() == ["one", "two"]
+    assert body.locator("strong").inner_text() == "the summary"
+    # the payload: nothing ran, no element or attribute of it made it into the page
+    assert page.evaluate("window.__xss") is None
+    assert body.locator("script, img, [onerror], [onclick]").count() == 0
+    assert "<script>" in body.inner_text()  # shown as text
+    hrefs = body.locator("a").evaluate_all("els => els.map(a => a.getAttribute('href'))")
+    assert "https://example.com/" in hrefs
+    assert not [h for h in hrefs if h and h.lower().startswith("javascript")]
+    assert body.locator("a", has_text="a javascript link").count() == 0  # left as text
+    body.locator("a", has_text="a good one").wait_for()
+    assert body.locator("a", has_text="a good one").get_attribute("rel") == (
+        "noopener noreferrer nofollow"
+    )
+    page.screenshot(path=str(SHOTS / "chat-markdown.png"), full_page=True)
+
+    # the same reply in the admin, rendered on the server (markdown-it-py + nh3)
+    page.get_by_role("link", name="open in the admin").click()
+    page.wait_for_url("**/admin/django_llmchat/chat/*/change/")
+    reply = page.locator("#transcript .llmchat-markdown").last
+    assert reply.locator("table td").all_inner_texts() == ["Oslo", "4", "Rome", "18"]
+    assert "def greet(name):" in reply.locator("pre code").inner_text()
+    assert reply.locator("script, img, [onerror], [onclick]").count() == 0
+    assert page.evaluate("window.__xss") is None
+    page.screenshot(path=str(SHOTS / "admin-markdown.png"), full_page=True)
+
+
+def _canvas_pixels(page, selector: str) -> int:
+    """How many pixels of a canvas are not transparent (0: nothing drawn)."""
+    return page.eval_on_selector(
+        selector,
+        "c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "  let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }",
+    )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_usage_dashboard_draws_its_charts(browser, example_server, scheme):
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, base_url=example_server, color_scheme=scheme
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto("/admin/login/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "admin")
+        page.click("input[type=submit]")
+        page.goto("/admin/")
+        page.get_by_role("link", name="Usage dashboard").click()
+        page.wait_for_selector("html[data-llmchat-charts='4']")
+        for chart in ("spend", "tokens", "models", "status"):
+            assert _canvas_pixels(page, f"#chart-{chart}") > 500, chart
+        assert page.locator("#by-model tbody tr").count() >= 4  # the sample month's models
+        assert page.locator("#top-chats a", has_text="Sample: ").count() > 0
+        assert re.match(r"\$\d+\.\d{4}", page.locator("#total-cost").inner_text())
+        # chart text follows the theme: light text on the dark theme, dark on the light
+        color = page.evaluate("Chart.defaults.color")
+        fg = page.evaluate(
+            "getComputedStyle(document.documentElement).getPropertyValue('--body-quiet-color')"
+        )
+        assert color == fg.strip()
+        page.screenshot(path=str(SHOTS / f"admin-dashboard-{scheme}.png"), full_page=True)
+        # a week view of the same month
+        page.select_option("#id_period", "week")
+        page.get_by_role("button", name="Show").click()
+        page.wait_for_selector("html[data-llmchat-charts='4']")
+        assert "period=week" in page.url
+        assert _canvas_pixels(page, "#chart-spend") > 500
+    finally:
+        context.close()
+    assert not errors, f"JavaScript errors on the dashboard: {errors}"

@@ -32,6 +32,66 @@
     opening: 0,
   };
 
+  // -- markdown -----------------------------------------------------------------------------
+  // Replies are markdown: rendered by the vendored markdown-it (raw HTML off), then cleaned
+  // by the vendored DOMPurify (a short list of tags, no images, safe links only), so
+  // nothing in a reply runs in the page. Without the libraries, replies show as text.
+  const MARKDOWN_TAGS = [
+    "p", "br", "hr", "strong", "em", "del", "s", "code", "pre", "blockquote", "ul", "ol",
+    "li", "a", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td",
+  ];
+  const markdown = typeof window.markdownit === "function"
+    ? window.markdownit("commonmark", { html: false, linkify: false }).enable(["table", "strikethrough"])
+    : null;
+  const purify = window.DOMPurify && window.DOMPurify.isSupported ? window.DOMPurify : null;
+  if (purify) {
+    purify.addHook("afterSanitizeAttributes", (node) => {
+      if (node.tagName === "A" && node.hasAttribute("href")) {
+        node.setAttribute("rel", "noopener noreferrer nofollow");
+        node.setAttribute("target", "_blank");
+      }
+    });
+  }
+
+  // `text` as sanitized HTML, or null when the libraries are missing
+  function markdownHtml(text) {
+    if (!markdown || !purify) return null;
+    return purify.sanitize(markdown.render(text || ""), {
+      ALLOWED_TAGS: MARKDOWN_TAGS,
+      ALLOWED_ATTR: ["href", "title", "class", "start", "target", "rel"],
+      ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
+    });
+  }
+
+  // fill a message body with its rendered markdown (or the text as it is)
+  function renderMarkdownInto(body, text) {
+    const html = markdownHtml(text);
+    if (html === null) {
+      body.textContent = text || "";
+      return;
+    }
+    body.innerHTML = html; // sanitized just above
+    body.classList.add("markdown");
+  }
+
+  // a chat title from a first message: plain text (markdown markers gone), on one line,
+  // cut at a word boundary
+  function plainTitle(text, limit = 60) {
+    const html = markdownHtml(text);
+    let plain = text;
+    if (html !== null) {
+      const holder = document.createElement("div");
+      holder.innerHTML = html;
+      plain = holder.textContent;
+    }
+    plain = plain.replace(/\s+/g, " ").trim();
+    if (plain.length <= limit) return plain;
+    let cut = plain.slice(0, limit - 1);
+    const space = cut.lastIndexOf(" ");
+    if (space > 0) cut = cut.slice(0, space); // a word longer than the title is cut
+    return `${cut.replace(/[\s,.;:-]+$/, "")}…`;
+  }
+
   // -- small helpers ------------------------------------------------------------------------
   function el(tag, attrs = {}, ...children) {
     const node = document.createElement(tag);
@@ -195,7 +255,10 @@
     const item = messageItem(m.role, label);
     item.dataset.id = m.id;
     if (m.thinking) item.append(thinkingBlock(m.thinking).details);
-    item.append(el("div", { class: "body", text: m.content }));
+    const body = el("div", { class: "body" });
+    if (m.role === "assistant") renderMarkdownInto(body, m.content);
+    else body.textContent = m.content;
+    item.append(body);
     for (const c of m.tool_calls || []) item.append(toolCallBlock(c));
     if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost));
     return item;
@@ -469,7 +532,7 @@
       const body = el("div", { class: "body" });
       item.append(body);
       els.transcript.append(item);
-      this.step = { item, body, thinking: null, calls: {}, closed: false };
+      this.step = { item, body, text: "", thinking: null, calls: {}, closed: false };
       this.steps.push(this.step);
       return this.step;
     }
@@ -525,7 +588,9 @@
     handle({ event, data }) {
       switch (event) {
         case "text_delta": {
-          this.current().body.append(data.content);
+          const step = this.current();
+          step.text += data.content;
+          step.body.append(data.content); // as text while it streams, markdown once done
           break;
         }
         case "reasoning_delta": {
@@ -556,7 +621,10 @@
           break;
         }
         case "finish_reason_done": {
-          if (this.step) this.step.closed = true;
+          if (this.step) {
+            this.step.closed = true;
+            if (this.step.text) renderMarkdownInto(this.step.body, this.step.text);
+          }
           break;
         }
         case "run_started": {
@@ -677,7 +745,7 @@
   async function sendMessage(text) {
     const chat = state.chat;
     if (!chat.title && chat.message_count === 0) {
-      const title = text.replace(/\s+/g, " ").trim().slice(0, 60);
+      const title = plainTitle(text);
       json("PATCH", `${API}chats/${chat.id}/`, { title }).catch(() => {});
       chat.title = title;
       els.title.textContent = title;

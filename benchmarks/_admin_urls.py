@@ -1,0 +1,6 @@
+"""URLs of the benchmarks that render admin pages: the admin alone."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
