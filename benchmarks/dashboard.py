@@ -8,7 +8,8 @@ every round so a slow spell of this shared machine hits them alike:
 * ``page``: ``GET /admin/django_llmchat/usagedashboard/`` through Django's test client as
   a superuser (middleware, the four grouped queries, the template, the chart data);
 * ``summary``: ``usage_summary()`` alone (the queries and the Python that shapes them);
-* ``baseline``: the four grouped queries as raw SQL, fetched with a bare cursor.
+* ``baseline``: the very four statements ``usage_summary()`` sends, recorded once, run as
+  raw SQL and fetched with a bare cursor.
 
 The page's query count is printed too (it does not depend on the number of rows; the
 test suite asserts it).
@@ -80,35 +81,20 @@ def make_rows(total: int) -> None:
 
 
 def bare_queries(start, end):
-    """The dashboard's four GROUP BY queries, compiled once by the ORM, run as raw SQL."""
-    from datetime import datetime
-    from datetime import time as dtime
-
+    """The very statements ``usage_summary()`` sends (recorded once), run as raw SQL."""
     from django.db import connection
-    from django.db.models import Count, Q, Sum
-    from django.db.models.functions import TruncDay
-    from django.utils import timezone
 
-    from django_llmchat.models import Usage
+    from django_llmchat.dashboard import usage_summary
 
-    tz = timezone.get_current_timezone()
-    rows = Usage.objects.filter(
-        created_at__gte=datetime.combine(start, dtime.min, tzinfo=tz),
-        created_at__lt=datetime.combine(end + timedelta(days=1), dtime.min, tzinfo=tz),
-    ).order_by()
-    sums = {
-        "attempts": Count("id"),
-        "failed": Count("id", filter=Q(status="failed")),
-        "cost": Sum("total_cost"),
-        "tokens": Sum("input_tokens"),
-    }
-    querysets = [
-        rows.annotate(b=TruncDay("created_at", tzinfo=tz)).values("b").annotate(**sums),
-        rows.values("provider", "model_id").annotate(**sums),
-        rows.values("chat__user", "chat__user__username").annotate(**sums).order_by("-cost")[:10],
-        rows.values("chat", "chat__title").annotate(**sums).order_by("-cost")[:10],
-    ]
-    statements = [qs.query.sql_with_params() for qs in querysets]
+    statements: list[tuple[str, tuple]] = []
+
+    def record(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        usage_summary(start, end, "day")
+    assert len(statements) == 4, statements
 
     def run() -> None:
         with connection.cursor() as cursor:
@@ -174,7 +160,7 @@ def main() -> None:
     print(f"dashboard on {args.rows:,} rows ({vendor}), median of {args.rounds} rounds:")
     print(f"  page      {median['page'] * 1000:8.1f} ms   ({len(statements)} queries in all)")
     print(f"  summary   {median['summary'] * 1000:8.1f} ms")
-    print(f"  baseline  {median['baseline'] * 1000:8.1f} ms   (the 4 aggregate queries, raw SQL)")
+    print(f"  baseline  {median['baseline'] * 1000:8.1f} ms   (its 4 aggregate queries, raw SQL)")
     print(f"  ratio page/baseline     {median['page'] / median['baseline']:.2f}")
     print(f"  ratio summary/baseline  {median['summary'] / median['baseline']:.2f}")
 

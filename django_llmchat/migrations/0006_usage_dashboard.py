@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_llmchat', '0004_runs'),
+        ('django_llmchat', '0005_history_summaries'),
     ]
 
     operations = [
