@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_llmchat', '0005_history_summaries'),
+        ('django_llmchat', '0006_chat_client_id'),
     ]
 
     operations = [
