@@ -25,6 +25,7 @@ import genai_prices
 from genai_prices import types as gp_types
 from genai_prices.data_snapshot import get_snapshot
 
+from .bundled import bundled_price_tables
 from .values import Cost, Tokens
 
 __all__ = [
@@ -243,8 +244,6 @@ def price(
 
 def _bundled_table(model_id: str, provider: str | None) -> dict[str, Any] | None:
     """The bundled data's own price table for a model genai-prices does not know."""
-    from .registry import bundled_price_tables
-
     tables = bundled_price_tables()
     if provider is not None:
         return tables.get((provider, model_id))

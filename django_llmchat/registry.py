@@ -8,16 +8,14 @@ capability data (``django_llmchat/data/models.json``), which wins for the fields
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from functools import cache
-from importlib import resources
 from typing import Any, TextIO
 
 from django.db import transaction
 from django.utils import timezone
 from genai_prices.data_snapshot import get_snapshot
 
+from .bundled import bundled_models, bundled_price_tables
 from .models import LLMModel
 from .models.llm_model import find_model
 from .pricing import PROVIDER_IDS, find_genai_model, pricing_table
@@ -52,27 +50,6 @@ EXCLUDED_MODEL_PREFIXES: dict[str, tuple[str, ...]] = {
 """Per provider name: genai-prices model ids with these prefixes get no registry row."""
 
 _BATCH_SIZE = 500
-
-
-@cache
-def _bundled_text() -> str:
-    return resources.files("django_llmchat").joinpath("data/models.json").read_text("utf-8")
-
-
-def bundled_models() -> list[dict[str, Any]]:
-    """The app's bundled capability data: one dict per model (a fresh copy each call)."""
-    return json.loads(_bundled_text())
-
-
-@cache
-def bundled_price_tables() -> dict[tuple[str, str], dict[str, Any]]:
-    """The price tables the bundled data sets itself, by ``(provider, model_id)``: the
-    prices of models genai-prices does not know (the offline demo model)."""
-    return {
-        (item["provider"], item["model_id"]): item["pricing"]
-        for item in bundled_models()
-        if item.get("pricing")
-    }
 
 
 def _genai_metadata(provider_id: str, model: Any) -> dict[str, Any]:
