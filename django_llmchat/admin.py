@@ -143,7 +143,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         "tokens_total",
         "cost_total",
         "status",
-        "updated_at",
+        "updated",
     )
     list_filter = ("provider", "model_id", "status", ("updated_at", admin.DateFieldListFilter))
     search_fields = ("title", "messages__content")
@@ -183,6 +183,10 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     @admin.display(description="title", ordering="title")
     def short_title(self, obj: Chat) -> str:
         return _short(str(obj), 48)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Chat) -> str:
+        return date_format(localtime(obj.updated_at), "Y-m-d H:i")
 
     @admin.display(description="model", ordering="model_id")
     def model_display(self, obj: Chat) -> str:

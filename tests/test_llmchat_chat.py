@@ -187,3 +187,19 @@ def test_user_must_exist_and_own_a_continued_chat(django_user_model):
     with pytest.raises(CommandError, match=f"Chat {chat.pk} does not belong to 'ben'"):
         run("/quit", chat=chat.pk, user="ben")
     run("/quit", chat=chat.pk, user="ada")
+
+
+def test_the_demo_model_prints_a_usd_cost(settings):
+    from django_llmchat.registry import sync_models
+
+    settings.LLMCHAT = {
+        "DEFAULT_PROVIDER": "demo",
+        "DEFAULT_MODEL": "demo-model",
+        "PROVIDERS": {"demo": {"class": "django_llmchat.testing.demo.DemoProvider"}},
+    }
+    sync_models()
+    output = run("Hello demo", "/usage", "/quit")
+    assert "cost: unknown" not in output
+    [reply_usage] = [line for line in output.splitlines() if line.startswith("[tokens:")]
+    assert ", cost: $0.0" in reply_usage
+    assert f"chat {Chat.objects.get().pk}: tokens: " in output and "cost: $0.0" in output
