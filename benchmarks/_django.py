@@ -21,7 +21,8 @@ def setup(llmchat: dict | None = None, *, admin: bool = False) -> None:
     url = os.environ.get("DATABASE_URL")
     if url:
         database = dj_database_url.parse(url)
-        database["TEST"] = {"NAME": "llmchat_bench"}
+        # beside the named database, so benchmarks on two databases never share one
+        database["TEST"] = {"NAME": f"{database.get('NAME') or 'llmchat'}_bench"}
     else:
         path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
         # WAL with synchronous=NORMAL: commits don't wait for fsync (the usual production

@@ -16,7 +16,8 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from .models import Chat, LLMModel, Run, Usage, UsageDashboard
+from .models import Chat, Limit, LLMModel, Run, Usage, UsageDashboard
+from .models.limit import LIMIT_FIELDS
 from .values import Cost, Tokens
 
 TRANSCRIPT_PAGE_SIZE = 50
@@ -610,3 +611,92 @@ __all__ = [
 def _column_fields(model) -> list[str]:
     """The names of the model's own columns, in declaration order."""
     return [f.name for f in model._meta.get_fields() if f.concrete and not f.many_to_many]
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    """Each user's own spending limits (empty fields keep ``LLMCHAT["LIMITS"]``), with
+    what they used today, this month and this hour against the limit in effect."""
+
+    list_display = (
+        "user",
+        "usd_today",
+        "usd_this_month",
+        "tokens_today",
+        "runs_last_hour",
+        "open_runs",
+        "unlimited",
+        "note",
+    )
+    list_filter = ("unlimited",)
+    search_fields = ("note",)
+    raw_id_fields = ("user",)
+    list_select_related = ("user",)
+    readonly_fields = ("in_effect", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("user", "unlimited", "note")}),
+        (
+            "Limits (empty: the default of the settings)",
+            {
+                "fields": (
+                    "usd_per_day",
+                    "usd_per_month",
+                    "tokens_per_day",
+                    "runs_per_hour",
+                    "concurrent_runs",
+                    "soft",
+                )
+            },
+        ),
+        ("Use", {"fields": ("in_effect", "updated_at")}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        from .limits import spend_annotations
+
+        names = spend_annotations("user_id")
+        return super().get_queryset(request).annotate(**{f"_{k}": v for k, v in names.items()})
+
+    @staticmethod
+    def _in_effect(obj: Limit) -> dict[str, Any]:
+        from .limits import limits_for
+
+        row = {name: getattr(obj, name) for name in (*LIMIT_FIELDS, "soft", "unlimited")}
+        return limits_for(obj.user, row)
+
+    def _against(self, obj: Limit, name: str, *, money: bool = False) -> str:
+        used = getattr(obj, f"_{name}", None) or 0
+        allowed = self._in_effect(obj).get(name)
+        shown = f"${used:.4f}" if money else str(used)
+        if allowed is None:
+            return f"{shown} (no limit)"
+        limit = f"${allowed:.2f}" if money else str(allowed)
+        share = f" ({float(used) / float(allowed):.0%})" if allowed else ""
+        return f"{shown} of {limit}{share}"
+
+    @admin.display(description="USD today", ordering="_usd_per_day")
+    def usd_today(self, obj: Limit) -> str:
+        return self._against(obj, "usd_per_day", money=True)
+
+    @admin.display(description="USD this month", ordering="_usd_per_month")
+    def usd_this_month(self, obj: Limit) -> str:
+        return self._against(obj, "usd_per_month", money=True)
+
+    @admin.display(description="tokens today", ordering="_tokens_per_day")
+    def tokens_today(self, obj: Limit) -> str:
+        return self._against(obj, "tokens_per_day")
+
+    @admin.display(description="runs last hour")
+    def runs_last_hour(self, obj: Limit) -> str:
+        return self._against(obj, "runs_per_hour")
+
+    @admin.display(description="queued or running")
+    def open_runs(self, obj: Limit) -> str:
+        return self._against(obj, "concurrent_runs")
+
+    @admin.display(description="limits in effect")
+    def in_effect(self, obj: Limit) -> str:
+        if obj.pk is None:
+            return "—"
+        found = self._in_effect(obj)
+        if not found:
+            return "no limit"
+        return ", ".join(f"{name}: {value}" for name, value in found.items())

@@ -214,4 +214,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="llmchat.E014",
             )
         )
+    errors.extend(_check_limits(merged))
+    return errors
+
+
+def _check_limits(merged: dict[str, Any]) -> list:
+    from .limits import validate_setting
+
+    errors: list = [
+        Error(problem, hint="See the Limits page of the documentation.", id="llmchat.E020")
+        for problem in validate_setting(merged["LIMITS"])
+    ]
+    resolver = merged["LIMITS_FOR"]
+    if resolver is not None and not callable(resolver):
+        from django.utils.module_loading import import_string
+
+        try:
+            found = import_string(resolver) if isinstance(resolver, str) else None
+        except ImportError:
+            found = None
+        if not callable(found):
+            errors.append(
+                Error(
+                    f"LLMCHAT['LIMITS_FOR'] is not a callable or an importable dotted path: "
+                    f"{resolver!r}.",
+                    hint="Give a function (user) -> dict of limits, or its dotted path.",
+                    id="llmchat.E021",
+                )
+            )
+    allowed = merged["ALLOWED_MODELS"]
+    if allowed is not None and (
+        not isinstance(allowed, list | tuple)
+        or not all(isinstance(v, str) and v.count("/") >= 1 for v in allowed)
+    ):
+        errors.append(
+            Error(
+                "LLMCHAT['ALLOWED_MODELS'] must be a list of 'provider/model_id' strings "
+                "(or 'provider/*').",
+                hint="For example ['openai/gpt-4.1-mini', 'anthropic/*'].",
+                id="llmchat.E022",
+            )
+        )
     return errors

@@ -58,6 +58,16 @@ DEFAULTS: dict[str, Any] = {
     # processor; or a dict of history options with "strategy". A chat's or an agent's
     # ``history`` overrides it.
     "HISTORY": "window",
+    # Spending limits per user (django_llmchat.limits): None turns them off; else
+    # {"default": {"usd_per_day": "2.00", "usd_per_month": ..., "tokens_per_day": ...,
+    # "runs_per_hour": ..., "concurrent_runs": ..., "soft": "0.8"}}. Limit rows (admin)
+    # override it per user; LIMITS_FOR (a callable or dotted path, user -> dict) per group
+    # or tenant, between the two.
+    "LIMITS": None,
+    "LIMITS_FOR": None,
+    # REST API: the models the API accepts (None: any model of a configured provider),
+    # as "provider/model_id" or "provider/*".
+    "ALLOWED_MODELS": None,
     # REST API.
     "STAFF_SEES_ALL_CHATS": False,
     "MAX_CONTENT_LENGTH": 100_000,

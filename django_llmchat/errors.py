@@ -222,11 +222,11 @@ def _rebuild_budget(limit, used, allowed, resets_at, message) -> BudgetExceededE
 # Safe words for a user, most specific first: a provider's own error text stays in the
 # logs, never in a run's ``error``, an event or an API response.
 _SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (
-    (AuthenticationError, "authentication_error", "The provider rejected the credentials."),
-    (RateLimitError, "rate_limit", "The provider is rate limiting requests; retry later."),
+    (AuthenticationError, "auth", "The provider rejected the credentials."),
+    (RateLimitError, "rate_limited", "The provider is rate limiting requests; retry later."),
     (
         ContextLengthExceededError,
-        "context_length_exceeded",
+        "context_length",
         "The conversation is too long for the model.",
     ),
     (OverloadedError, "overloaded", "The provider is overloaded; retry later."),
@@ -237,6 +237,7 @@ _SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (
         "The provider's stream ended early; retry to continue.",
     ),
     (ProviderError, "provider_error", "The provider returned an error."),
+    (BudgetExceededError, "budget", ""),
     (
         StructuredOutputError,
         "structured_output_error",

@@ -37,6 +37,7 @@ __all__ = [
     "RunStarted",
     "RunFinished",
     "ContextCompacted",
+    "BudgetWarning",
     "event_type",
     "event_from_dict",
     "to_sse",
@@ -410,7 +411,9 @@ class RunFinished(StreamEvent):
     retryable provider error: the same run starts again later, with a new ``RunStarted``)
     or ``"blocked"`` (a before-guardrail refused the prompt of an inline stream: nothing
     was stored);
-    ``error`` is the error text (no secrets), ``None`` when there was none.
+    ``error`` is the error text (no secrets), ``None`` when there was none, and
+    ``error_type`` its kind (``provider_error``, ``rate_limited``, ``auth``,
+    ``context_length``, ``budget``...; see ``errors.safe_error``).
     ``message_id`` is the last message the run stored, ``token_usage`` and ``cost`` (USD,
     a decimal string) the run's totals over every attempt so far; each is left out when
     unknown."""
@@ -422,6 +425,7 @@ class RunFinished(StreamEvent):
     token_usage: Tokens | None = None
     cost: str | None = None
     role: str = "system"
+    error_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "run_id": self.run_id, "status": self.status}
@@ -433,6 +437,8 @@ class RunFinished(StreamEvent):
             out["token_usage"] = self.token_usage.to_dict()
         if self.cost is not None:
             out["cost"] = self.cost
+        if self.error_type is not None:
+            out["error_type"] = self.error_type
         return out
 
     @classmethod
@@ -465,6 +471,28 @@ class ContextCompacted(StreamEvent):
             "messages": self.messages,
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
+        }
+
+
+@dataclass(eq=True)
+class BudgetWarning(StreamEvent):
+    """The user's use passed the soft fraction of a spending limit (the run goes on):
+    ``limit`` names it (``usd_per_day``, ``usd_per_month``, ``tokens_per_day``), ``used``
+    and ``allowed`` are amounts as text, ``resets_at`` an ISO 8601 time."""
+
+    limit: str = ""
+    used: str = ""
+    allowed: str = ""
+    resets_at: str | None = None
+    role: str = "system"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "limit": self.limit,
+            "used": self.used,
+            "allowed": self.allowed,
+            "resets_at": self.resets_at,
         }
 
 

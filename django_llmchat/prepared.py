@@ -7,7 +7,8 @@ machine ~0.4 ms against ~0.05 ms for a one-row INSERT on SQLite). The classes he
 their query once per database with placeholder arguments, keep the SQL, and afterwards
 only swap the real arguments into the parameter list:
 
-- :class:`PreparedQuery`: a SELECT, rows returned as tuples;
+- :class:`PreparedQuery`: a SELECT, rows returned as tuples (integer and aware datetime
+  arguments);
 - :class:`PreparedInsert`: ``obj.save()`` of a new row, the same columns and values
   (fields' ``pre_save`` and ``get_db_prep_save``), primary key set from ``RETURNING``;
 - :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, router
@@ -92,16 +94,16 @@ class PreparedQuery:
         if found is None:
             with self._lock:
                 sql, params = self._as_sql(using)
-                # a backend may wrap values (psycopg's Int4 for an integer column)
+                # a backend may wrap values (psycopg's Int4 for an integer column) or
+                # adapt them (SQLite's text for a datetime)
+                forms = [(self._adapt(p, using), n) for n, p in enumerate(self.placeholders)]
                 slots = [
-                    (index, self.placeholders.index(value))
+                    (index, n)
                     for index, value in enumerate(params)
-                    if any(
-                        value is p
-                        or (isinstance(value, type(p)) and not isinstance(value, bool))
-                        and value == p
-                        for p in self.placeholders
-                    )
+                    for form, n in forms
+                    if value is form
+                    or (isinstance(value, type(form)) and not isinstance(value, bool))
+                    and value == form
                 ]
                 if len({arg for _, arg in slots}) != len(self.placeholders):
                     raise ValueError("a placeholder did not reach the compiled parameters")
@@ -114,12 +116,20 @@ class PreparedQuery:
         compiled = params
         params = list(params)
         for index, arg in slots:
-            value = args[arg]
+            value = self._adapt(args[arg], using)
             wrapper = type(compiled[index])
             if value is not None and wrapper is not type(value) and issubclass(wrapper, int):
                 value = wrapper(value)  # the backend's own integer type, as compiled
             params[index] = value
         return sql, params
+
+    @staticmethod
+    def _adapt(value: Any, using: str) -> Any:
+        """A datetime argument as the backend's ``DateTimeField`` takes it (aware datetimes
+        only, as stored with ``USE_TZ``)."""
+        if isinstance(value, datetime):
+            return connections[using].ops.adapt_datetimefield_value(value)
+        return value
 
     def model(self) -> type:
         if not hasattr(self, "_model"):

@@ -20,12 +20,13 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from . import runs
+from . import limits, runs
 from .agents import Agent, load_agent
 from .conf import settings
 from .context import Context
 from .errors import (
     ArgumentError,
+    BudgetExceededError,
     ChatBusyError,
     ContextLengthExceededError,
     IncompleteStreamError,
@@ -36,6 +37,7 @@ from .errors import (
     safe_error,
 )
 from .events import (
+    BudgetWarning,
     FinishReasonDone,
     GuardrailModification,
     GuardrailTripwire,
@@ -124,6 +126,9 @@ class Runner:
         self.holds_text = any(AFTER in g.phases for g in self.guardrails)
         self.history: History | None = None
         self.last_tokens = None  # the input tokens the last response reported
+        # spending limits: the check that admitted the run serves its first call
+        self._admitted: limits.Verdict | None = None
+        self._warned: set[str] = set()
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -209,6 +214,7 @@ class Runner:
                     f"chat {chat.pk} is waiting for a decision on its tool calls: approve "
                     "or deny them (or cancel the run) first"
                 )
+        self._admitted = limits.admit(chat)  # over a limit: raises, nothing stored
         run, execution = runs.enqueue(chat, message, attachments, start=True, wait=True)
         self.run_row = run
         self.execution = execution or runs.wait_for_turn(run)
@@ -276,6 +282,13 @@ class Runner:
                     yield event
                     outcome = (Run.INTERRUPTED, "", "", "max_steps")
                     return
+                exceeded = yield from self._check_budget()
+                if exceeded is not None:  # the steps paid for so far are stored
+                    event = Interrupt(reason="budget")
+                    self.result.interrupt = event
+                    yield event
+                    outcome = (Run.INTERRUPTED, "budget", exceeded.message, "budget")
+                    return
                 response = yield from self._step(stream=stream)
                 steps += 1
                 self.result.steps = steps
@@ -340,6 +353,29 @@ class Runner:
             execution.requeue(error_type, error)
         else:
             execution.finish(status, error_type=error_type, error=error, interrupt_reason=reason)
+
+    def _check_budget(self):
+        """The user's spending limits before a provider call (one query): returns the
+        :class:`BudgetExceededError` over a hard limit; yields a ``BudgetWarning`` once per
+        run and limit past the soft fraction."""
+        verdict, self._admitted = self._admitted, None
+        try:
+            if verdict is None:
+                verdict = limits.check(self.chat)
+        except BudgetExceededError as exc:
+            return exc
+        for warning in verdict.warnings if verdict is not None else []:
+            if warning.limit in self._warned:
+                continue
+            self._warned.add(warning.limit)
+            limits.warn(self.chat, warning)
+            yield BudgetWarning(
+                limit=warning.limit,
+                used=str(warning.used),
+                allowed=str(warning.allowed),
+                resets_at=warning.resets_at.isoformat() if warning.resets_at else None,
+            )
+        return None
 
     # -- one provider response ------------------------------------------------------------
     def _step(self, *, stream: bool):
@@ -691,6 +727,7 @@ class Runner:
         except Blocked as exc:
             self._blocked_run(exc.event)
             return None
+        limits.admit(chat)  # over a limit: BudgetExceededError, nothing stored
         message = Message(chat=chat, role="user", content=text)
         task_id = uuid.uuid4().hex
         run, _ = runs.enqueue(chat, message, attachments, task_id=task_id)
@@ -757,12 +794,21 @@ def _usd(value) -> str | None:
     return format(Decimal(value).normalize(), "f")
 
 
-def run_finished(run_id: int | str, status: str, error: str | None = None) -> RunFinished:
+def run_finished(
+    run_id: int | str, status: str, error: str | None = None, error_type: str | None = None
+) -> RunFinished:
     """The ``RunFinished`` event of run ``run_id``, with the last message it stored and
-    its token and USD totals over every attempt (two queries)."""
+    its token and USD totals over every attempt (two queries); the safe error and its
+    type are the run's when not given (a run stopped by a spending limit says so)."""
     run = Run.objects.filter(pk=run_id).with_totals().first() if run_id else None
     if run is None:
-        return RunFinished(run_id=str(run_id or ""), status=status, error=error)
+        return RunFinished(
+            run_id=str(run_id or ""), status=status, error=error, error_type=error_type
+        )
+    if error is None and run.error:
+        error, error_type = run.error, error_type or run.error_type or None
+    elif error is not None and error_type is None:
+        error_type = run.error_type or None
     last = (
         Message.objects.filter(run_id=run.pk)
         .exclude(role="user")
@@ -774,6 +820,7 @@ def run_finished(run_id: int | str, status: str, error: str | None = None) -> Ru
         run_id=str(run.pk),
         status=status,
         error=error,
+        error_type=error_type,
         message_id=last,
         token_usage=run.tokens,
         cost=_usd(run.cost().total),

@@ -112,7 +112,7 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
         error_type, error = safe_error(exc)
         logger.exception("run %s of chat %s cannot start", run.pk, execution.chat_id)
         execution.finish(runs.Run.FAILED, error_type=error_type, error=error)
-        publish(run_finished(run_id, "failed", error))
+        publish(run_finished(run_id, "failed", error, error_type))
         return "failed"
     runner.execution, runner.run_row = execution, run
     delay: list[float] = []
@@ -132,12 +132,14 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
         return "lost"
     except Exception as exc:
         status = execution.outcome or "failed"
-        error = run.error or safe_error(exc)[1]
+        error_type, error = safe_error(exc)
         if status == runs.Run.QUEUED and delay:
-            publish(RunFinished(run_id=run_id, status="retrying", error=error))
+            publish(
+                RunFinished(run_id=run_id, status="retrying", error=error, error_type=error_type)
+            )
             logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, exc, delay[0])
             raise RetryLater(delay[0], retries + 1, exc) from exc
-        publish(run_finished(run_id, status, error))
+        publish(run_finished(run_id, status, error, error_type))
         logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, exc)
         return status
     status = execution.outcome or run.status

@@ -419,6 +419,7 @@ def usage_row(
     """An unsaved Usage row for one attempt, with its cost frozen now."""
     row = Usage(
         chat=chat,
+        user_id=chat.user_id,  # the spending limits sum a user's rows by this column
         run_id=run_id,
         provider=provider,
         model_id=model_id,

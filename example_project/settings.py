@@ -140,7 +140,19 @@ LLMCHAT = {
     "PROVIDERS": {"demo": {"class": "django_llmchat.testing.demo.DemoProvider"}},
     # the demo tools (weather, clock, booking with approval), importable by any worker
     "TOOL_MODULES": ["django_llmchat.testing.demo"],
+    # what one user may spend (raise it per user in the admin: Spending limits)
+    "LIMITS": {
+        "default": {
+            "usd_per_day": "2.00",
+            "usd_per_month": "20.00",
+            "runs_per_hour": 120,
+            "concurrent_runs": 2,
+            "soft": "0.8",
+        }
+    },
 }
+# and how fast: every API request, and the requests that start a run
+REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"llmchat": "600/min", "llmchat_runs": "30/min"}}
 if "ollama" in EXAMPLE_PROVIDERS:
     LLMCHAT["PROVIDERS"]["ollama"] = {"base_url": OLLAMA_URL.rstrip("/") + "/v1"}
 

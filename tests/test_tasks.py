@@ -270,7 +270,7 @@ def test_a_non_retryable_error_fails_at_once(inline):
     chat = Chat.objects.create()
     chat.ask_later("Key?")
     run = Run.objects.get(pk=chat.last_run.pk)
-    assert run.status == "failed" and run.error_type == "authentication_error"
+    assert run.status == "failed" and run.error_type == "auth"
     assert "test-key" not in run.error and len(inline.requests) == 1
 
 

@@ -133,14 +133,16 @@ SCHEMA_SETTINGS: dict[str, Any] = {
 
 
 class ProviderFieldSchema(OpenApiSerializerFieldExtension):
-    """Provider names as an enum, read when the schema is generated."""
+    """The configured providers' names as an enum, read when the schema is generated."""
 
     target_class = "django_llmchat.api.serializers.ProviderField"
 
     def map_serializer_field(self, auto_schema, direction):
-        from .serializers import provider_names
+        from .serializers import configured_provider_names
 
-        return {"type": "string", "enum": provider_names()}
+        names = configured_provider_names()
+        # an empty enum is not valid OpenAPI: with nothing configured, no chat validates
+        return {"type": "string", "enum": names} if names else {"type": "string"}
 
 
 class ToolNameFieldSchema(OpenApiSerializerFieldExtension):

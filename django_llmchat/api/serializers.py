@@ -4,6 +4,7 @@ their tool calls, results, citations, attachments, tokens and cost)."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -59,15 +60,16 @@ class StrictCharField(serializers.CharField):
 
 
 class ProviderField(StrictCharField):
-    """A provider name: built-in or configured in ``LLMCHAT["PROVIDERS"]`` (the schema
-    lists them)."""
+    """A configured provider's name (the schema lists them): one in
+    ``LLMCHAT["PROVIDERS"]``, or a built-in one whose key (or URL) the environment gives;
+    with ``LLMCHAT["ALLOWED_MODELS"]``, one it names."""
 
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
-        names = provider_names()
+        names = configured_provider_names()
         if value not in names:
             raise serializers.ValidationError(
-                f"unknown provider {value[:64]!r}; one of: {', '.join(names)}"
+                f"provider {value[:64]!r} is not configured; one of: {', '.join(names) or '-'}"
             )
         return value
 
@@ -141,11 +143,42 @@ def _check_params(params: dict[str, Any]) -> None:
     ptc = params.get("parallel_tool_calls")
     if ptc is not None and not isinstance(ptc, bool):
         errors.append("parallel_tool_calls must be a boolean")
-    for name in sorted(set(PROVIDERS) | set(settings.PROVIDERS or {})):
+    names = sorted(set(PROVIDERS) | set(settings.PROVIDERS or {}))
+    for name in names:
         if name in params and not isinstance(params[name], dict):
             errors.append(f"{name} (provider options) must be an object")
+    if not errors:
+        from ..vendor_options import problems
+
+        errors.extend(problems(params, [n for n in names if n in params]))
     if errors:
         raise serializers.ValidationError(errors)
+
+
+def configured_provider_names() -> list[str]:
+    """The providers the API accepts: those in ``LLMCHAT["PROVIDERS"]`` and the built-in
+    ones the environment configures (their API key variable, or Ollama's URL), narrowed
+    to those ``LLMCHAT["ALLOWED_MODELS"]`` names when it is set."""
+    from ..providers import API_KEY_ENV, BASE_URL_ENV, PROVIDERS
+
+    names = set(settings.PROVIDERS or {})
+    for name in PROVIDERS:
+        envs = (*API_KEY_ENV.get(name, ()), *BASE_URL_ENV.get(name, ()))
+        if any(os.environ.get(env) for env in envs):
+            names.add(name)
+    allowed = settings.ALLOWED_MODELS
+    if allowed is not None:
+        names &= {entry.split("/", 1)[0] for entry in allowed}
+    return sorted(names)
+
+
+def model_allowed(provider: str, model_id: str) -> bool:
+    """Whether ``LLMCHAT["ALLOWED_MODELS"]`` (when set) lists ``provider/model_id`` or
+    ``provider/*``."""
+    allowed = settings.ALLOWED_MODELS
+    if allowed is None:
+        return True
+    return f"{provider}/{model_id}" in allowed or f"{provider}/*" in allowed
 
 
 def provider_names() -> list[str]:
@@ -580,6 +613,33 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
         check_json(value)
         _check_params(value)
         return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The chat's provider and model (sent, or kept, or the defaults) are configured
+        and allowed, and ``params.max_tokens`` fits the model's maximum output."""
+        chat = self.instance
+        provider = attrs.get("provider") or (chat.provider if chat else settings.DEFAULT_PROVIDER)
+        model_id = attrs.get("model_id") or (chat.model_id if chat else settings.DEFAULT_MODEL)
+        if "provider" in attrs or "model_id" in attrs or chat is None:
+            if provider not in configured_provider_names():
+                field = "provider" if "provider" in attrs else "model_id"
+                raise serializers.ValidationError(
+                    {field: [f"provider {provider[:64]!r} is not configured"]}
+                )
+            if not model_allowed(provider, model_id):
+                raise serializers.ValidationError(
+                    {"model_id": [f"model {model_id[:64]!r} of {provider!r} is not allowed"]}
+                )
+        params = attrs.get("params")
+        max_tokens = (params or {}).get("max_tokens")
+        if params is not None and isinstance(max_tokens, int):
+            info = LLMModel.objects.filter(provider=provider, model_id=model_id).first()
+            ceiling = info.max_output_tokens if info is not None else None
+            if ceiling and max_tokens > ceiling:
+                raise serializers.ValidationError(
+                    {"params": [f"max_tokens must be at most {ceiling} for {model_id}"]}
+                )
+        return attrs
 
     def validate_context(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):

@@ -173,11 +173,12 @@ class InlineRun:
             status = run.status
         status = status or "failed"
         error = self._error["message"] if self._error is not None else None
+        error_type = self._error["type"] if self._error is not None else None
         if run is None or run.pk is None:
-            return RunFinished(run_id, status, error)
+            return RunFinished(run_id, status, error, error_type=error_type)
         from ..runner import run_finished
 
-        return run_finished(run.pk, status, error)
+        return run_finished(run.pk, status, error, error_type)
 
     def _frames_sync(self) -> Iterator[str]:
         events = self._events()

@@ -30,7 +30,7 @@ from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import runs
+from .. import limits, runs
 from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
@@ -192,6 +192,13 @@ ERROR = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
     description='An error: `{"detail": ...}`, or `{"<field>": ["<reason>", ...]}` for '
     "invalid input.",
+)
+
+BUDGET = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description='A spending limit is reached (`Retry-After` says when it frees up): '
+    '`{"detail", "code": "budget_exceeded", "limit", "used", "allowed", "resets_at"}`; or '
+    'throttled: `{"detail", "code": "throttled"}`.',
 )
 
 
@@ -388,6 +395,7 @@ class MessageListCreateView(LLMChatView):
             404: ERROR,
             409: ERROR,
             422: ERROR,
+            429: BUDGET,
         },
         examples=[
             OpenApiExample(
@@ -407,6 +415,7 @@ class MessageListCreateView(LLMChatView):
                     "The chat's run waits for a decision on its tool calls: approve or deny "
                     "them (or cancel the run) first."
                 )
+            limits.admit(chat)  # a 429 before the stream starts
             return _inline(self, chat, prompt=content, attachments=attachments)
         after = _stream_position(chat)
         message = chat.ask_later(content, attachments=attachments)

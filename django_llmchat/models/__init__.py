@@ -1,5 +1,6 @@
 from .attachment import AbstractAttachment, Attachment
 from .chat import AbstractChat, Chat
+from .limit import AbstractLimit, Limit
 from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
 from .run import AbstractRun, Run
@@ -9,6 +10,7 @@ from .usage import AbstractUsage, Usage, UsageDashboard
 __all__ = [
     "AbstractAttachment",
     "AbstractChat",
+    "AbstractLimit",
     "AbstractLLMModel",
     "AbstractMessage",
     "AbstractRun",
@@ -17,6 +19,7 @@ __all__ = [
     "Attachment",
     "Chat",
     "LLMModel",
+    "Limit",
     "Message",
     "Run",
     "ToolCall",

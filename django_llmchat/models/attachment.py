@@ -7,6 +7,37 @@ from typing import Any
 from django.core.files.base import ContentFile
 from django.db import models
 
+# The extension a stored file gets for its type (others: ``mimetypes``, else ``.bin``).
+EXTENSIONS = {
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/csv": ".csv",
+    "application/json": ".json",
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "application/pdf": ".pdf",
+    "audio/mpeg": ".mp3",
+    "audio/ogg": ".ogg",
+    "audio/flac": ".flac",
+    "audio/wav": ".wav",
+    "application/zip": ".zip",
+}
+
+
+def name_for_type(filename: str, mime_type: str) -> str:
+    """``filename`` with an extension that says ``mime_type``: kept when it already does
+    (``photo.jpeg`` for ``image/jpeg``), else replaced (``evil.html`` holding text becomes
+    ``evil.txt``), so whatever serves the file by its extension serves the right type."""
+    if mimetypes.guess_type(filename)[0] == mime_type:
+        return filename
+    stem = filename.rsplit(".", 1)[0] if "." in filename.lstrip(".") else filename
+    extension = (
+        EXTENSIONS.get(mime_type) or mimetypes.guess_extension(mime_type, strict=False) or ".bin"
+    )
+    return (stem or "attachment") + extension
+
 
 def attachment_upload_to(instance: AbstractAttachment, filename: str) -> str:
     return f"llmchat/{instance.sha256[:2] or 'xx'}/{instance.sha256 or 'file'}/{filename}"
@@ -16,8 +47,10 @@ class AttachmentQuerySet(models.QuerySet):
     def create_from_bytes(
         self, *, message: Any, data: bytes, filename: str, mime_type: str | None = None
     ) -> AbstractAttachment:
-        """Store ``data`` in the configured storage and record its size, type and hash."""
+        """Store ``data`` in the configured storage and record its size, type and hash; the
+        name's extension follows the type (:func:`name_for_type`)."""
         mime = mime_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        filename = name_for_type(filename, mime)
         att = self.model(
             message=message,
             filename=filename,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Sum
 
@@ -115,6 +116,17 @@ class Usage(AbstractUsage):
         related_name="usages",
         db_index=False,  # llmchat_usage_run_idx
     )
+    # the chat's user, copied when the row is written: the spending limits sum a user's
+    # rows of a day or a month with one range scan of llmchat_usage_user_idx
+    user = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="llmchat_usages",
+        db_index=False,  # llmchat_usage_user_idx
+        editable=False,
+    )
 
     class Meta(AbstractUsage.Meta):
         db_table = "llmchat_usage"
@@ -127,7 +139,13 @@ class Usage(AbstractUsage):
             models.Index(fields=["provider", "model_id"], name="llmchat_usage_model_idx"),
             # the usage dashboard's date range
             models.Index(fields=["created_at"], name="llmchat_usage_created_idx"),
+            models.Index(fields=["user", "created_at"], name="llmchat_usage_user_idx"),
         ]
+
+    def save(self, *args, **kwargs):
+        if self.user_id is None and self.chat_id is not None:
+            self.user_id = self.chat.user_id
+        super().save(*args, **kwargs)
 
 
 class UsageDashboard(Usage):

@@ -119,7 +119,8 @@ def test_chat_list_query_count_is_constant(api, owner):
     assert count(3) == count(60) == 2  # token lookup, the page (totals as subqueries)
 
 
-def test_create_read_update_delete(api, owner):
+def test_create_read_update_delete(api, owner, settings):
+    settings.LLMCHAT = {"PROVIDERS": {"anthropic": {"api_key": "k"}, "openai": {"api_key": "k"}}}
     response = api.post(
         url("chat-list"),
         {
@@ -157,7 +158,11 @@ def test_create_read_update_delete(api, owner):
 
 
 def test_defaults_on_create(api, settings):
-    settings.LLMCHAT = {"DEFAULT_PROVIDER": "gemini", "DEFAULT_MODEL": "gemini-2.5-flash"}
+    settings.LLMCHAT = {
+        "DEFAULT_PROVIDER": "gemini",
+        "DEFAULT_MODEL": "gemini-2.5-flash",
+        "PROVIDERS": {"gemini": {"api_key": "k"}},
+    }
     data = api.post(url("chat-list"), {}, format="json").json()
     assert (data["provider"], data["model_id"]) == ("gemini", "gemini-2.5-flash")
 

@@ -168,7 +168,7 @@ def test_create_message_with_attachments(api, chat, fake_llm, django_capture_on_
     assert response.status_code == 202, response.content
     attachments = response.json()["message"]["attachments"]
     assert [(a["filename"], a["mime_type"], a["size"]) for a in attachments] == [
-        ("square.bin", "image/png", len(png)),
+        ("square.png", "image/png", len(png)),  # named for what it holds
         ("note.txt", "text/plain", 6),
     ]
     assert Attachment.objects.get(filename="note.txt").read() == "héllo".encode()

@@ -59,7 +59,7 @@ def test_inline_stream_ends_with_an_error_event(api, chat, fake_llm):
     frames = sse_frames(body)
     assert [f["event"] for f in frames] == ["run_started", "error", "run_finished"]
     assert frames[1]["data"] == {
-        "type": "authentication_error",
+        "type": "auth",
         "message": "The provider rejected the credentials.",
         "status": 401,
     }

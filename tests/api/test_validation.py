@@ -177,7 +177,7 @@ def test_sniffing():
         ({"user": 1}, "user", "unknown field"),
         ({"agent": "os.system"}, "agent", "unknown field"),
         ({"schema": {}}, "schema", "unknown field"),
-        ({"provider": "nope"}, "provider", "unknown provider"),
+        ({"provider": "nope"}, "provider", "is not configured"),
         ({"provider": 5}, "provider", "must be a string"),
         ({"model_id": ""}, "model_id", "blank"),
         ({"model_id": "  "}, "model_id", "blank"),

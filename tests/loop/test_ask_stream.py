@@ -125,7 +125,7 @@ def test_failure_keeps_prompt_and_marks_chat_failed(chat, fake_llm, settings):
     chat.refresh_from_db()
     assert chat.status == "idle"
     run = chat.runs.get()
-    assert run.status == "failed" and run.error_type == "rate_limit"
+    assert run.status == "failed" and run.error_type == "rate_limited"
     assert run.error == "The provider is rate limiting requests; retry later."
     assert chat.last_run == run and run.finished_at is not None
     assert list(run.usages.values_list("status", flat=True)) == ["failed"] * 3

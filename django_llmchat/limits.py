@@ -1,0 +1,453 @@
+"""Spending limits per user: USD per day and per month, tokens per day, runs per hour and
+concurrent runs, read from the Usage and Run rows.
+
+The limits of a user are ``LLMCHAT["LIMITS"]["default"]``, overridden by what
+``LLMCHAT["LIMITS_FOR"](user)`` returns (a group's or a tenant's limits), overridden by the
+user's :class:`~django_llmchat.models.Limit` row (edited in the admin). Limits are off
+while ``LLMCHAT["LIMITS"]`` is ``None`` (the default).
+
+One check is ONE query: the user's limit row and the sums of the usage rows of the day
+and the month (and, when a run is about to be queued, the runs of the last hour and those
+queued or running) come back in a single statement over indexed columns.
+
+* :func:`admit` is called before a run is queued (``chat.ask()``, ``chat.stream()``,
+  ``chat.ask_later()``, the REST API): over a hard limit it raises
+  :class:`~django_llmchat.errors.BudgetExceededError` and nothing is stored.
+* :func:`check` is called by the loop before every provider call: over a hard limit the
+  run ends ``interrupted`` with reason ``budget`` after its last stored step.
+* Past ``soft`` (a fraction of each limit, e.g. ``0.8``) the
+  :data:`~django_llmchat.signals.budget_warning` signal is sent and the run streams a
+  ``budget_warning`` event (once per run and limit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.signals import setting_changed
+from django.db.models import Count, F, IntegerField, Min, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from .conf import settings
+from .errors import BudgetExceededError
+from .models.limit import LIMIT_FIELDS
+from .prepared import PreparedQuery
+
+# placeholders of the prepared check: a user id within a 32-bit AutoField's range (a
+# lookup out of a column's range is never run), moments that never start a window
+_USER_ARG = 2_147_480_029
+_MOMENTS = tuple(datetime(2001, 2, 3, 4, 5, 6, n, tzinfo=UTC) for n in (111_111, 222_222, 333_333))
+
+__all__ = [
+    "LIMIT_NAMES",
+    "MONEY_LIMITS",
+    "Verdict",
+    "Warning",
+    "admit",
+    "check",
+    "forget",
+    "limits_for",
+    "spend",
+    "spend_annotations",
+]
+
+LIMIT_NAMES = LIMIT_FIELDS
+MONEY_LIMITS = frozenset({"usd_per_day", "usd_per_month"})
+# the limits checked before every provider call; the others only when a run is queued
+SPEND_LIMITS = ("usd_per_day", "usd_per_month", "tokens_per_day")
+DEFAULT_SOFT = None
+_TEN_PLACES = Decimal("0.0000000001")
+
+_MESSAGES = {
+    "usd_per_day": "The daily spending limit is reached.",
+    "usd_per_month": "The monthly spending limit is reached.",
+    "tokens_per_day": "The daily token limit is reached.",
+    "runs_per_hour": "Too many runs were started in the last hour.",
+    "concurrent_runs": "Too many runs are queued or running at once.",
+}
+
+
+@dataclass(frozen=True)
+class Warning:
+    """A limit past its soft fraction (still under the limit)."""
+
+    limit: str
+    used: Any
+    allowed: Any
+    resets_at: datetime | None
+
+
+@dataclass
+class Verdict:
+    """What a check found: the user's limits, what they used, the soft warnings."""
+
+    user_id: int | None
+    limits: dict[str, Any] = field(default_factory=dict)
+    used: dict[str, Any] = field(default_factory=dict)
+    resets_at: dict[str, datetime | None] = field(default_factory=dict)
+    warnings: list[Warning] = field(default_factory=list)
+
+
+def enabled() -> bool:
+    return settings.LIMITS is not None
+
+
+def _number(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name in MONEY_LIMITS or name == "soft":
+        return value if isinstance(value, Decimal) else Decimal(str(value))
+    return int(value)
+
+
+def _clean(values: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in (values or {}).items():
+        if name in LIMIT_NAMES or name == "soft":
+            out[name] = _number(name, value)
+    return out
+
+
+def limits_for(user, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The limits that apply to ``user``: the default, the ``LIMITS_FOR`` callable's,
+    then the user's Limit row (``row``: its values, already read). ``{}``: no limit."""
+    config = settings.LIMITS or {}
+    merged = _clean(config.get("default"))
+    resolver = settings.LIMITS_FOR
+    if resolver:
+        if isinstance(resolver, str):
+            resolver = import_string(resolver)
+        merged.update(_clean(resolver(user)))
+    if row:
+        if row.get("unlimited"):
+            return {}
+        merged.update(_clean({k: v for k, v in row.items() if v is not None}))
+    return merged
+
+
+def _windows(now: datetime) -> dict[str, tuple[datetime, datetime]]:
+    """Start and reset time of each window, in the current time zone's calendar."""
+    tz = timezone.get_current_timezone()
+    local = timezone.localtime(now, tz)
+    day = datetime.combine(local.date(), time.min, tzinfo=tz)
+    next_day = datetime.combine(local.date() + timedelta(days=1), time.min, tzinfo=tz)
+    month = day.replace(day=1)
+    next_month = (month + timedelta(days=32)).replace(day=1)
+    return {"day": (day, next_day), "month": (month, next_month)}
+
+
+def _tokens_sum():
+    return Sum(
+        Coalesce("input_tokens", Value(0))
+        + Coalesce("output_tokens", Value(0))
+        + Coalesce("cache_read_tokens", Value(0))
+        + Coalesce("cache_write_tokens", Value(0)),
+        output_field=IntegerField(),
+    )
+
+
+def spend_annotations(
+    user_ref: str = "pk",
+    *,
+    runs: bool = True,
+    now: datetime | None = None,
+    month: str = "all",
+    bounds: tuple[datetime, datetime, datetime] | None = None,
+) -> dict[str, Any]:
+    """Subqueries of a user's use, for ``annotate()`` on a queryset whose ``user_ref``
+    column is the user's id: ``usd_per_day``, ``usd_per_month``, ``tokens_per_day`` and,
+    with ``runs``, ``runs_per_hour``, ``oldest_run`` and ``concurrent_runs``. ``month``:
+    ``"all"`` sums the whole month in ``usd_per_month``; ``"closed"`` sums only its days
+    before today, as ``usd_before_today``; ``"none"`` leaves the month out. ``bounds``:
+    the starts of the day, the month and the hour, instead of those of ``now``."""
+    from .models import Run, Usage
+
+    if bounds is None:
+        now = now or timezone.now()
+        windows = _windows(now)
+        bounds = (windows["day"][0], windows["month"][0], now - timedelta(hours=1))
+    day, month_start, hour = bounds
+    usage = Usage.objects.filter(user_id=OuterRef(user_ref)).order_by().values("user_id")
+    of_day = usage.filter(created_at__gte=day)
+    annotations: dict[str, Any] = {
+        "usd_per_day": Subquery(of_day.annotate(v=Sum("total_cost")).values("v")),
+        "tokens_per_day": Subquery(of_day.annotate(v=_tokens_sum()).values("v")),
+    }
+    of_month = usage.filter(created_at__gte=month_start)
+    if month == "all":
+        annotations["usd_per_month"] = Subquery(of_month.annotate(v=Sum("total_cost")).values("v"))
+    elif month == "closed":
+        annotations["usd_before_today"] = Subquery(
+            of_month.filter(created_at__lt=day).annotate(v=Sum("total_cost")).values("v")
+        )
+    if runs:
+        run_rows = (
+            Run.objects.filter(chat__user_id=OuterRef(user_ref)).order_by().values("chat__user_id")
+        )
+        recent = run_rows.filter(created_at__gte=hour)
+        annotations["runs_per_hour"] = Subquery(recent.annotate(v=Count("pk")).values("v"))
+        annotations["oldest_run"] = Subquery(recent.annotate(v=Min("created_at")).values("v"))
+        annotations["concurrent_runs"] = Subquery(
+            run_rows.filter(status__in=(Run.QUEUED, Run.RUNNING))
+            .annotate(v=Count("pk"))
+            .values("v")
+        )
+    return annotations
+
+
+_ROW_COLUMNS = (*LIMIT_NAMES, "soft", "unlimited", "id")
+_QUERIES: dict[tuple[bool, bool], tuple[PreparedQuery, list[str]]] = {}
+
+
+def _query(runs: bool, closed: bool) -> tuple[PreparedQuery, list[str]]:
+    """The check's statement, compiled once (:class:`~django_llmchat.prepared.
+    PreparedQuery`), and the names of its columns in order. ``closed``: it also sums the
+    month's days before today."""
+    found = _QUERIES.get((runs, closed))
+    if found is None:
+        month = "closed" if closed else "none"
+
+        def build(user_id, day, *more):
+            month_start = more[0] if closed else day
+            hour = more[-1] if runs else day
+            annotations = spend_annotations(runs=runs, month=month, bounds=(day, month_start, hour))
+            for name in _ROW_COLUMNS:
+                annotations[f"row_{name}"] = F(f"llmchat_limit__{name}")
+            return get_user_model().objects.filter(pk=user_id).annotate(**annotations)
+
+        placeholders = [_USER_ARG, *_MOMENTS[: 1 + closed + runs]]
+        names = list(build(*placeholders).query.annotation_select)
+        query = PreparedQuery(lambda *a: build(*a).values_list(*names), placeholders)
+        found = _QUERIES[(runs, closed)] = (query, names)
+    return found
+
+
+def spend(user_id: int, *, runs: bool = True, now: datetime | None = None) -> dict[str, Any]:
+    """The user's limit row and use, in ONE query: ``usd_per_day``, ``usd_per_month``,
+    ``tokens_per_day`` (and with ``runs``: ``runs_per_hour``, ``concurrent_runs``,
+    ``oldest_run``), plus ``row`` (the Limit row's values, ``None`` without one)."""
+    now = now or timezone.now()
+    windows = _windows(now)
+    day, month_start = windows["day"][0], windows["month"][0]
+    key = (user_id, day)
+    closed = _closed_days.get(key)
+    query, names = _query(runs, closed is None)
+    args = [user_id, day]
+    if closed is None:
+        args.append(month_start)
+    if runs:
+        args.append(now - timedelta(hours=1))
+    rows = query.rows(*args)
+    if not rows:
+        return {"row": None}
+    values = dict(zip(names, rows[0], strict=True))
+    out = {name: values[name] for name in names if not name.startswith("row_")}
+    out["row"] = (
+        {name: values[f"row_{name}"] for name in _ROW_COLUMNS if name != "id"}
+        if values["row_id"] is not None
+        else None
+    )
+    if out["row"] is not None:
+        out["row"]["unlimited"] = bool(out["row"]["unlimited"])  # SQLite says 0 or 1
+        for name in ("usd_per_day", "usd_per_month", "soft"):
+            if out["row"][name] is not None:
+                out["row"][name] = Decimal(str(out["row"][name]))
+    # the columns' ten places, whatever the database's sum returns
+    out["usd_per_day"] = _money(out["usd_per_day"])
+    if closed is None:
+        closed = _money(out.pop("usd_before_today"))
+        if len(_closed_days) >= _CLOSED_DAYS_KEPT:
+            _closed_days.clear()
+        _closed_days[key] = closed
+    out["usd_per_month"] = closed + out["usd_per_day"]
+    for name in ("tokens_per_day", "runs_per_hour", "concurrent_runs"):
+        if name in out:
+            out[name] = int(out[name] or 0)
+    if out.get("oldest_run") is not None and not isinstance(out["oldest_run"], datetime):
+        out["oldest_run"] = _datetime(out["oldest_run"])
+    out["now"] = now
+    out["windows"] = windows
+    return out
+
+
+def _money(value: Any) -> Decimal:
+    return Decimal(str(value or 0)).quantize(_TEN_PLACES)
+
+
+def _datetime(value: Any) -> datetime:
+    """A datetime a backend returned as text (SQLite), aware in UTC."""
+    from django.utils.dateparse import parse_datetime
+
+    found = parse_datetime(str(value))
+    if found is not None and timezone.is_naive(found):
+        found = timezone.make_aware(found, UTC)
+    return found
+
+
+# USD of each user's month before a given day, by (user id, that day's start): the rows
+# of closed days do not change, so a check sums them once per process and day, and then
+# reads only the day's rows (a few hundred for a heavy user, not the month's thousands).
+_closed_days: dict[tuple[int, datetime], Decimal] = {}
+_CLOSED_DAYS_KEPT = 50_000
+
+
+def forget() -> None:
+    """Forget the month sums of closed days kept by this process (they are read again at
+    the next check): after deleting or editing usage rows of earlier days."""
+    _closed_days.clear()
+
+
+def _forget_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("LLMCHAT", "TIME_ZONE"):
+        forget()
+
+
+setting_changed.connect(_forget_on_change)
+
+
+def _user(chat):
+    if type(chat).user.is_cached(chat):
+        return chat.user
+    return _LazyUser(chat.user_id)
+
+
+class _LazyUser:
+    """The user a ``LIMITS_FOR`` callable receives: the row is read only if it asks."""
+
+    def __init__(self, pk: int):
+        self.pk = self.id = pk
+        self._row = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._row is None:
+            self._row = get_user_model().objects.get(pk=self.pk)
+        return getattr(self._row, name)
+
+
+def _verdict(chat, *, admission: bool) -> Verdict | None:
+    if not enabled() or chat.user_id is None:
+        return None
+    found = spend(chat.user_id, runs=admission)
+    limits = limits_for(_user(chat), found["row"])
+    verdict = Verdict(user_id=chat.user_id, limits=limits)
+    if not limits:
+        return verdict
+    windows = found.get("windows") or {}
+    resets = {
+        "usd_per_day": windows.get("day", (None, None))[1],
+        "tokens_per_day": windows.get("day", (None, None))[1],
+        "usd_per_month": windows.get("month", (None, None))[1],
+        "concurrent_runs": None,
+    }
+    oldest = found.get("oldest_run")
+    resets["runs_per_hour"] = oldest + timedelta(hours=1) if oldest is not None else None
+    names = LIMIT_NAMES if admission else SPEND_LIMITS
+    soft = limits.get("soft", DEFAULT_SOFT)
+    for name in names:
+        allowed = limits.get(name)
+        if allowed is None or name not in found:
+            continue
+        used = found[name]
+        verdict.used[name] = used
+        verdict.resets_at[name] = resets.get(name)
+        if used >= allowed:
+            raise BudgetExceededError(
+                name,
+                used=used,
+                allowed=allowed,
+                resets_at=resets.get(name),
+                message=_MESSAGES[name],
+            )
+        if soft is not None and name in SPEND_LIMITS and used >= allowed * soft:
+            verdict.warnings.append(Warning(name, used, allowed, resets.get(name)))
+    return verdict
+
+
+def _exceeded(chat, exc: BudgetExceededError) -> None:
+    from .signals import budget_exceeded
+
+    budget_exceeded.send(
+        sender=type(chat),
+        chat=chat,
+        user_id=chat.user_id,
+        limit=exc.limit,
+        used=exc.used,
+        allowed=exc.allowed,
+        resets_at=exc.resets_at,
+    )
+
+
+def admit(chat) -> Verdict | None:
+    """Before a run of ``chat`` is queued: every limit of its user, in one query. Over a
+    hard limit: :class:`BudgetExceededError` (and the ``budget_exceeded`` signal).
+    ``None`` when limits are off or the chat has no user."""
+    try:
+        return _verdict(chat, admission=True)
+    except BudgetExceededError as exc:
+        _exceeded(chat, exc)
+        raise
+
+
+def check(chat) -> Verdict | None:
+    """Before a provider call of ``chat``'s run: the spending limits (USD per day and
+    month, tokens per day), in one query."""
+    try:
+        return _verdict(chat, admission=False)
+    except BudgetExceededError as exc:
+        _exceeded(chat, exc)
+        raise
+
+
+def warn(chat, warning: Warning) -> None:
+    """Send the ``budget_warning`` signal for ``warning``."""
+    from .signals import budget_warning
+
+    budget_warning.send(
+        sender=type(chat),
+        chat=chat,
+        user_id=chat.user_id,
+        limit=warning.limit,
+        used=warning.used,
+        allowed=warning.allowed,
+        resets_at=warning.resets_at,
+    )
+
+
+def validate_setting(value: Any) -> list[str]:
+    """Problems of a ``LLMCHAT["LIMITS"]`` value, as sentences naming the key."""
+    problems: list[str] = []
+    if value is None:
+        return problems
+    if not isinstance(value, dict):
+        return ['LLMCHAT["LIMITS"] must be a dict such as {"default": {"usd_per_day": "2.00"}}']
+    for key in value:
+        if key != "default":
+            problems.append(f'LLMCHAT["LIMITS"] has an unknown key {key!r} (only "default")')
+    default = value.get("default", {})
+    if not isinstance(default, dict):
+        return [*problems, 'LLMCHAT["LIMITS"]["default"] must be a dict']
+    for name, item in default.items():
+        where = f'LLMCHAT["LIMITS"]["default"][{name!r}]'
+        if name not in (*LIMIT_NAMES, "soft"):
+            problems.append(f"{where} is not a limit (known: {', '.join(LIMIT_NAMES)}, soft)")
+            continue
+        if item is None:
+            continue
+        try:
+            number = _number(name, item)
+        except (InvalidOperation, ValueError, TypeError):
+            problems.append(f"{where} must be a number, got {item!r}")
+            continue
+        if isinstance(item, float) and name in MONEY_LIMITS:
+            problems.append(f"{where} must be a string or a Decimal (a float loses cents)")
+        elif number < 0:
+            problems.append(f"{where} must not be negative")
+        elif name == "soft" and not (0 < number <= 1):
+            problems.append(f"{where} must be a fraction between 0 and 1")
+    return problems
