@@ -296,6 +296,7 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
     assert len(few) == len(many)
     # limits off: the same run makes exactly those two queries fewer
     fake_llm.configure("openai", "gpt-4.1-mini")
+    run_two_steps()  # the settings changed: per-process caches (the registry) fill again
     fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Rome"})]), Reply("done"))
     with CaptureQueriesContext(connection) as off:
         chat.ask("weather?")

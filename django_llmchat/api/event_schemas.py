@@ -130,8 +130,24 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
     ),
     "run_finished": _object(
         {**_ROLE, "run_id": _STR, "status": _STR},
-        {"error": _STR, "message_id": _INT, "token_usage": _TOKENS, "cost": _STR},
-        doc="A run ended, with its totals.",
+        {
+            "error": _STR,
+            "error_type": _STR,
+            "message_id": _INT,
+            "token_usage": _TOKENS,
+            "cost": _STR,
+        },
+        doc="A run ended, with its totals (and its safe error and its type).",
+    ),
+    "budget_warning": _object(
+        {
+            **_ROLE,
+            "limit": _STR,
+            "used": _STR,
+            "allowed": _STR,
+            "resets_at": _NULLABLE_STR,
+        },
+        doc="The user passed the soft fraction of a spending limit (the run goes on).",
     ),
     "context_compacted": _object(
         {

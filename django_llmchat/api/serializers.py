@@ -615,12 +615,13 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The chat's provider and model (sent, or kept, or the defaults) are configured
-        and allowed, and ``params.max_tokens`` fits the model's maximum output."""
+        """A provider or model sent is configured and allowed (with the chat's, or the
+        default, other half), and ``params.max_tokens`` fits the model's maximum output."""
         chat = self.instance
         provider = attrs.get("provider") or (chat.provider if chat else settings.DEFAULT_PROVIDER)
         model_id = attrs.get("model_id") or (chat.model_id if chat else settings.DEFAULT_MODEL)
-        if "provider" in attrs or "model_id" in attrs or chat is None:
+        # what the client chooses; a chat left on the project's defaults is the project's
+        if "provider" in attrs or "model_id" in attrs:
             if provider not in configured_provider_names():
                 field = "provider" if "provider" in attrs else "model_id"
                 raise serializers.ValidationError(

@@ -167,11 +167,13 @@ def test_a_provider_from_the_environment_counts_as_configured(api, monkeypatch, 
     assert create(api, provider="mistral", model_id="x").status_code == 400
 
 
-def test_the_default_provider_must_be_configured_too(api, settings):
+def test_a_model_sent_for_the_default_provider_needs_it_configured(api, settings):
     settings.LLMCHAT = {"DEFAULT_PROVIDER": "ollama", "PROVIDERS": CONFIGURED}
-    response = create(api, title="no provider sent")
+    response = create(api, model_id="llama3")
     assert response.status_code == 400
     assert response.json() == {"model_id": ["provider 'ollama' is not configured"]}
+    # nothing chosen: the chat is on the project's defaults (a system check's business)
+    assert create(api, title="defaults").status_code == 201
 
 
 def test_allowed_models(api, chat, settings):
