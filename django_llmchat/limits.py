@@ -48,7 +48,7 @@ __all__ = [
     "LIMIT_NAMES",
     "MONEY_LIMITS",
     "Verdict",
-    "Warning",
+    "SoftLimitReached",
     "admit",
     "check",
     "forget",
@@ -74,7 +74,7 @@ _MESSAGES = {
 
 
 @dataclass(frozen=True)
-class Warning:
+class SoftLimitReached:
     """A limit past its soft fraction (still under the limit)."""
 
     limit: str
@@ -91,7 +91,7 @@ class Verdict:
     limits: dict[str, Any] = field(default_factory=dict)
     used: dict[str, Any] = field(default_factory=dict)
     resets_at: dict[str, datetime | None] = field(default_factory=dict)
-    warnings: list[Warning] = field(default_factory=list)
+    warnings: list[SoftLimitReached] = field(default_factory=list)
 
 
 def enabled() -> bool:
@@ -365,7 +365,7 @@ def _verdict(chat, *, admission: bool) -> Verdict | None:
                 message=_MESSAGES[name],
             )
         if soft is not None and name in SPEND_LIMITS and used >= allowed * soft:
-            verdict.warnings.append(Warning(name, used, allowed, resets.get(name)))
+            verdict.warnings.append(SoftLimitReached(name, used, allowed, resets.get(name)))
     return verdict
 
 
@@ -404,7 +404,7 @@ def check(chat) -> Verdict | None:
         raise
 
 
-def warn(chat, warning: Warning) -> None:
+def warn(chat, warning: SoftLimitReached) -> None:
     """Send the ``budget_warning`` signal for ``warning``."""
     from .signals import budget_warning
 
