@@ -612,7 +612,7 @@ def _column_fields(model) -> list[str]:
     """The names of the model's own columns, in declaration order."""
     return [f.name for f in model._meta.get_fields() if f.concrete and not f.many_to_many]
 @admin.register(Limit)
-class LimitAdmin(admin.ModelAdmin):
+class LimitAdmin(_Styled, admin.ModelAdmin):
     """Each user's own spending limits (empty fields keep ``LLMCHAT["LIMITS"]``), with
     what they used today, this month and this hour against the limit in effect."""
 
