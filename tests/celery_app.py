@@ -4,13 +4,17 @@ Workers started by the integration tests run ``python -m celery -A tests.celery_
 worker --pool threads`` with ``DJANGO_SETTINGS_MODULE=tests.worker_settings`` (the broker
 and the rest come from the environment, see that module). The test process sends tasks
 with :func:`make_app`, configured the same way.
+
+Each task run ends with a line ``<state> <return value>`` appended to the file named after
+its task id in ``LLMCHAT_TEST_TASKS_DIR``: a test waits there for a task to have ended (a
+retried task writes ``RETRY`` first, then its final state).
 """
 
 import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_postrun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.worker_settings")
 
@@ -44,3 +48,11 @@ def _announce_ready(**kwargs):
     path = os.environ.get("LLMCHAT_TEST_READY_FILE")
     if path:
         Path(path).write_text(str(os.getpid()))
+
+
+@task_postrun.connect
+def _record_task_end(task_id=None, state=None, retval=None, **kwargs):
+    folder = os.environ.get("LLMCHAT_TEST_TASKS_DIR")
+    if folder and task_id:
+        with open(Path(folder) / task_id, "a") as out:
+            out.write(f"{state} {retval if state == 'SUCCESS' else type(retval).__name__}\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 import uuid
 
@@ -116,16 +115,12 @@ def test_follow_without_an_id_starts_at_the_run_in_progress(redis_events):
     # a retry ends an attempt, not the run
     streams.publish(2, RunFinished(run_id="new", status="retrying", error="busy"))
     streams.publish(2, RunStarted(run_id="new-2"))
-    box = []
-    follower = threading.Thread(
-        target=lambda: box.extend(streams.follow(2, block_ms=50, timeout=5))
-    )
-    follower.start()
-    time.sleep(0.2)
+    follower = streams.follow(2, block_ms=50, timeout=5)
+    box = [next(follower)]  # placed: it replays the run in progress from its start
     streams.publish(2, Interrupt(reason="cancelled"))
     streams.publish(2, RunFinished(run_id="new-2", status="interrupted"))
     streams.publish(2, TextDelta("after the end"))
-    follower.join(5)
+    box.extend(follower)
     assert [e for _, e in box] == [
         RunStarted(run_id="new"),
         TextDelta("partial"),

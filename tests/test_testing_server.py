@@ -25,6 +25,7 @@ from django_llmchat.testing import (
     echo,
 )
 from django_llmchat.values import Tokens
+from tests.waiting import wait_until
 
 pytest_plugins = ["django_llmchat.testing.pytest_plugin"]
 
@@ -811,18 +812,20 @@ def test_server_wide_delays():
         assert time.monotonic() - start >= 0.02 * 6
 
 
-def test_server_survives_client_disconnect_mid_stream(server):
-    server.script(Fault(chunk_delay=0.02, reply=Reply("x" * 200, chunk_size=1)))
-    with httpx.Client(timeout=5) as client:
-        with client.stream(
-            "POST", server.url + "/v1/chat/completions", json={"model": "m", "stream": True}
-        ) as response:
-            next(response.iter_lines())
-        # leaving the block closes the connection under the server's feet
-    time.sleep(0.1)
-    server.script(Reply("still alive"))
-    body = post(server, "chat_completions").json()
-    assert body["choices"][0]["message"]["content"] == "still alive"
+def test_server_survives_client_disconnect_mid_stream():
+    with FakeProviderServer() as server:
+        server.script(Fault(chunk_delay=0.02, reply=Reply("x" * 200, chunk_size=1)))
+        with httpx.Client(timeout=5) as client:
+            with client.stream(
+                "POST", server.url + "/v1/chat/completions", json={"model": "m", "stream": True}
+            ) as response:
+                next(response.iter_lines())
+            # leaving the block closes the connection under the server's feet
+        # the server saw the client leave: the stream's handler ended, its connection closed
+        wait_until(lambda: not server._connections, timeout=10)
+        server.script(Reply("still alive"))
+        body = post(server, "chat_completions").json()
+        assert body["choices"][0]["message"]["content"] == "still alive"
 
 
 # -- connections and load ---------------------------------------------------------------
@@ -910,9 +913,9 @@ def test_context_manager_and_threads_are_cleaned_up():
     before = threading.active_count()
     with FakeProviderServer() as srv:
         assert post(srv, "chat_completions").status_code == 200
-    time.sleep(0.1)
     assert not srv.running
-    assert threading.active_count() <= before + 1
+    # the server's threads end (each handler once its connection is shut)
+    wait_until(lambda: threading.active_count() <= before + 1, timeout=10)
 
 
 # -- pytest plugin ----------------------------------------------------------------------

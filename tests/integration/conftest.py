@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from django.db import connection
 from django.test import override_settings
 
 from tests.conftest import require_service
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_START_TIMEOUT = 30.0
@@ -61,6 +63,25 @@ class Services:
     db_name: str
     llmchat: dict
     workers: list = field(default_factory=list)
+    tasks_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="llmchat-tasks-")))
+
+    def task_ended(self, task_id: str) -> str | None:
+        """How task ``task_id`` ended in a worker (``"SUCCESS <outcome>"``, ``"FAILURE
+        <error>"``), ``None`` while it has not (a retry is not an end)."""
+        try:
+            lines = (self.tasks_dir / task_id).read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        final = [line for line in lines if not line.startswith("RETRY")]
+        return final[-1] if final else None
+
+    def wait_task_ended(self, task_id: str, timeout: float = 30.0) -> str:
+        """Wait for task ``task_id`` to end in a worker; returns how it ended."""
+        return wait_until(
+            lambda: self.task_ended(task_id),
+            timeout=timeout,
+            message=f"task {task_id} did not end within {timeout}s",
+        )
 
     def sender(self, queue: str | None = None):
         """A Celery app sending to ``queue`` (default: the session's queue)."""
@@ -102,6 +123,7 @@ class Worker:
             "LLMCHAT_TEST_SETTINGS": json.dumps(s.llmchat),
             "LLMCHAT_TEST_QUEUE": self.queue,
             "LLMCHAT_TEST_READY_FILE": str(ready),
+            "LLMCHAT_TEST_TASKS_DIR": str(s.tasks_dir),
             "CELERY_BROKER_URL": s.broker_url,
             "PYTHONPATH": str(REPO),
             **self.extra_env,
@@ -201,6 +223,7 @@ def services(fake_llm_server, django_db_setup, django_db_blocker):
         for worker in found.workers:
             worker.stop()
         _cleanup_redis(found)
+        shutil.rmtree(found.tasks_dir, ignore_errors=True)
 
 
 def _cleanup_redis(found: Services) -> None:
@@ -244,12 +267,4 @@ def llm(services, fake_llm, transactional_db):
         yield fake_llm
 
 
-def wait_until(predicate, timeout: float = 15.0, interval: float = 0.05, message: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(message or f"timed out after {timeout}s")
-        time.sleep(interval)
+__all__ = ["current_app", "wait_until"]

@@ -56,6 +56,7 @@ def test_sigkill_during_tool_runs_then_a_new_worker_gives_one_final_reply_each(s
         return answered.count() == len(chats)
 
     wait_until(one_round_each, timeout=30, message=first.output())
+    task_ids = [chat.runs.get().task_id for chat in chats]  # unacknowledged by the worker
     first.kill()
     killed_at = time.monotonic()
     assert Run.objects.filter(chat__in=chats, status="running").count() == 20
@@ -68,7 +69,10 @@ def test_sigkill_during_tool_runs_then_a_new_worker_gives_one_final_reply_each(s
             timeout=60,
             message=second.output(),
         )
-        time.sleep(1.0)  # a duplicate reply, if any, would show up now
+        # every run's task (redelivered from the killed worker) has ended: nothing else is
+        # left to answer, so a duplicate reply could only be there by now
+        for task_id in task_ids:
+            assert services.wait_task_ended(task_id).startswith("SUCCESS")
         for i, chat in enumerate(chats):
             assert _finals(chat) == [f"Final for job {i}"]
             # every call has its result; every step is stored once

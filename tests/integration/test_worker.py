@@ -73,6 +73,7 @@ def test_sigkill_mid_stream_then_a_new_worker_gives_one_reply(services, llm):
         if sum(isinstance(e, TextDelta) for e in seen) >= 3:
             break
     assert any(isinstance(e, RunStarted) for e in seen)
+    task_id = chat.runs.get().task_id  # the run's task, unacknowledged by the worker
     first.kill()
     assert assistant_count(chat) == 0  # nothing of the interrupted step was stored
     assert not Usage.objects.filter(chat=chat).exists()
@@ -80,7 +81,9 @@ def test_sigkill_mid_stream_then_a_new_worker_gives_one_reply(services, llm):
     second = services.worker(queue=queue, concurrency=4)
     try:
         wait_until(lambda: assistant_count(chat) == 1, timeout=30, message=second.output())
-        time.sleep(1.5)  # a duplicate, if any, would show up now
+        # the run's task (redelivered from the killed worker) has ended: nothing else is
+        # left to answer the prompt, so a duplicate reply could only be there by now
+        assert services.wait_task_ended(task_id).startswith("SUCCESS")
         assert roles(chat) == ["user", "assistant"]
         assert Message.objects.get(chat=chat, role="assistant").content == "Recovered answer."
         assert len(llm.requests) == 2
@@ -92,16 +95,18 @@ def test_sigkill_mid_stream_then_a_new_worker_gives_one_reply(services, llm):
         second.stop()
 
 
-def test_a_duplicated_task_makes_no_second_reply(worker, llm):
+def test_a_duplicated_task_makes_no_second_reply(worker, services, llm):
     llm.script(Fault(chunk_delay=0.02, reply=Reply("Only once.", chunk_size=2)))
     chat = Chat.objects.create()
     prompt = chat.ask_later("Say it once")
+    tasks = [chat.runs.get().task_id]  # the task ask_later sent
     # the same task delivered twice more while the first runs, and once after it ended
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
+    tasks += [complete_chat.delay(chat.pk, reply_to=prompt.pk).id for _ in range(2)]
     wait_until(lambda: assistant_count(chat) == 1)
-    complete_chat.delay(chat.pk, reply_to=prompt.pk)
-    time.sleep(2.5)  # the duplicates wait for the lock, then find the reply
+    tasks.append(complete_chat.delay(chat.pk, reply_to=prompt.pk).id)
+    # every copy has ended (a copy that found the chat busy retried, then found the reply)
+    ends = [services.wait_task_ended(t) for t in tasks]
+    assert sorted(ends) == ["SUCCESS done", "SUCCESS nothing", "SUCCESS nothing", "SUCCESS nothing"]
     assert roles(chat) == ["user", "assistant"]
     assert len(llm.requests) == 1
 
@@ -205,14 +210,10 @@ def test_follow_receives_the_run_and_resumes_after_last_id(worker, llm):
     assert resumed == received[3:]
     # without an id, an idle chat's follower waits for the next run, then sees it whole
     llm.script("Again.")
-    box = []
-    follower = threading.Thread(
-        target=lambda: box.extend(events_until_end(chat.pk, None, timeout=15))
-    )
-    follower.start()
-    time.sleep(0.3)
+    follower = streams.follow(chat.pk, None, block_ms=200, timeout=15, heartbeat=True)
+    assert next(follower) == (None, None)  # placed and waiting: a read came back empty
     chat.ask_later("Once more")
-    follower.join(20)
+    box = [item for item in follower if item[1] is not None]
     assert isinstance(box[0][1], RunStarted) and isinstance(box[-1][1], RunFinished)
     assert "".join(e.content for _, e in box if isinstance(e, TextDelta)) == "Again."
 

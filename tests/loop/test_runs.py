@@ -23,6 +23,7 @@ from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import tool
 from tests.factories import taken_run
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -192,11 +193,68 @@ def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
             done.set()
 
     threading.Thread(target=ask).start()
-    assert not done.wait(0.5)  # queued behind the working run
-    queued = Run.objects.get(chat=chat, status="queued")
-    assert queued.lease_expires_at is not None  # its caller waits for it
+    # queued behind the working run, its caller waiting for it (holding its lease)
+    wait_until(
+        lambda: (
+            Run.objects.filter(chat=chat, status="queued", lease_expires_at__isnull=False)
+            .order_by("id")
+            .first()
+        )
+    )
+    assert not done.is_set()  # cannot end before the run ahead does
     runs.Execution(ahead, worker="elsewhere:1").finish("succeeded")
     assert done.wait(10) and answers == ["Second."]
+    assert run_statuses(chat) == ["succeeded", "succeeded"]
+
+
+def test_two_asks_on_one_chat_at_once_never_overlap(chat, fake_llm):
+    """A chat's runs exclude each other: while the first ask waits on the provider, a
+    second ask on the chat queues behind it, and sends its request only once the first
+    reply is stored (its history carries it)."""
+    if connection.vendor == "sqlite":
+        pytest.skip("two writers at once need a server database (shared-cache SQLite locks)")
+    release = threading.Event()
+
+    def held(request):
+        assert release.wait(30), "the first reply was never released"
+        return Reply("First answer.")
+
+    fake_llm.script(held, "Second answer.")
+    answers, errors = {}, []
+
+    def ask(text):
+        try:
+            answers[text] = Chat.objects.get(pk=chat.pk).ask(text).content
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=ask, args=("First?",))
+    second = threading.Thread(target=ask, args=("Second?",))
+    first.start()
+    try:
+        fake_llm.server.wait_for_requests(1, timeout=15)  # the first run is on the provider
+        second.start()
+        # the second ask stored its run: queued behind the first, not running beside it
+        wait_until(lambda: chat.runs.count() == 2)
+        assert run_statuses(chat) == ["running", "queued"]
+        assert len(fake_llm.requests) == 1
+    finally:
+        release.set()
+        first.join(30)
+        if second.ident is not None:
+            second.join(30)
+    assert not errors
+    assert answers == {"First?": "First answer.", "Second?": "Second answer."}
+    _, later = fake_llm.requests
+    assert "First answer." in json.dumps(later.body)  # sent after the first reply was stored
+    assert [m.content for m in chat.transcript()] == [
+        "First?",
+        "First answer.",
+        "Second?",
+        "Second answer.",
+    ]
     assert run_statuses(chat) == ["succeeded", "succeeded"]
 
 
@@ -338,14 +396,16 @@ def test_runs_one_after_another_share_the_lease_thread_which_then_ends(chat, fak
 def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
     if connection.vendor == "sqlite":
         pytest.skip("an in-memory database has no other process to prove alive to")
-    import time
 
     fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=1.0)
     prompt = chat.add_message(role="user", content="Q")
     run = Run.objects.create(chat=chat, prompt=prompt, status="queued")
     execution = runs.claim(chat.pk, run_id=run.pk).execution
     first = Run.objects.get(pk=run.pk).lease_expires_at
-    time.sleep(1.5)  # longer than the lease: renewed meanwhile (every third of it)
+    # renewed (every third of the lease) before the first lease runs out...
+    wait_until(lambda: Run.objects.get(pk=run.pk).lease_expires_at > first, timeout=10)
+    # ...and, once the first lease has run out, the run still holds a live one
+    wait_until(lambda: timezone.now() > first, timeout=10)
     renewed = Run.objects.get(pk=run.pk).lease_expires_at
     assert renewed > first and renewed > timezone.now() - timedelta(seconds=0.5)
     assert runs.claim(chat.pk, worker="other:2").state == runs.BUSY  # nobody takes it over
