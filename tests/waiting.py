@@ -17,3 +17,21 @@ def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02, message
         if time.monotonic() > deadline:
             raise AssertionError(message or f"timed out after {timeout}s")
         time.sleep(interval)
+
+
+def when_unlocked(action, timeout: float = 15.0):
+    """Run ``action()`` (a write), again while the test database answers "table is locked":
+    in-memory SQLite shared between threads refuses a write beside another thread's
+    transaction at once (it has no busy timeout), where a server database waits."""
+    from django.db import OperationalError, connection
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except OperationalError as exc:
+            if connection.vendor != "sqlite" or "locked" not in str(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)

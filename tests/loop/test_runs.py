@@ -23,7 +23,7 @@ from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import tool
 from tests.factories import taken_run
-from tests.waiting import wait_until
+from tests.waiting import wait_until, when_unlocked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -199,10 +199,11 @@ def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
             Run.objects.filter(chat=chat, status="queued", lease_expires_at__isnull=False)
             .order_by("id")
             .first()
-        )
+        ),
+        interval=0.1,  # few reads beside the asking thread's writes (shared-cache SQLite)
     )
     assert not done.is_set()  # cannot end before the run ahead does
-    runs.Execution(ahead, worker="elsewhere:1").finish("succeeded")
+    when_unlocked(lambda: runs.Execution(ahead, worker="elsewhere:1").finish("succeeded"))
     assert done.wait(10) and answers == ["Second."]
     assert run_statuses(chat) == ["succeeded", "succeeded"]
 
