@@ -241,8 +241,10 @@
     return block;
   }
 
+  // `cost` undefined: not known yet (a streamed step; the reloaded transcript has it)
   function usageLine(tokens, cost) {
-    return el("div", { class: "usage", text: `${tokensText(tokens)} · ${costText(cost)}` });
+    const price = cost === undefined ? "cost when done" : costText(cost);
+    return el("div", { class: "usage", text: `${tokensText(tokens)} · ${price}` });
   }
 
   function renderMessage(m) {
@@ -617,7 +619,7 @@
         }
         case "token_usage_done": {
           const step = this.current();
-          step.item.append(usageLine(data.token_usage, null));
+          step.item.append(usageLine(data.token_usage, data.cost));
           break;
         }
         case "finish_reason_done": {
