@@ -611,6 +611,8 @@ __all__ = [
 def _column_fields(model) -> list[str]:
     """The names of the model's own columns, in declaration order."""
     return [f.name for f in model._meta.get_fields() if f.concrete and not f.many_to_many]
+
+
 @admin.register(Limit)
 class LimitAdmin(_Styled, admin.ModelAdmin):
     """Each user's own spending limits (empty fields keep ``LLMCHAT["LIMITS"]``), with

@@ -11,9 +11,9 @@ A policy is applied before every step of a run (in-process and in workers):
   messages to send.
 
 Whatever the policy, a tool call is never sent without its result (nor a result without
-its call), system messages and the messages up to the last ``cache_until_here()`` mark are
-always sent, and the stored transcript is never changed: compaction adds a row, it deletes
-none.
+its call), system messages and the messages marked with ``cache_until_here()`` (pinned)
+are always sent, and the stored transcript is never changed: compaction adds a row, it
+deletes none.
 """
 
 from __future__ import annotations
@@ -239,17 +239,10 @@ setting_changed.connect(_forget_scales, dispatch_uid="llmchat-history-scales")
 
 
 # -- shaping a request ------------------------------------------------------------------
-def _prefix_end(messages: list[ProviderMessage]) -> int:
-    """Index of the last message of the pinned prefix (up to the last cache mark, with the
-    results of a call it holds), ``-1`` without a mark."""
-    end = -1
-    for i, m in enumerate(messages):
-        if m.cache_boundary:
-            end = i
-    if end >= 0:
-        while end + 1 < len(messages) and messages[end + 1].role == "tool":
-            end += 1
-    return end
+def _pinned(unit: list[ProviderMessage]) -> bool:
+    """A unit that always goes: a system message, or one holding a cache-marked message
+    (a marked reply goes with its results)."""
+    return any(m.role == "system" or m.cache_boundary for m in unit)
 
 
 def _turns(messages: list[ProviderMessage]) -> list[list[ProviderMessage]]:
@@ -419,11 +412,8 @@ class History:
         boundary = next((i for i, m in enumerate(messages) if m.ref == until), None)
         if boundary is None:
             return messages
-        prefix = _prefix_end(messages)
-        kept = [
-            m for i, m in enumerate(messages[: boundary + 1]) if m.role == "system" or i <= prefix
-        ]
-        if len(kept) == boundary + 1:  # a later cache mark pins all it covers
+        kept = [m for unit in _units(messages[: boundary + 1]) if _pinned(unit) for m in unit]
+        if len(kept) == boundary + 1:  # everything it covers is pinned
             return messages
         note = ProviderMessage(role="system", content=SUMMARY_HEADER + content, ref=pk)
         return [*kept, note, *messages[boundary + 1 :]]
@@ -484,16 +474,16 @@ class History:
 
     def trim(self, messages: list[ProviderMessage], budget: int) -> list[ProviderMessage]:
         """The window: the oldest turns dropped until ``messages`` fit ``budget``; the
-        system messages, the pinned prefix and the last turn's prompt always stay."""
+        system messages, the cache-marked messages (with their results) and the last
+        turn's prompt always stay."""
         count = self.count
-        prefix_end = _prefix_end(messages)
-        prefix = messages[: prefix_end + 1]
-        turns = _turns(messages[prefix_end + 1 :])
+        turns = _turns(messages)
         total = count(messages)
         dropped = 0
         while total > budget and dropped < len(turns) - 1:
-            turn = turns[dropped]
-            total -= count([m for m in turn if m.role != "system"])
+            for unit in _units(turns[dropped]):
+                if not _pinned(unit):
+                    total -= count(unit)
             dropped += 1
         kept_turns = turns[dropped:]
         if total > budget and kept_turns:
@@ -503,12 +493,14 @@ class History:
             first, rest = units[:1], units[1:]
             while total > budget and len(rest) > 1:
                 unit = rest.pop(0)
-                total -= count([m for m in unit if m.role != "system"])
-                first.extend(m for m in unit if m.role == "system")
+                if _pinned(unit):
+                    first.append(unit)
+                else:
+                    total -= count(unit)
             kept_turns[-1] = [m for unit in first + rest for m in unit]
-        out = list(prefix)
-        for turn in turns[:dropped]:
-            out.extend(m for m in turn if m.role == "system")
+        out = [
+            m for turn in turns[:dropped] for unit in _units(turn) if _pinned(unit) for m in unit
+        ]
         for turn in kept_turns:
             out.extend(turn)
         return out
@@ -516,14 +508,12 @@ class History:
     def _compact(self, request: ProviderRequest, budget: int, compact: Callable, before: int):
         """Store a summary of the oldest turns, keeping the latest ones verbatim (up to
         ``keep`` of the budget). Returns whether a summary was stored."""
-        messages = request.messages
-        prefix_end = _prefix_end(messages)
-        turns = _turns(messages[prefix_end + 1 :])
+        turns = _turns(request.messages)
         keep = int(budget * self.options.keep)
         tail = 0
         used = 0
         for turn in reversed(turns):
-            cost = self.count([m for m in turn if m.role != "system"])
+            cost = self.count([m for unit in _units(turn) if not _pinned(unit) for m in unit])
             if tail and used + cost > keep:
                 break
             used += cost
@@ -531,8 +521,10 @@ class History:
         covered = [
             m
             for turn in turns[: len(turns) - tail]
-            for m in turn
-            if m.role != "system" and m.ref is not None
+            for unit in _units(turn)
+            if not _pinned(unit)
+            for m in unit
+            if m.ref is not None
         ]
         if not covered:
             return False

@@ -196,7 +196,7 @@ ERROR = OpenApiResponse(
 
 BUDGET = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
-    description='A spending limit is reached (`Retry-After` says when it frees up): '
+    description="A spending limit is reached (`Retry-After` says when it frees up): "
     '`{"detail", "code": "budget_exceeded", "limit", "used", "allowed", "resets_at"}`; or '
     'throttled: `{"detail", "code": "throttled"}`.',
 )

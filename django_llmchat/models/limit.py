@@ -34,8 +34,7 @@ class AbstractLimit(models.Model):
         decimal_places=3,
         null=True,
         blank=True,
-        help_text="Fraction of a limit that sends the budget_warning signal and event "
-        "(e.g. 0.8).",
+        help_text="Fraction of a limit that sends the budget_warning signal and event (e.g. 0.8).",
     )
     unlimited = models.BooleanField(default=False, help_text="No limit at all for this user.")
     note = models.CharField(max_length=255, blank=True)

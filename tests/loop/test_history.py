@@ -184,6 +184,25 @@ def test_window_keeps_every_request_inside_the_model(chat, fake_llm):
     assert Message.objects.filter(chat=chat).count() >= 206
 
 
+def test_marking_every_turn_does_not_pin_the_whole_history(chat, fake_llm):
+    fill(chat, 200)
+    fake_llm.server.responder = vendor()
+    for i in range(3):
+        chat.cache_until_here()  # the latest message: cache the conversation so far
+        assert chat.ask(f"Turn {i}: and now?").content == "Noted."
+    requests = fake_llm.requests
+    assert len(requests) == 3
+    for request in requests:
+        check_request(request, "Reference document")
+    # the marked messages all went, the oldest unmarked ones did not
+    marked = Message.objects.filter(chat=chat, cache_boundary=True).exclude(
+        content__startswith="Reference"
+    )
+    assert marked.count() == 3
+    last = json.dumps(requests[-1].body)
+    assert all(m.content in last for m in marked) and "Question 0:" not in last
+
+
 def test_all_sends_everything(chat, fake_llm):
     fill(chat, 40)
     chat.with_history("all")
