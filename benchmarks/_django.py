@@ -12,8 +12,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def setup(llmchat: dict | None = None, *, admin: bool = False) -> None:
-    """``admin=True``: with the Django admin (sessions, messages, templates, its URLs)."""
+def setup(
+    llmchat: dict | None = None, *, admin: bool = False, extra_apps=(), **overrides
+) -> None:
+    """``admin=True``: with the Django admin (sessions, messages, templates, its URLs);
+    ``extra_apps`` go before the app, ``overrides`` replace settings."""
     import dj_database_url
     import django
     from django.conf import settings
@@ -32,7 +35,7 @@ def setup(llmchat: dict | None = None, *, admin: bool = False) -> None:
             "NAME": str(path),
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }
-    extra: dict = {}
+    extra: dict = {"ALLOWED_HOSTS": ["testserver"]}
     apps = ["django.contrib.auth", "django.contrib.contenttypes", "django_llmchat"]
     if admin:
         apps[:0] = ["django.contrib.admin", "django.contrib.sessions", "django.contrib.messages"]
@@ -58,11 +61,12 @@ def setup(llmchat: dict | None = None, *, admin: bool = False) -> None:
                 }
             ],
         }
+    apps[-1:-1] = list(extra_apps)
+    extra.update(overrides)
     settings.configure(
         DEBUG=False,
         SECRET_KEY="benchmarks",
         USE_TZ=True,
-        ALLOWED_HOSTS=["testserver"],
         INSTALLED_APPS=apps,
         **extra,
         DATABASES={"default": database},

@@ -68,6 +68,7 @@ __all__ = [
     "is_new",
     "json_value",
     "known_relations",
+    "known_rows",
     "mark_saved",
 ]
 
@@ -381,6 +382,19 @@ def known_relations(instance: Any, **relations: list) -> None:
     instance._prefetched_objects_cache = RowsJustWritten(
         instance, {name: list(rows) for name, rows in relations.items()}
     )
+
+
+def known_rows(instance: Any, name: str) -> list | None:
+    """The rows of relation ``name`` already loaded on ``instance`` (by
+    ``prefetch_related`` or :func:`known_relations`), without building a queryset;
+    ``None`` when they were not loaded."""
+    cache = instance.__dict__.get("_prefetched_objects_cache")
+    if not cache or name not in cache:
+        return None
+    rows = dict.__getitem__(cache, name)
+    if isinstance(rows, list):
+        return rows
+    return getattr(rows, "_result_cache", None)
 
 
 def json_value(value: Any) -> Any:

@@ -16,6 +16,7 @@ __all__ = [
     "describe_path_parameters",
     "document",
     "document_refusals",
+    "nullable_31",
     "only_llmchat_endpoints",
 ]
 
@@ -68,6 +69,28 @@ def describe_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str,
                 if parameter.get("in") == "path" and text:
                     parameter["description"] = text
     return result
+
+
+def nullable_31(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """OpenAPI 3.1 nullables everywhere: ``nullable: true`` left by 3.0-style schemas
+    becomes a ``"null"`` type, and ``oneOf: [{}, {"type": "null"}]`` (any value, null
+    included, matches both) becomes ``{}``."""
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, list):
+            return [fix(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        node = {key: fix(value) for key, value in node.items()}
+        if node.pop("nullable", False) is True and isinstance(node.get("type"), str):
+            node["type"] = [node["type"], "null"]
+        choices = node.get("oneOf")
+        if isinstance(choices, list) and len(choices) == 2 and {} in choices:
+            if {"type": "null"} in choices:
+                del node["oneOf"]
+        return node
+
+    return fix(result)
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -128,6 +151,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "django_llmchat.api.schema.describe_path_parameters",
         "django_llmchat.api.event_schemas.describe_event_streams",
         "django_llmchat.api.schema.document_refusals",
+        "django_llmchat.api.schema.nullable_31",
     ],
 }
 

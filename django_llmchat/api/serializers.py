@@ -6,18 +6,20 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models.manager import BaseManager
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import SkipField
 
 from ..conf import settings
 from ..context import Context
-from ..models import Attachment, Chat, LLMModel, Message, Run, ToolCall
-from ..values import COST_FIELDS
+from ..models import Attachment, Chat, LLMModel, Message, Run, ToolCall, Usage
+from ..prepared import known_relations, known_rows
 from .uploads import check_upload
 
 __all__ = [
@@ -189,7 +191,104 @@ def provider_names() -> list[str]:
 
 
 # -- output pieces ------------------------------------------------------------------------
-class TokensSerializer(serializers.Serializer):
+class CompiledRepresentation:
+    """``to_representation`` from the declared fields, as DRF's ``Serializer`` does it
+    (each field's ``source``, ``None`` stays ``None``, nested serializers render nested),
+    with what each field reads and how it renders worked out once per serializer: a page
+    of rows pays no per-row field lookup. ``relations`` name many-valued sources read
+    from the rows loaded with the instance (no queryset built per row); with
+    ``omit_none`` a ``None`` value leaves its key out."""
+
+    relations: tuple[str, ...] = ()
+    omit_none = False
+
+    def _compiled_plan(self) -> list:
+        plan = self.__dict__.get("_compiled_plan_cache")
+        if plan is None:
+            plan = [
+                (f.field_name, _getter(f, self.relations), _renderer(f))
+                for f in self._readable_fields
+            ]
+            self.__dict__["_compiled_plan_cache"] = plan
+        return plan
+
+    def to_representation(self, instance):
+        out = {}
+        omit = self.omit_none
+        for name, get, render in self._compiled_plan():
+            try:
+                value = get(instance)
+            except SkipField:
+                continue
+            if value is None:
+                if not omit:
+                    out[name] = None
+                continue
+            out[name] = render(value)
+        return out
+
+
+def _getter(field, relations: tuple[str, ...]):
+    attrs = field.source_attrs
+    if not attrs:  # source="*"
+        return lambda instance: instance
+    if len(attrs) > 1:
+        return field.get_attribute
+    name = attrs[0]
+    if name in relations:
+
+        def related(instance):
+            rows = known_rows(instance, name)
+            return rows if rows is not None else list(getattr(instance, name).all())
+
+        return related
+    slow = field.get_attribute
+
+    def attribute(instance):
+        if isinstance(instance, dict):
+            return slow(instance)
+        try:
+            return getattr(instance, name)
+        except (AttributeError, ObjectDoesNotExist):
+            return slow(instance)  # DRF's rules: a default, None when nullable, or skip
+
+    return attribute
+
+
+def _renderer(field):
+    if isinstance(field, serializers.ListSerializer):
+        child = field.child.to_representation
+
+        def many(value):
+            rows = value.all() if isinstance(value, BaseManager) else value
+            return [child(row) for row in rows]
+
+        return many
+    return field.to_representation
+
+
+class ValuesField(serializers.ListField):
+    """A list of value objects (``Citation``, ``ServerToolCall``) as their dicts."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.DictField(), **kwargs)
+
+    def to_representation(self, data):
+        return [item.to_dict() if hasattr(item, "to_dict") else dict(item) for item in data]
+
+
+class BlankIsNullCharField(serializers.CharField):
+    """Text that reads as ``null`` when blank."""
+
+    def to_representation(self, value):
+        return str(value) if value else None
+
+
+class TokensSerializer(CompiledRepresentation, serializers.Serializer):
+    """Token counts; a missing count was not reported."""
+
+    omit_none = True
+
     input_tokens = serializers.IntegerField(required=False, allow_null=True)
     output_tokens = serializers.IntegerField(required=False, allow_null=True)
     cache_read_tokens = serializers.IntegerField(required=False, allow_null=True)
@@ -198,8 +297,10 @@ class TokensSerializer(serializers.Serializer):
     total_tokens = serializers.IntegerField(required=False, allow_null=True)
 
 
-class CostSerializer(serializers.Serializer):
+class CostSerializer(CompiledRepresentation, serializers.Serializer):
     """USD as decimal strings; a missing part means the price is unknown."""
+
+    omit_none = True
 
     input = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
     output = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
@@ -209,26 +310,22 @@ class CostSerializer(serializers.Serializer):
     total = serializers.DecimalField(max_digits=20, decimal_places=10, required=False)
 
 
+_TOKENS = TokensSerializer()
+_COST = CostSerializer()
+
+
 def tokens_dict(tokens) -> dict[str, int]:
-    out = tokens.to_dict()
-    if tokens.total_tokens is not None:
-        out["total_tokens"] = tokens.total_tokens
-    return out
-
-
-_TEN_PLACES = Decimal("0.0000000001")
+    """``Tokens`` as :class:`TokensSerializer` renders them."""
+    return _TOKENS.to_representation(tokens)
 
 
 def cost_dict(cost) -> dict[str, str]:
-    """USD parts as decimal strings with ten places (sums of a database come with more)."""
-    return {
-        part: str(Decimal(getattr(cost, part)).quantize(_TEN_PLACES))
-        for part in COST_FIELDS
-        if getattr(cost, part) is not None
-    }
+    """``Cost`` as :class:`CostSerializer` renders it: USD parts as decimal strings with
+    ten places (sums of a database come with more)."""
+    return _COST.to_representation(cost)
 
 
-class AttachmentSerializer(serializers.ModelSerializer):
+class AttachmentSerializer(CompiledRepresentation, serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
 
     class Meta:
@@ -250,12 +347,12 @@ def attachment_url(att: Attachment, request) -> str | None:
     return request.build_absolute_uri(url) if request is not None else url
 
 
-class ToolResultSerializer(serializers.Serializer):
-    message_id = serializers.IntegerField()
+class ToolResultSerializer(CompiledRepresentation, serializers.Serializer):
+    message_id = serializers.IntegerField(source="pk")
     content = serializers.CharField()
 
 
-class ToolCallSerializer(serializers.ModelSerializer):
+class ToolCallSerializer(CompiledRepresentation, serializers.ModelSerializer):
     id = serializers.CharField(source="call_id", help_text="The provider's tool call id.")
     result = ToolResultSerializer(
         allow_null=True, read_only=True, help_text="The tool message answering this call."
@@ -266,19 +363,24 @@ class ToolCallSerializer(serializers.ModelSerializer):
         fields = ("id", "name", "arguments", "approval", "result")
 
 
-class MessageSerializer(serializers.ModelSerializer):
-    """A transcript message as the API shows it (read only)."""
+class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
+    """A transcript message as the API shows it (read only). Load a page with
+    :func:`load_messages` first: its relations come in a constant number of queries."""
 
-    thinking = serializers.CharField(allow_null=True, help_text="The model's reasoning text.")
+    relations = ("tool_calls", "attachments")
+
+    thinking = BlankIsNullCharField(
+        source="thinking_text", allow_null=True, help_text="The model's reasoning text."
+    )
     tool_calls = ToolCallSerializer(many=True)
     tool_call_id = serializers.CharField(
         allow_null=True, help_text="For a tool message: the call it answers."
     )
-    citations = serializers.ListField(child=serializers.DictField())
-    server_tool_calls = serializers.ListField(child=serializers.DictField())
+    citations = ValuesField()
+    server_tool_calls = ValuesField()
     attachments = AttachmentSerializer(many=True)
     tokens = TokensSerializer()
-    cost = CostSerializer()
+    cost = serializers.SerializerMethodField()
     cache_until_here = serializers.BooleanField(source="cache_boundary")
     summary_until = serializers.IntegerField(
         source="summary_until_id",
@@ -310,55 +412,46 @@ class MessageSerializer(serializers.ModelSerializer):
         )
         read_only_fields = fields
 
-    def to_representation(self, m: Message) -> dict[str, Any]:
-        request = self.context.get("request")
-        calls = []
-        for call in m.tool_calls.all():
-            result = call.get_result()
-            calls.append(
-                {
-                    "id": call.call_id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "approval": call.approval,
-                    "result": (
-                        {"message_id": result.pk, "content": result.content}
-                        if result is not None
-                        else None
-                    ),
-                }
-            )
-        tokens = m.tokens
-        cost = m.cost() if (m.role == "assistant" or not tokens.is_empty) else None
-        return {
-            "id": m.pk,
-            "role": m.role,
-            "content": m.content,
-            "model_id": m.model_id,
-            "provider": m.provider,
-            "finish_reason": m.finish_reason,
-            "thinking": m.thinking_text or None,
-            "tool_calls": calls,
-            "tool_call_id": m.parent_tool_call.call_id if m.parent_tool_call_id else None,
-            "citations": [c.to_dict() for c in m.citations or []],
-            "server_tool_calls": [s.to_dict() for s in m.server_tool_calls or []],
-            "attachments": [
-                {
-                    "id": a.pk,
-                    "filename": a.filename,
-                    "mime_type": a.mime_type,
-                    "size": a.size,
-                    "sha256": a.sha256,
-                    "url": attachment_url(a, request),
-                }
-                for a in m.attachments.all()
-            ],
-            "tokens": tokens_dict(tokens),
-            "cost": cost_dict(cost) if cost is not None else {},
-            "cache_until_here": m.cache_boundary,
-            "summary_until": m.summary_until_id,
-            "created_at": serializers.DateTimeField().to_representation(m.created_at),
-        }
+    @extend_schema_field(CostSerializer)
+    def get_cost(self, m: Message) -> dict[str, str]:
+        """Priced for replies and for messages with token counts; ``{}`` otherwise."""
+        if m.role != "assistant" and m.tokens.is_empty:
+            return {}
+        return _COST.to_representation(m.cost())
+
+
+def load_messages(messages: list[Message]) -> list[Message]:
+    """Load what :class:`MessageSerializer` shows of ``messages`` (fetched with
+    ``select_related("parent_tool_call")``) in four queries whatever their number: tool
+    calls with their results, attachments, usage rows, registry rows."""
+    ids = [m.pk for m in messages]
+    if not ids:
+        return messages
+    calls: dict[int, list] = {i: [] for i in ids}
+    for call in ToolCall.objects.filter(message_id__in=ids).select_related("result"):
+        calls[call.message_id].append(call)
+    attachments: dict[int, list] = {i: [] for i in ids}
+    for att in Attachment.objects.filter(message_id__in=ids):
+        attachments[att.message_id].append(att)
+    usages: dict[int, list] = {i: [] for i in ids}
+    for row in Usage.objects.filter(message_id__in=ids):
+        usages[row.message_id].append(row)
+    for m in messages:
+        known_relations(
+            m, tool_calls=calls[m.pk], attachments=attachments[m.pk], usages=usages[m.pk]
+        )
+    # only a message without usage rows prices from the registry
+    model_ids = {
+        m.model_id for m in messages if m.model_id and not usages[m.pk] and m.supplied_cost is None
+    }
+    if model_ids:
+        registry: dict[str, LLMModel] = {}
+        for row in LLMModel.objects.filter(model_id__in=model_ids):
+            registry.setdefault(row.model_id, row)
+        for m in messages:
+            if m.model_id in model_ids:
+                m.model_info = registry.get(m.model_id)
+    return messages
 
 
 class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):

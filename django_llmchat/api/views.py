@@ -54,6 +54,7 @@ from .serializers import (
     MessageSerializer,
     RunSerializer,
     UsageSerializer,
+    load_messages,
 )
 from .sse import EventStreamRenderer, InlineRun, follow_frames, sse_response
 from .usage import chat_usage
@@ -370,8 +371,8 @@ class MessageListCreateView(LLMChatView):
     )
     def get(self, request, pk: int):
         chat = self.get_chat(pk)
-        page = self.paginate_queryset(Message.objects.filter(chat=chat).transcript())
-        _attach_registry(page)
+        rows = Message.objects.filter(chat=chat).select_related("parent_tool_call")
+        page = load_messages(self.paginate_queryset(rows))
         data = MessageSerializer(page, many=True, context=self.get_serializer_context()).data
         return self.get_paginated_response(data)
 
@@ -463,20 +464,6 @@ def _known_event_id(chat_id: int, event_id: str) -> bool:
     except Exception as exc:
         logger.warning("cannot read the event stream of chat %s: %s", chat_id, exc)
         return True  # the follow itself reports the event store's failure
-
-
-def _attach_registry(messages: list[Message]) -> None:
-    """Give the messages their registry rows in one query (``cost()`` of a message without
-    usage rows prices from it)."""
-    model_ids = {m.model_id for m in messages if m.model_id}
-    if not model_ids:
-        return
-    registry: dict[str, LLMModel] = {}
-    for row in LLMModel.objects.filter(model_id__in=model_ids):
-        registry.setdefault(row.model_id, row)
-    for m in messages:
-        if m.model_id:
-            m.model_info = registry.get(m.model_id)
 
 
 # -- tool-call approvals --------------------------------------------------------------------

@@ -214,7 +214,10 @@ class AbstractMessage(models.Model):
     def _usage_rows(self) -> list:
         if not self.pk:
             return []
-        return list(self.usages.all())  # served from the prefetch cache when loaded
+        from ..prepared import known_rows
+
+        rows = known_rows(self, "usages")  # loaded with the message: no queryset to build
+        return list(rows) if rows is not None else list(self.usages.all())
 
     @property
     def tokens(self) -> Tokens:
