@@ -121,9 +121,14 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
                 refusals.pop("403")
             if "requestBody" in operation:
                 refusals["413"] = "The request body is too large."
-                refusals.setdefault("400", "Invalid input: the field and the reason.")
+            if "requestBody" in operation or any(
+                p.get("in") == "query" for p in operation.get("parameters", [])
+            ):
+                refusals["400"] = "Invalid input: the field and the reason."
             if "{" in path:
                 refusals["404"] = "No such object (or not yours)."
+            elif any(p.get("name") == "page" for p in operation.get("parameters", [])):
+                refusals["404"] = "No such page."
             for code, text in refusals.items():
                 responses.setdefault(
                     code, {"description": text, "content": {"application/json": {"schema": _ERROR}}}

@@ -102,3 +102,11 @@ def test_swagger_ui_and_redoc_load_their_assets_from_this_site(client):
         assert asset in html
     assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert finders.find("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
+
+
+def test_an_unknown_path_is_a_json_404_even_with_a_session_and_no_csrf_token(owner):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(owner)
+    response = browser.delete("/api/chats/null,null/")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
