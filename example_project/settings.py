@@ -17,6 +17,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from django_llmchat.api.schema_settings import SCHEMA_SETTINGS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-insecure-key")
@@ -157,3 +159,6 @@ if "ollama" in EXAMPLE_PROVIDERS:
     LLMCHAT["PROVIDERS"]["ollama"] = {"base_url": OLLAMA_URL.rstrip("/") + "/v1"}
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or None
+
+# manage.py spectacular writes the schema /api/schema/ serves
+SPECTACULAR_SETTINGS = {**SCHEMA_SETTINGS}

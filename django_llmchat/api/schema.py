@@ -8,8 +8,6 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 
-from .. import __version__
-
 __all__ = [
     "SCHEMA_SETTINGS",
     "closed_request_bodies",
@@ -140,25 +138,7 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     return result
 
 
-SCHEMA_SETTINGS: dict[str, Any] = {
-    "TITLE": "django-llmchat API",
-    "DESCRIPTION": (
-        "Chats, messages with tool calls and their results, live events (Server-Sent "
-        "Events), tool-call approvals, usage and cost, and the model registry."
-    ),
-    "VERSION": __version__,
-    "OAS_VERSION": "3.1.0",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "PREPROCESSING_HOOKS": ["django_llmchat.api.schema.only_llmchat_endpoints"],
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "django_llmchat.api.schema.closed_request_bodies",
-        "django_llmchat.api.schema.describe_path_parameters",
-        "django_llmchat.api.event_schemas.describe_event_streams",
-        "django_llmchat.api.schema.document_refusals",
-        "django_llmchat.api.schema.nullable_31",
-    ],
-}
+from .schema_settings import SCHEMA_SETTINGS  # noqa: E402 - re-exported
 
 
 class ProviderFieldSchema(OpenApiSerializerFieldExtension):

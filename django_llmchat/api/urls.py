@@ -3,10 +3,8 @@
 
 from django.apps import apps
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
 from .errors import not_found
-from .schema import SCHEMA_SETTINGS
 from .views import (
     ChatViewSet,
     LLMModelViewSet,
@@ -14,6 +12,7 @@ from .views import (
     RunViewSet,
     SchemaRedocView,
     SchemaSwaggerView,
+    SchemaView,
     TokenView,
     ToolCallDecisionView,
     UIChatStreamView,
@@ -50,11 +49,7 @@ urlpatterns = [
     path("ui/chat/<str:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
-    path(
-        "schema/",
-        SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
-        name="schema",
-    ),
+    path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SchemaSwaggerView.as_view(), name="schema-docs"),
     path("redoc/", SchemaRedocView.as_view(), name="schema-redoc"),
 ]

@@ -22,7 +22,11 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     inline_serializer,
 )
-from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.generics import GenericAPIView
@@ -65,6 +69,7 @@ __all__ = [
     "MessageListCreateView",
     "RunViewSet",
     "SchemaRedocView",
+    "SchemaView",
     "SchemaSwaggerView",
     "TokenView",
     "ToolCallDecisionView",
@@ -739,6 +744,14 @@ def _local_asset(path: str) -> str | None:
     if apps.is_installed("drf_spectacular_sidecar"):
         return static(f"drf_spectacular_sidecar/{path}")
     return None
+
+
+class SchemaView(SpectacularAPIView):
+    """``schema/``: the API's OpenAPI schema, generated with
+    :data:`~django_llmchat.api.schema_settings.SCHEMA_SETTINGS`."""
+
+    custom_settings = SCHEMA_SETTINGS
+    schema = None  # not an endpoint of the schema itself
 
 
 class SchemaSwaggerView(SpectacularSwaggerView):

@@ -240,3 +240,35 @@ def test_a_blocked_streamed_reply_reaches_no_follower(owner, fake_llm, events_ur
     assert "guardrail_tripwire" in [f["event"] for f in streamed]
     assert not chat.messages.filter(role="assistant").exists()
     assert chat.runs.get().status == "failed"
+
+
+@pytest.mark.django_db
+def test_events_follow_with_a_session_cookie_or_a_bearer_token(owner, chat, events_url):
+    """EventSource sends the session cookie (and Accept: text/event-stream); fetch-based
+    clients on another origin send a Bearer token and Last-Event-ID."""
+    from django.test import Client
+    from rest_framework.test import APIClient
+
+    ids = publish_run(chat.pk)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(owner)
+    frames = read(
+        browser.get(
+            url("chat-events", pk=chat.pk), HTTP_ACCEPT="text/event-stream", HTTP_LAST_EVENT_ID="0"
+        )
+    )
+    assert [f["id"] for f in frames] == ids
+    spa = APIClient()
+    spa.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.create(user=owner).key}")
+    frames = read(
+        spa.get(
+            url("chat-events", pk=chat.pk),
+            HTTP_ACCEPT="text/event-stream",
+            HTTP_LAST_EVENT_ID=ids[2],
+            HTTP_ORIGIN="http://spa.example",
+        )
+    )
+    assert [f["data"].get("content") for f in frames] == ["c", None]
+    anonymous = Client().get(url("chat-events", pk=chat.pk), HTTP_ACCEPT="text/event-stream")
+    assert anonymous.status_code in (401, 403)
+    assert anonymous["Content-Type"] == "application/json"

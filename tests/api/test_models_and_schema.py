@@ -194,3 +194,23 @@ def test_project_authentication_classes_win(owner, chat, settings):
     token = Token.objects.create(user=owner).key
     response = Client().get(url("chat-detail", pk=chat.pk), HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 401
+
+
+@pytest.mark.django_db
+def test_manage_py_spectacular_writes_the_served_schema(client, tmp_path):
+    import json
+
+    from django.core.management import call_command
+
+    target = tmp_path / "schema.json"
+    call_command(
+        "spectacular",
+        "--custom-settings",
+        "django_llmchat.api.schema_settings.SCHEMA_SETTINGS",
+        "--format",
+        "openapi-json",
+        "--file",
+        str(target),
+    )
+    served = client.get("/api/schema/?format=json").json()
+    assert json.loads(target.read_text()) == served
