@@ -35,7 +35,7 @@ def setup(
             "NAME": str(path),
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }
-    extra: dict = {"ALLOWED_HOSTS": ["testserver"]}
+    extra: dict = {}
     apps = ["django.contrib.auth", "django.contrib.contenttypes", "django_llmchat"]
     if admin:
         apps[:0] = ["django.contrib.admin", "django.contrib.sessions", "django.contrib.messages"]
@@ -62,7 +62,7 @@ def setup(
             ],
         }
     apps[-1:-1] = list(extra_apps)
-    extra.update(overrides)
+    extra = {"ALLOWED_HOSTS": ["testserver"], **extra, **overrides}
     settings.configure(
         DEBUG=False,
         SECRET_KEY="benchmarks",
