@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -398,7 +397,9 @@ def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
     if connection.vendor == "sqlite":
         pytest.skip("an in-memory database has no other process to prove alive to")
 
-    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=1.0)
+    # A lease of 3 s is renewed every second: a busy machine may delay a renewal by up to
+    # two seconds before the lease would lapse.
+    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=3.0)
     prompt = chat.add_message(role="user", content="Q")
     run = Run.objects.create(chat=chat, prompt=prompt, status="queued")
     execution = runs.claim(chat.pk, run_id=run.pk).execution
@@ -408,7 +409,7 @@ def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
     # ...and, once the first lease has run out, the run still holds a live one
     wait_until(lambda: timezone.now() > first, timeout=10)
     renewed = Run.objects.get(pk=run.pk).lease_expires_at
-    assert renewed > first and renewed > timezone.now() - timedelta(seconds=0.5)
+    assert renewed > first and renewed > timezone.now()
     assert runs.claim(chat.pk, worker="other:2").state == runs.BUSY  # nobody takes it over
     execution.finish("succeeded")
     assert Run.objects.get(pk=run.pk).lease_expires_at is None
