@@ -444,10 +444,10 @@ def test_cache_write_tokens(server, provider, case, stream, request):
 
 @pytest.mark.parametrize("stream", STREAM)
 def test_slow_first_byte_times_out(server, provider, case, stream):
-    provider.timeout = 0.1
+    provider.timeout = 0.2
     provider._client = None  # a client built for the shorter timeout
     provider.max_retries = 0
-    server.script(Fault(first_byte_delay=0.3))
+    server.script(Fault(first_byte_delay=2.0))
     with pytest.raises(ProviderTimeoutError):
         run(provider, request_for(), stream)
 
