@@ -841,15 +841,24 @@ def test_keep_alive_reuses_the_connection(server):
 
 
 def test_head_and_frames_go_out_without_nagle_stalls(server):
-    """Without TCP_NODELAY and single writes, each exchange would stall ~40 ms."""
+    """Without TCP_NODELAY each exchange would stall ~40 ms on Nagle and delayed ACKs: every
+    connection the server holds has it set, checked on the server's own sockets."""
+    seen = []
+
+    def responder(request):
+        with server._lock:
+            seen.extend(
+                conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                for conn in server._connections
+            )
+        return echo(request)
+
+    server.responder = responder
     with httpx.Client(timeout=5) as client:
-        post(server, "responses", stream=True, client=client)  # connect, warm up
-        start = time.monotonic()
-        for _ in range(20):
+        for _ in range(3):
             post(server, "responses", stream=True, client=client)
             post(server, "chat_completions", client=client)
-        per_exchange = (time.monotonic() - start) / 40
-    assert per_exchange < 0.025
+    assert len(seen) >= 6 and all(seen)
 
 
 def test_fifty_concurrent_streams(server):
@@ -871,14 +880,18 @@ def test_fifty_concurrent_streams(server):
             if json.loads(d)["choices"]
         )
 
-    server.responder = echo
-    start = time.monotonic()
+    # Every answer waits until all fifty requests are being answered at once: served one
+    # after another, the barrier breaks and the requests get a 500.
+    everyone = threading.Barrier(n)
+
+    def together(request):
+        everyone.wait(timeout=60)
+        return echo(request)
+
+    server.responder = together
     with ThreadPoolExecutor(max_workers=n) as pool:
         texts = list(pool.map(one, range(n)))
-    elapsed = time.monotonic() - start
     assert sorted(texts) == sorted(f"You said: n{i}" for i in range(n))
-    # each stream takes ~0.05 s of delays; one after another that would be ~2.5 s
-    assert elapsed < 1.5
     assert len(server.requests) == n
 
 
