@@ -203,7 +203,7 @@ def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
     )
     assert not done.is_set()  # cannot end before the run ahead does
     when_unlocked(lambda: runs.Execution(ahead, worker="elsewhere:1").finish("succeeded"))
-    assert done.wait(10) and answers == ["Second."]
+    assert done.wait(60) and answers == ["Second."]
     assert run_statuses(chat) == ["succeeded", "succeeded"]
 
 
