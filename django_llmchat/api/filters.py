@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import django_filters
+from django import forms
 from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
@@ -12,9 +13,16 @@ from rest_framework.exceptions import ValidationError
 
 from ..models import LLMModel
 
-__all__ = ["LLMModelFilter"]
+__all__ = ["CAPABILITY_PATTERN", "LLMModelFilter"]
 
-_WORD = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+CAPABILITY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+_WORD = re.compile(CAPABILITY_PATTERN)
+
+
+class IntegerFilter(django_filters.NumberFilter):
+    """A whole number (``0.5`` is a 400, not rounded or read as a decimal)."""
+
+    field_class = forms.IntegerField
 
 
 class LLMModelFilter(django_filters.FilterSet):
@@ -30,7 +38,7 @@ class LLMModelFilter(django_filters.FilterSet):
     search = django_filters.CharFilter(
         method="filter_search", help_text="Part of the model id or name (case-insensitive)."
     )
-    min_context_window = django_filters.NumberFilter(
+    min_context_window = IntegerFilter(
         field_name="context_window", lookup_expr="gte", help_text="At least this many tokens."
     )
 
@@ -38,11 +46,23 @@ class LLMModelFilter(django_filters.FilterSet):
         model = LLMModel
         fields = ["provider", "family", "capability", "search", "min_context_window"]
 
-    def filter_capability(self, queryset, name, value):
-        values = self.data.getlist(name) if hasattr(self.data, "getlist") else [value]
+    def _capabilities(self) -> list[str]:
+        name = "capability"
+        if hasattr(self.data, "getlist"):
+            values = self.data.getlist(name)
+        else:
+            values = [self.data[name]] if name in self.data else []
         for item in values:
-            if not _WORD.match(item):
+            if not isinstance(item, str) or not _WORD.match(item):
                 raise ValidationError({name: ["must be a capability name like 'tools'"]})
+        return values
+
+    def filter_queryset(self, queryset):
+        self._capabilities()  # an empty ?capability= is refused too, not skipped
+        return super().filter_queryset(queryset)
+
+    def filter_capability(self, queryset, name, value):
+        for item in self._capabilities():
             if connection.vendor == "postgresql":
                 queryset = queryset.filter(capabilities__contains=[item])
             else:

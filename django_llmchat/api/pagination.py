@@ -227,6 +227,41 @@ class ChatCursorPagination(KeysetPagination):
 
 
 class ModelPagination(PageNumberPagination):
+    """Numbered pages; a ``page_size`` that is not an integer in range is a 400 (not
+    silently the default)."""
+
     page_size = 100
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
+            1 <= int(raw) <= self.max_page_size
+        ):
+            raise ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"must be an integer between 1 and {self.max_page_size}"
+                    ]
+                }
+            )
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["description"] = (
+                    f"Rows per page (1-{self.max_page_size}, default {self.page_size})."
+                )
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                }
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+        return parameters

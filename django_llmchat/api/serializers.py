@@ -26,6 +26,7 @@ __all__ = [
     "AttachmentSerializer",
     "ChatSerializer",
     "LLMModelSerializer",
+    "MessageContentSerializer",
     "MessageCreateSerializer",
     "MessageSerializer",
     "RunSerializer",
@@ -452,6 +453,12 @@ def load_messages(messages: list[Message]) -> list[Message]:
             if m.model_id in model_ids:
                 m.model_info = registry.get(m.model_id)
     return messages
+
+
+class MessageContentSerializer(StrictFieldsMixin, serializers.Serializer):
+    """A user message in a JSON body: ``content`` alone (files need multipart)."""
+
+    content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
 
 
 class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):

@@ -47,6 +47,7 @@ from ..events import (
 )
 from ..models import Chat, Message, Run, ToolCall
 from .errors import Conflict
+from .serializers import StrictCharField
 from .sse import InlineRun, error_payload
 
 __all__ = [
@@ -552,7 +553,7 @@ class UIChatSerializer(serializers.Serializer):
     """The body ``DefaultChatTransport`` posts (other fields, from its ``body`` option,
     are ignored)."""
 
-    id = serializers.CharField(
+    id = StrictCharField(
         max_length=255,
         help_text="The chat: a chat id of yours, or an id the client made up (the chat is "
         "created, owned by you, on first use).",

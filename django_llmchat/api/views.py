@@ -41,7 +41,7 @@ from ..models import Chat, LLMModel, Message, Run, ToolCall
 from ..transcript import known_relations
 from . import ui
 from .errors import Conflict, api_exception_handler
-from .filters import LLMModelFilter
+from .filters import CAPABILITY_PATTERN, LLMModelFilter
 from .pagination import (
     ChatCursorPagination,
     MessageCursorPagination,
@@ -54,6 +54,7 @@ from .serializers import (
     ChatSerializer,
     LLMModelSerializer,
     MessageAcceptedSerializer,
+    MessageContentSerializer,
     MessageCreateSerializer,
     MessageSerializer,
     RunSerializer,
@@ -200,6 +201,34 @@ ERROR = OpenApiResponse(
     "invalid input.",
 )
 
+
+def refused(rules: str) -> OpenApiResponse:
+    """A 400 that also answers requests the schema allows but a rule refuses."""
+    return OpenApiResponse(
+        response=OpenApiTypes.OBJECT,
+        description='Invalid input: `{"<field>": ["<reason>", ...]}`. Also refused with this '
+        f"status although the schema allows them: {rules}.",
+    )
+
+
+BAD_CURSOR = refused("a `cursor` that is not one of this list's next/previous links")
+CHAT_RULES = refused(
+    "a `history` policy naming no known strategy or importable processor, `params` a "
+    "provider cannot take (or `max_tokens` above the model's output limit), a blank "
+    '`model_id` or one `LLMCHAT["ALLOWED_MODELS"]` leaves out, reserved `context` keys, '
+    "too many `tools`"
+)
+MESSAGE_RULES = refused(
+    'a `content` of whitespace only or longer than `LLMCHAT["MAX_CONTENT_LENGTH"]`, '
+    'more files than `LLMCHAT["MAX_ATTACHMENTS"]`, an empty file or one of a type not '
+    "allowed"
+)
+TOKEN_RULES = refused("a username and password that do not log in")
+UI_RULES = refused(
+    "a new user message with neither text nor a file part, a file part whose `url` is not "
+    "a base64 `data:` URL, an `id` with characters a resume URL cannot carry"
+)
+
 BUDGET = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
     description="A spending limit is reached (`Retry-After` says when it frees up): "
@@ -228,11 +257,13 @@ class ChatViewSet(
     def get_queryset(self):
         return chats_for(self.request.user).with_totals()
 
-    @document(summary="List your chats", responses={200: ChatSerializer(many=True)})
+    @document(
+        summary="List your chats", responses={200: ChatSerializer(many=True), 400: BAD_CURSOR}
+    )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
-    @document(summary="Create a chat", responses={201: ChatSerializer, 400: ERROR})
+    @document(summary="Create a chat", responses={201: ChatSerializer, 400: CHAT_RULES})
     def create(self, request, *args, **kwargs):
         return super().create(request, *args, **kwargs)
 
@@ -240,13 +271,13 @@ class ChatViewSet(
     def retrieve(self, request, *args, **kwargs):
         return super().retrieve(request, *args, **kwargs)
 
-    @document(summary="Update a chat", responses={200: ChatSerializer, 400: ERROR, 404: ERROR})
+    @document(summary="Update a chat", responses={200: ChatSerializer, 400: CHAT_RULES, 404: ERROR})
     def update(self, request, *args, **kwargs):
         return super().update(request, *args, **kwargs)
 
     @document(
         summary="Update some fields of a chat",
-        responses={200: ChatSerializer, 400: ERROR, 404: ERROR},
+        responses={200: ChatSerializer, 400: CHAT_RULES, 404: ERROR},
     )
     def partial_update(self, request, *args, **kwargs):
         return super().partial_update(request, *args, **kwargs)
@@ -372,7 +403,7 @@ class MessageListCreateView(LLMChatView):
         description="In transcript order, by `(position, id)`; each message with its tool calls "
         "and their results, citations, attachments, tokens and cost. `?from=end` starts "
         "with the latest page.",
-        responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
+        responses={200: MessageSerializer(many=True), 400: BAD_CURSOR, 404: ERROR},
     )
     def get(self, request, pk: int):
         chat = self.get_chat(pk)
@@ -391,13 +422,13 @@ class MessageListCreateView(LLMChatView):
             "tool-call decision)."
         ),
         request={
-            "application/json": MessageCreateSerializer,
+            "application/json": MessageContentSerializer,
             "multipart/form-data": MessageCreateSerializer,
         },
         responses={
             (202, "application/json"): MessageAcceptedSerializer,
             (200, "text/event-stream"): SSE_RESPONSE,
-            400: ERROR,
+            400: MESSAGE_RULES,
             404: ERROR,
             409: ERROR,
             422: ERROR,
@@ -568,7 +599,7 @@ class RunViewSet(
 
     @document(
         summary="List a chat's runs, newest first",
-        responses={200: RunSerializer(many=True), 404: ERROR},
+        responses={200: RunSerializer(many=True), 400: BAD_CURSOR, 404: ERROR},
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
@@ -588,7 +619,19 @@ class LLMModelViewSet(LLMChatView, viewsets.ReadOnlyModelViewSet):
     filter_backends = [DjangoFilterBackend]
     filterset_class = LLMModelFilter
 
-    @document(summary="List the model registry")
+    @document(
+        summary="List the model registry",
+        parameters=[
+            OpenApiParameter(
+                "capability",
+                str,
+                description="A capability the model has (tools, vision, streaming...); "
+                "repeat the parameter to require several.",
+                pattern=CAPABILITY_PATTERN,
+            )
+        ],
+        responses={200: LLMModelSerializer(many=True), 400: ERROR},
+    )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
@@ -624,7 +667,7 @@ class TokenView(LLMChatView):
         ),
         responses={
             200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
-            400: ERROR,
+            400: TOKEN_RULES,
         },
         auth=[],
     )
@@ -660,7 +703,7 @@ class UIChatView(LLMChatView):
         request=ui.UIChatSerializer,
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
-            400: ERROR,
+            400: UI_RULES,
             409: ERROR,
         },
     )

@@ -85,6 +85,51 @@ def test_bad_model_filters_are_4xx(api, registry, params):
     assert 400 <= response.status_code < 500, response.content
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"capability": ""},
+        {"min_context_window": "0.5"},
+        {"page_size": "null"},
+        {"page_size": "0"},
+        {"page_size": "501"},
+        {"page_size": "-1"},
+    ],
+)
+def test_model_list_inputs_the_schema_refuses_are_400s(api, registry, params):
+    response = api.get(url("model-list"), params)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [next(iter(params))]
+
+
+def test_model_list_page_size_in_range(api, registry):
+    body = api.get(url("model-list"), {"page_size": "2"}).json()
+    assert len(body["results"]) == 2 and body["next"]
+
+
+def test_schema_states_the_rules_it_can(clients):
+    schema = json.loads(clients.anon.get(url("schema"), {"format": "json"}).content)
+    models = {p["name"]: p for p in schema["paths"]["/api/models/"]["get"]["parameters"]}
+    assert models["page_size"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500}
+    assert models["capability"]["schema"]["pattern"] == "^[A-Za-z0-9_.:-]{1,64}$"
+    assert models["min_context_window"]["schema"]["type"] == "integer"
+    body = schema["paths"]["/api/chats/{id}/messages/"]["post"]["requestBody"]["content"]
+    json_body = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert set(schema["components"]["schemas"][json_body]["properties"]) == {"content"}
+    multipart = body["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert "attachments" in schema["components"]["schemas"][multipart]["properties"]
+    # a 400 for requests the schema allows is said on the route
+    for path, method in [
+        ("/api/chats/", "get"),
+        ("/api/chats/", "post"),
+        ("/api/chats/{id}/runs/", "get"),
+        ("/api/auth/token/", "post"),
+        ("/api/ui/chat", "post"),
+    ]:
+        text = schema["paths"][path][method]["responses"]["400"]["description"]
+        assert "although the schema allows them" in text, (path, method)
+
+
 def test_huge_numbers_in_filters(api, registry):
     assert ids(api.get(url("model-list"), {"min_context_window": "9" * 40})) == []
 

@@ -197,6 +197,7 @@ def test_bad_bodies_are_400s_naming_the_field(api, chat):
         ({"id": "a/b", "messages": [user("x")]}, "id"),
         ({"id": "..", "messages": [user("x")]}, "id"),
         ({"id": "x" * 256, "messages": [user("x")]}, "id"),
+        ({"id": chat.pk, "messages": [user("x")]}, "id"),
         ({"id": "ok", "messages": []}, "messages"),
         ({"id": "ok", "messages": [user("x")], "trigger": "resume"}, "trigger"),
         ({"id": "ok", "messages": [{"role": "robot", "parts": []}]}, "messages"),
