@@ -406,9 +406,17 @@ class MessageListCreateView(LLMChatView):
         responses={200: MessageSerializer(many=True), 400: BAD_CURSOR, 404: ERROR},
     )
     def get(self, request, pk: int):
-        chat = self.get_chat(pk)
-        rows = Message.objects.filter(chat=chat).select_related("parent_tool_call")
-        page = load_messages(self.paginate_queryset(rows))
+        # the chat's access check rides in the page's statement; only an empty page asks
+        # whether the chat is there at all (a 404 otherwise)
+        rows = Message.objects.filter(chat_id=pk, chat__in=chats_for(request.user))
+        try:
+            page = self.paginate_queryset(rows.select_related("parent_tool_call"))
+        except ValidationError:
+            self.get_chat(pk)  # an unknown chat is a 404 before a bad cursor is a 400
+            raise
+        if not page:
+            self.get_chat(pk)
+        load_messages(page)
         data = MessageSerializer(page, many=True, context=self.get_serializer_context()).data
         return self.get_paginated_response(data)
 

@@ -91,10 +91,10 @@ def queries_for_first_page(api, owner, turns):
 def test_messages_page_query_count_does_not_grow_with_the_transcript(api, owner):
     small = queries_for_first_page(api, owner, 15)  # 60 messages
     large = queries_for_first_page(api, owner, 150)  # 600 messages
-    # token, chat, page, tool calls (+ results), attachments, usage rows (the registry
-    # only for a message without usage rows)
-    assert small == [6]
-    assert large == [6, 6]
+    # token, the page (the chat's access checked in it), tool calls (+ results),
+    # attachments, usage rows (the registry only for a message without usage rows)
+    assert small == [5]
+    assert large == [5, 5]
 
 
 def test_messages_cursor_walks_the_whole_transcript_in_order(api, chat):
@@ -251,3 +251,20 @@ def test_tool_calls_then_answer_via_the_api(
     call = messages[1]["tool_calls"][0]
     assert call["id"] == "call_w" and call["result"]["content"] == "sunny in Paris"
     assert messages[3]["tokens"]["input_tokens"] == 10
+
+
+def test_messages_page_of_another_users_or_an_unknown_chat_is_a_404(clients, chat):
+    build_transcript(chat, 2, with_attachments=False)
+    path = url("chat-messages", pk=chat.pk)
+    assert len(clients.owner.get(path).json()["results"]) == 8
+    for client, target in ((clients.other, path), (clients.owner, url("chat-messages", pk=0))):
+        for query in ({}, {"cursor": "not-a-cursor"}, {"page_size": "0"}, {"from": "end"}):
+            response = client.get(target, query)
+            assert response.status_code == 404, (target, query)
+            assert response.json()["detail"]
+    # the owner's empty chat is an empty page, a bad cursor a 400
+    empty = Chat.objects.create(user=chat.user, model_id="gpt-4.1-mini", provider="openai")
+    response = clients.owner.get(url("chat-messages", pk=empty.pk))
+    assert response.json() == {"next": None, "previous": None, "results": []}
+    response = clients.owner.get(url("chat-messages", pk=empty.pk), {"cursor": "x"})
+    assert response.status_code == 400 and "cursor" in response.json()
