@@ -429,7 +429,11 @@ def load_messages(messages: list[Message]) -> list[Message]:
     if not ids:
         return messages
     calls: dict[int, list] = {i: [] for i in ids}
-    for call in ToolCall.objects.filter(message_id__in=ids).select_related("result"):
+    # the columns ToolCallSerializer and ToolResultSerializer show, and no more: a
+    # result's other columns (its JSON ones above all) cost more to read than the rest
+    shown = ("message_id", "call_id", "name", "arguments", "approval")
+    found = ToolCall.objects.filter(message_id__in=ids).select_related("result")
+    for call in found.only(*shown, "result__id", "result__content"):
         calls[call.message_id].append(call)
     attachments: dict[int, list] = {i: [] for i in ids}
     for att in Attachment.objects.filter(message_id__in=ids):

@@ -408,7 +408,7 @@ class MessageListCreateView(LLMChatView):
     def get(self, request, pk: int):
         # the chat's access check rides in the page's statement; only an empty page asks
         # whether the chat is there at all (a 404 otherwise)
-        rows = Message.objects.filter(chat_id=pk, chat__in=chats_for(request.user))
+        rows = Message.objects.filter(chat__in=chats_for(request.user).filter(pk=pk))
         try:
             page = self.paginate_queryset(rows.select_related("parent_tool_call"))
         except ValidationError:
