@@ -383,6 +383,14 @@ class ChatViewSet(
 
 
 # -- messages -------------------------------------------------------------------------------
+UNSHOWN_MESSAGE_COLUMNS = (
+    "raw",
+    "thinking_signature",
+    "parent_tool_call__arguments",
+    "parent_tool_call__thought_signature",
+)
+
+
 class MessageListCreateView(LLMChatView):
     """The chat's transcript (cursor-paginated) and new user messages."""
 
@@ -409,8 +417,10 @@ class MessageListCreateView(LLMChatView):
         # the chat's access check rides in the page's statement; only an empty page asks
         # whether the chat is there at all (a 404 otherwise)
         rows = Message.objects.filter(chat__in=chats_for(request.user).filter(pk=pk))
+        # the columns MessageSerializer never shows stay in the database
+        rows = rows.select_related("parent_tool_call").defer(*UNSHOWN_MESSAGE_COLUMNS)
         try:
-            page = self.paginate_queryset(rows.select_related("parent_tool_call"))
+            page = self.paginate_queryset(rows)
         except ValidationError:
             self.get_chat(pk)  # an unknown chat is a 404 before a bad cursor is a 400
             raise
