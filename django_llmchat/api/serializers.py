@@ -19,7 +19,9 @@ from rest_framework.fields import SkipField
 from ..conf import settings
 from ..context import Context
 from ..models import Attachment, Chat, LLMModel, Message, Run, ToolCall, Usage
+from ..models.usage import USAGE_COST_COLUMNS
 from ..prepared import known_relations, known_rows
+from ..values import TOKEN_FIELDS
 from .uploads import check_upload
 
 __all__ = [
@@ -439,7 +441,8 @@ def load_messages(messages: list[Message]) -> list[Message]:
     for att in Attachment.objects.filter(message_id__in=ids):
         attachments[att.message_id].append(att)
     usages: dict[int, list] = {i: [] for i in ids}
-    for row in Usage.objects.filter(message_id__in=ids):
+    priced = ("message_id", *TOKEN_FIELDS, *USAGE_COST_COLUMNS.values())  # tokens, cost
+    for row in Usage.objects.filter(message_id__in=ids).only(*priced):
         usages[row.message_id].append(row)
     for m in messages:
         known_relations(
