@@ -5,12 +5,12 @@ reading the same rows plus ``json.dumps`` of them.
 The chat holds 250 rounds of prompt, assistant tool call, tool result and answer, each
 assistant message with its usage row (the factories of the test suite). The API side is
 the view itself, called with a request authenticated in advance, down to the rendered
-JSON bytes (authentication, the chat lookup, the keyset page, the serializers, the
-renderer). The baseline is three hand-written statements with their parameters ready:
-the page of messages (joined to the call each tool result answers), their tool calls
-(with their result ids) and their usage sums, shaped into the same dicts and dumped.
-The sides alternate request by request; the ratio is of the totals, with the range
-over the rounds.
+JSON bytes (authentication, the keyset page with the chat's access check in it, the
+serializers, the renderer). The baseline is three hand-written statements with their
+parameters ready: the page of messages (joined to the call each tool result answers),
+their tool calls (with their result ids) and their usage sums, shaped into the same dicts
+and dumped. The sides alternate request by request; the ratio is of the totals, with the
+range over the rounds.
 
     python benchmarks/messages_page.py [--requests 200] [--rounds 5]
 """
