@@ -3,8 +3,8 @@
 # and every answer as the schema documents it (status codes, content types, headers,
 # bodies, event streams), auth and stateful checks included, and every schema-invalid
 # request refused, every valid one accepted: .ci/schemathesis.toml names the routes whose
-# documented 400 also refuses valid requests by a rule JSON Schema cannot state (a cursor
-# the list issued, credentials that log in, ...).
+# documented 400 also refuses valid requests by a rule JSON Schema cannot state (credentials
+# that log in, a history processor that imports, ...).
 # The server runs the test settings on a SQLite file, with replies from a loopback fake
 # provider; a user and a token are created first. The events endpoint is left out: it
 # follows a Redis stream until the client leaves (its input checks are unit-tested).

@@ -211,7 +211,6 @@ def refused(rules: str) -> OpenApiResponse:
     )
 
 
-BAD_CURSOR = refused("a `cursor` that is not one of this list's next/previous links")
 CHAT_RULES = refused(
     "a `history` policy naming no known strategy or importable processor, `params` a "
     "provider cannot take (or `max_tokens` above the model's output limit), a blank "
@@ -258,7 +257,7 @@ class ChatViewSet(
         return chats_for(self.request.user).with_totals()
 
     @document(
-        summary="List your chats", responses={200: ChatSerializer(many=True), 400: BAD_CURSOR}
+        summary="List your chats", responses={200: ChatSerializer(many=True), 400: ERROR}
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
@@ -411,7 +410,7 @@ class MessageListCreateView(LLMChatView):
         description="In transcript order, by `(position, id)`; each message with its tool calls "
         "and their results, citations, attachments, tokens and cost. `?from=end` starts "
         "with the latest page.",
-        responses={200: MessageSerializer(many=True), 400: BAD_CURSOR, 404: ERROR},
+        responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
     )
     def get(self, request, pk: int):
         # the chat's access check rides in the page's statement; only an empty page asks
@@ -617,7 +616,7 @@ class RunViewSet(
 
     @document(
         summary="List a chat's runs, newest first",
-        responses={200: RunSerializer(many=True), 400: BAD_CURSOR, 404: ERROR},
+        responses={200: RunSerializer(many=True), 400: ERROR, 404: ERROR},
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)

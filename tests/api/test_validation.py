@@ -282,6 +282,13 @@ def test_odd_ids_are_404(api, path):
     assert response.status_code == 404
 
 
+def test_any_cursor_the_schema_allows_is_a_place_in_the_list(api, chat, owner):
+    for path in (url("chat-messages", pk=chat.pk), url("chat-list"), url("chat-runs", pk=chat.pk)):
+        for cursor in ("0.0", "b0.0", "99999999999999999.999999999999999999", "b1.1"):
+            response = api.get(path, {"cursor": cursor})
+            assert response.status_code == 200, (path, cursor, response.content)
+
+
 @pytest.mark.parametrize(
     "params, field",
     [
@@ -292,6 +299,10 @@ def test_odd_ids_are_404(api, path):
         ({"cursor": "W10"}, "cursor"),  # []
         ({"cursor": "\x00"}, "cursor"),
         ({"cursor": "é"}, "cursor"),
+        ({"cursor": ""}, "cursor"),
+        ({"cursor": "1.2.3"}, "cursor"),
+        ({"cursor": "b-1.2"}, "cursor"),
+        ({"cursor": "1.1234567890123456789"}, "cursor"),
         ({"page_size": "0"}, "page_size"),
         ({"page_size": "abc"}, "page_size"),
         ({"page_size": "99999999999999999999"}, "page_size"),
