@@ -256,9 +256,7 @@ class ChatViewSet(
     def get_queryset(self):
         return chats_for(self.request.user).with_totals()
 
-    @document(
-        summary="List your chats", responses={200: ChatSerializer(many=True), 400: ERROR}
-    )
+    @document(summary="List your chats", responses={200: ChatSerializer(many=True), 400: ERROR})
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
