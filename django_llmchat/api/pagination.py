@@ -26,6 +26,25 @@ NAIVE_EPOCH = datetime(1970, 1, 1)  # with USE_TZ = False
 MICROSECOND = timedelta(microseconds=1)
 
 
+def page_size(paginator, request) -> int:
+    """The ``page_size`` asked for: the paginator's default when absent, a 400 naming the
+    parameter unless it is a whole number from 1 to ``max_page_size``."""
+    raw = request.query_params.get(paginator.page_size_query_param)
+    if raw is None:
+        return paginator.page_size
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
+        1 <= int(raw) <= paginator.max_page_size
+    ):
+        raise ValidationError(
+            {
+                paginator.page_size_query_param: [
+                    f"must be an integer between 1 and {paginator.max_page_size}"
+                ]
+            }
+        )
+    return int(raw)
+
+
 class KeysetPagination(BasePagination):
     """Pages ordered by ``(time_field, "id")``; ``descending`` flips the order.
 
@@ -80,20 +99,7 @@ class KeysetPagination(BasePagination):
 
     # -- paging ---------------------------------------------------------------------------
     def get_page_size(self, request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is None:
-            return self.page_size
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
-            1 <= int(raw) <= self.max_page_size
-        ):
-            raise ValidationError(
-                {
-                    self.page_size_query_param: [
-                        f"must be an integer between 1 and {self.max_page_size}"
-                    ]
-                }
-            )
-        return int(raw)
+        return page_size(self, request)
 
     def _order(self, backwards: bool) -> tuple[str, str]:
         down = self.descending != backwards
@@ -234,20 +240,7 @@ class ModelPagination(PageNumberPagination):
     max_page_size = 500
 
     def get_page_size(self, request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is None:
-            return self.page_size
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
-            1 <= int(raw) <= self.max_page_size
-        ):
-            raise ValidationError(
-                {
-                    self.page_size_query_param: [
-                        f"must be an integer between 1 and {self.max_page_size}"
-                    ]
-                }
-            )
-        return int(raw)
+        return page_size(self, request)
 
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)
