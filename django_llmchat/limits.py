@@ -10,9 +10,12 @@ One check is ONE query: the user's limit row and the sums of the usage rows of t
 and the month (and, when a run is about to be queued, the runs of the last hour and those
 queued or running) come back in a single statement over indexed columns.
 
-* :func:`admit` is called before a run is queued (``chat.ask()``, ``chat.stream()``,
-  ``chat.ask_later()``, the REST API): over a hard limit it raises
-  :class:`~django_llmchat.errors.BudgetExceededError` and nothing is stored.
+* :func:`admit` is called by :mod:`django_llmchat.runs` whenever a run is about to be
+  queued or queued again (``chat.ask()``, ``chat.stream()``, ``chat.ask_later()``, the
+  REST API, ``ui/chat``, a regenerate, a tool-call decision), inside the transaction that
+  creates the run and under the user's lock, so racing requests are admitted one at a
+  time: over a hard limit it raises :class:`~django_llmchat.errors.BudgetExceededError`
+  and nothing is stored.
 * :func:`check` is called by the loop before every provider call: over a hard limit the
   run ends ``interrupted`` with reason ``budget`` after its last stored step.
 * Past ``soft`` (a fraction of each limit, e.g. ``0.8``) the
@@ -369,7 +372,8 @@ def _verdict(chat, *, admission: bool) -> Verdict | None:
     return verdict
 
 
-def _exceeded(chat, exc: BudgetExceededError) -> None:
+def exceeded(chat, exc: BudgetExceededError) -> None:
+    """Send the ``budget_exceeded`` signal for ``exc``."""
     from .signals import budget_exceeded
 
     budget_exceeded.send(
@@ -383,14 +387,19 @@ def _exceeded(chat, exc: BudgetExceededError) -> None:
     )
 
 
-def admit(chat) -> Verdict | None:
+def admit(chat, *, signal: bool = True) -> Verdict | None:
     """Before a run of ``chat`` is queued: every limit of its user, in one query. Over a
-    hard limit: :class:`BudgetExceededError` (and the ``budget_exceeded`` signal).
-    ``None`` when limits are off or the chat has no user."""
+    hard limit: :class:`BudgetExceededError` (and, with ``signal``, the
+    ``budget_exceeded`` signal). ``None`` when limits are off or the chat has no user.
+
+    Called alone it only says what admission would decide now; the decision that counts
+    is the one :mod:`django_llmchat.runs` makes under the user's lock, in the transaction
+    creating the run (it sends the signal once that transaction is rolled back)."""
     try:
         return _verdict(chat, admission=True)
     except BudgetExceededError as exc:
-        _exceeded(chat, exc)
+        if signal:
+            exceeded(chat, exc)
         raise
 
 
@@ -400,7 +409,7 @@ def check(chat) -> Verdict | None:
     try:
         return _verdict(chat, admission=False)
     except BudgetExceededError as exc:
-        _exceeded(chat, exc)
+        exceeded(chat, exc)
         raise
 
 

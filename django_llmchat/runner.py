@@ -63,16 +63,19 @@ from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
+    closed_attempt,
     last_reported_step,
     load_history,
+    open_attempt,
     provider_message,
     record_failed_attempts,
     save_step,
     save_summary,
     save_tool_results,
     usage_row,
+    write_attempts,
 )
-from .values import Cost
+from .values import Cost, Tokens
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -196,13 +199,28 @@ class Runner:
         """Store ``prompt`` (after the before-guardrails) with a run answering it, and take
         the run (waiting for the runs ahead of it); returns the guardrails' events. A
         blocked prompt raises :class:`Blocked` and stores nothing."""
+        events = self.admit(prompt, attachments)
+        self.take_turn()
+        return events
+
+    def admit(
+        self,
+        prompt: str | None,
+        attachments: list[tuple] | None = None,
+        *,
+        regenerate: bool = False,
+    ) -> list:
+        """The first half of :meth:`begin`: store ``prompt`` with its run through the gate
+        (:func:`django_llmchat.runs.enqueue`: over a limit
+        :class:`~django_llmchat.errors.BudgetExceededError`, nothing stored), without
+        waiting for its turn. ``regenerate``: answer the last prompt again instead."""
         chat = self.chat
         events: list[StreamEvent] = []
         message = None
         if prompt is not None:
             text, events = self.check_prompt(prompt)
             message = Message(chat=chat, role="user", content=text)
-        else:
+        elif not regenerate:
             # continuing: the chat's next run, when nobody else is on it (a run queued
             # again after tool-call decisions, one whose worker died), is this one
             found = runs.claim(chat.pk)
@@ -214,11 +232,18 @@ class Runner:
                     f"chat {chat.pk} is waiting for a decision on its tool calls: approve "
                     "or deny them (or cancel the run) first"
                 )
-        self._admitted = limits.admit(chat)  # over a limit: raises, nothing stored
-        run, execution = runs.enqueue(chat, message, attachments, start=True, wait=True)
-        self.run_row = run
-        self.execution = execution or runs.wait_for_turn(run)
+        run, execution = runs.enqueue(
+            chat, message, attachments, start=True, wait=True, regenerate=regenerate
+        )
+        self._admitted = run.verdict  # the admission's check serves the first call
+        self.run_row, self.execution = run, execution
         return events
+
+    def take_turn(self) -> None:
+        """The second half of :meth:`begin`: wait until the admitted run is this
+        caller's to work on."""
+        if self.execution is None:
+            self.execution = runs.wait_for_turn(self.run_row)
 
     def resume(self, run: Run) -> None:
         """Take ``run`` (queued again after a tool-call decision) to continue it here."""
@@ -394,6 +419,29 @@ class Runner:
             history.observed(request, self.last_tokens)
         return response
 
+    def _open_attempt(
+        self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
+    ) -> Usage:
+        """The pending Usage row of an attempt about to call ``provider``: its input
+        tokens as the history estimates them, their cost (marked estimated)."""
+        estimate = None
+        if self.history is not None:
+            try:
+                estimate = self.history.count(request.messages)
+            except Exception:  # an estimator's failure never stops a call
+                logger.exception("chat %s: could not estimate a request", self.chat.pk)
+        row = usage_row(
+            self.chat,
+            provider=provider,
+            model_id=model_id,
+            status=Usage.PENDING,
+            tokens=Tokens(input_tokens=estimate) if estimate is not None else None,
+            started=time.monotonic(),
+            run_id=self.execution.pk if self.execution is not None else None,
+        )
+        row.duration_ms, row.operation = None, operation
+        return open_attempt(row)
+
     def _compact(self, covered, until_id, previous, budget):
         """Write and store a summary of ``covered`` (the messages up to ``until_id``,
         after the ``previous`` summary): one request to the summary model, its own usage
@@ -403,11 +451,13 @@ class Runner:
         provider_name = options.summary_provider or chat.provider
         model_id = options.summary_model or chat.model_id
         started = time.monotonic()
+        pending = None
         try:
             provider = (
                 self.provider if provider_name == chat.provider else get_provider(provider_name)
             )
             request = summary_request(options, model_id, covered, previous, budget)
+            pending = self._open_attempt(request, provider_name, model_id, operation="summary")
             response = provider.complete(request)
             content = check_summary_response(provider_name, response.content)
         except ProviderError as exc:
@@ -421,7 +471,7 @@ class Runner:
                 run_id=execution.pk,
             )
             failed.operation = "summary"
-            record_failed_attempts([failed])
+            record_failed_attempts([closed_attempt(pending, failed)])
             logger.warning(
                 "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
             )
@@ -437,6 +487,7 @@ class Runner:
             run_id=execution.pk,
         )
         usage.operation = "summary"
+        closed_attempt(pending, usage)
         return save_summary(
             chat,
             content=content,
@@ -456,9 +507,12 @@ class Runner:
         # never leaves (to the caller, to Redis, to the database)
         held: list[StreamEvent] | None = [] if self.holds_text else None
 
+        pending = [self._open_attempt(request, chat.provider, chat.model_id)]
+
         def attempt(status: str, *, tokens=None, error: str = "") -> Usage:
-            """The Usage row of the attempt that just ended, its cost frozen now."""
-            return usage_row(
+            """The Usage row of the attempt that just ended, its cost frozen now (written
+            over the attempt's pending row)."""
+            row = usage_row(
                 chat,
                 provider=chat.provider,
                 model_id=chat.model_id,
@@ -469,10 +523,14 @@ class Runner:
                 error=error,
                 run_id=execution.pk,
             )
+            return closed_attempt(pending[0], row)
 
         def on_retry(error: ProviderError, number: int) -> None:
-            failed.append(attempt(Usage.FAILED, error=str(error)))
+            ended = attempt(Usage.FAILED, error=str(error))
+            write_attempts([ended])  # closed now: the next attempt has a row of its own
+            failed.append(ended)
             clock["started"], clock["first_token"] = time.monotonic(), None
+            pending[0] = self._open_attempt(request, chat.provider, chat.model_id)
 
         try:
             if stream:
@@ -503,6 +561,10 @@ class Runner:
             raise
         except (ProviderError, IncompleteStreamError) as exc:
             record_failed_attempts([*failed, attempt(Usage.FAILED, error=str(exc))])
+            raise
+        except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
+            error = f"{type(exc).__name__}: {exc}"
+            record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
             raise
         content = response.content
         if chat.schema is not None and content and not response.tool_calls:
@@ -537,16 +599,22 @@ class Runner:
                     GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
                 )
         final = not response.tool_calls
-        message, calls = save_step(
-            chat,
-            response,
-            provider=chat.provider,
-            model_id=chat.model_id,
-            content=content,
-            usages=failed + [succeeded],
-            execution=execution,
-            final=final,
-        )
+        try:
+            message, calls = save_step(
+                chat,
+                response,
+                provider=chat.provider,
+                model_id=chat.model_id,
+                content=content,
+                usages=failed + [succeeded],
+                execution=execution,
+                final=final,
+            )
+        except RunLostError:
+            # the step is not ours to store, but the attempt was paid for
+            succeeded.message = None
+            write_attempts([succeeded])
+            raise
         self.result.message = message
         if not response.tokens.is_empty:
             # a deferred total is read from the usage rows, which now include this step
@@ -727,9 +795,9 @@ class Runner:
         except Blocked as exc:
             self._blocked_run(exc.event)
             return None
-        limits.admit(chat)  # over a limit: BudgetExceededError, nothing stored
         message = Message(chat=chat, role="user", content=text)
         task_id = uuid.uuid4().hex
+        # through the gate: over a limit BudgetExceededError, nothing stored
         run, _ = runs.enqueue(chat, message, attachments, task_id=task_id)
         chat.last_run = run
         chat_id, run_id = chat.pk, run.pk

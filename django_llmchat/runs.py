@@ -19,6 +19,18 @@ renews the lease every third of ``LLMCHAT["RUN_LEASE"]`` seconds.
 
 Prompts asked while a run works are queued runs, answered in order (oldest first); their
 messages read after everything else until their own run starts.
+
+**The gate.** Every run is created here, by :func:`enqueue` (a prompt, a continuation, a
+regenerate) or queued again by :func:`decide` (the last tool-call decision), and each of
+them admits it in the same transaction: after the chat's lock it takes the user's lock (a
+PostgreSQL advisory lock; SQLite's write lock is already held; a row lock on the user
+elsewhere), checks every spending limit (:func:`django_llmchat.limits.admit`) and only then
+writes. Racing requests of one user are so admitted one at a time, whatever path they came
+by, and ``concurrent_runs`` is exact.
+
+Every provider attempt has a Usage row written before the call (``pending``, with its
+estimated input tokens and cost); a run taken over from a process that died marks the
+attempts that process left ``lost``, so what it spent stays counted.
 """
 
 from __future__ import annotations
@@ -40,9 +52,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from . import limits
 from .conf import settings
-from .errors import ArgumentError, ChatBusyError, RunLostError
-from .models import Chat, Message, Run, ToolCall
+from .errors import ArgumentError, BudgetExceededError, ChatBusyError, RunLostError
+from .models import Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION, clock_position
 from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate, mark_saved
 from .tools import ToolResult
@@ -54,9 +67,12 @@ __all__ = [
     "BUSY",
     "NOTHING",
     "PAUSED",
+    "NothingToRegenerate",
+    "RunInProgress",
     "CancelRequested",
     "Claim",
     "Execution",
+    "cancel_queued",
     "claim",
     "decide",
     "enqueue",
@@ -164,6 +180,46 @@ def _lock(chat_id: int) -> bool:
     return bool(_LOCK_CHAT.run(chat_id))
 
 
+# the advisory lock space of users' admissions: "llmc"
+_USER_LOCK_SPACE = 0x6C6C6D63
+
+
+def _lock_user(user_id: int) -> None:
+    """Take the user's admission lock for this transaction, after the chat's: a
+    PostgreSQL advisory lock (released at commit or rollback); on SQLite the chat's lock
+    already holds the database's write lock; elsewhere a row lock on the user."""
+    connection = connections[router.db_for_write(Run)]
+    if connection.vendor == "sqlite":
+        return
+    if connection.vendor == "postgresql":
+        key = ((int(user_id) + 2**31) % 2**32) - 2**31  # any id into the int4 key
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_USER_LOCK_SPACE, key])
+        return
+    from django.contrib.auth import get_user_model
+
+    list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values("pk"))
+
+
+def _admit(chat: Chat) -> limits.Verdict | None:
+    """The gate, in the caller's transaction after the chat's lock: the user's lock, then
+    every limit. Over a hard limit :class:`BudgetExceededError` (the caller rolls back
+    and sends the signal)."""
+    if not limits.enabled() or chat.user_id is None:
+        return None
+    _lock_user(chat.user_id)
+    return limits.admit(chat, signal=False)
+
+
+def _mark_lost(run_id: int) -> int:
+    """The attempts of ``run_id`` still pending were made by a process that died: they
+    end ``lost``, their estimated tokens and cost kept (and counted by the limits)."""
+    return Usage.objects.filter(run_id=run_id, status=Usage.PENDING).update(
+        status=Usage.LOST,
+        error="The process making this attempt stopped before the attempt ended.",
+    )
+
+
 def _head(chat_id: int) -> Run | None:
     """The oldest unfinished run of the chat: the one to work on next."""
     rows = _HEAD.rows(chat_id)
@@ -227,48 +283,95 @@ def enqueue(
     task_id: str = "",
     start: bool = False,
     wait: bool = False,
+    regenerate: bool = False,
 ) -> tuple[Run, Execution | None]:
-    """Store ``prompt`` (unsaved, with its attachments) and a queued run answering it, in
-    one transaction. ``start=True`` also claims the run when nothing is ahead of it (the
-    caller runs it now). ``wait=True``: the caller will wait for the run's turn (the run
-    holds a lease the waiting renews, so nobody else takes it); it raises
-    :class:`ChatBusyError` instead when the chat's run waits for a tool-call decision."""
+    """Admit and store ``prompt`` (unsaved, with its attachments) and a queued run
+    answering it, in one transaction (the gate: the chat's lock, the user's lock, every
+    limit; over one :class:`BudgetExceededError` and nothing is stored). ``start=True``
+    also claims the run when nothing is ahead of it (the caller runs it now).
+    ``wait=True``: the caller will wait for the run's turn (the run holds a lease the
+    waiting renews, so nobody else takes it); it raises :class:`ChatBusyError` instead
+    when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
+    the messages of the chat's last run, but its prompt, leave the transcript and the
+    new run answers again; :class:`ChatBusyError` while a run is unfinished.
+
+    The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     if chat.pk is None:
         raise ArgumentError(
             "save the chat before running it (Chat.objects.create(...) or chat.save())"
         )
+    if regenerate and prompt is not None:
+        raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
     worker = worker_name() if (start or wait) else ""
-    with transaction.atomic():
-        if not _lock(chat.pk):
-            raise ArgumentError(f"chat {chat.pk} does not exist")
-        head = _head(chat.pk)
-        if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
-            raise ChatBusyError(
-                f"chat {chat.pk} is waiting for a decision on its tool calls: approve or "
-                "deny them (or cancel the run) first"
+    try:
+        with transaction.atomic():
+            run, claimed, chat.status = _enqueue(
+                chat, prompt, attachments, task_id, start, wait, regenerate, worker
             )
-        if prompt is not None:
-            if head is not None:
-                prompt.position += QUEUED_POSITION
-            if attachments:
-                chat._insert(prompt, attachments)
-            else:
-                _INSERT_MESSAGE.save(prompt)
-        run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
-        now = timezone.now()
-        claimed = start and head is None
-        if claimed:
-            run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
-            run.worker, run.lease_expires_at = worker, _lease_until()
-        elif wait:
-            run.worker, run.lease_expires_at = worker, _lease_until()
-        _INSERT_RUN.save(run)
-        if claimed:
-            _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
-        elif head is None:
-            _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
-    chat.status = run.status if head is None else head.status
+    except BudgetExceededError as exc:
+        limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+        raise
     return run, (Execution(run, worker=worker) if claimed else None)
+
+
+def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker):
+    if not _lock(chat.pk):
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    head = _head(chat.pk)
+    if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
+        raise ChatBusyError(
+            f"chat {chat.pk} is waiting for a decision on its tool calls: approve or "
+            "deny them (or cancel the run) first"
+        )
+    if regenerate:
+        _drop_last_reply(chat, head)
+    verdict = _admit(chat)
+    if prompt is not None:
+        if head is not None:
+            prompt.position += QUEUED_POSITION
+        if attachments:
+            chat._insert(prompt, attachments)
+        else:
+            _INSERT_MESSAGE.save(prompt)
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    now = timezone.now()
+    claimed = start and head is None
+    if claimed:
+        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    elif wait:
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    _INSERT_RUN.save(run)
+    if claimed:
+        _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
+    elif head is None:
+        _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
+    run.verdict = verdict
+    return run, claimed, (run.status if head is None else head.status)
+
+
+def _drop_last_reply(chat: Chat, head: Run | None) -> None:
+    """Regenerate, under the chat's lock: the messages the chat's last run stored but its
+    prompt leave the transcript (every usage row stays). One regenerate of many racing
+    wins; the others find its run unfinished."""
+    if head is not None:
+        raise RunInProgress(
+            f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) "
+            "before regenerating"
+        )
+    last = Run.objects.filter(chat_id=chat.pk).order_by("-id").values_list("pk", flat=True)
+    last_id = last.first()
+    if last_id is None:
+        raise NothingToRegenerate(f"chat {chat.pk} has no reply to regenerate")
+    Message.objects.filter(chat_id=chat.pk, run_id=last_id).exclude(role="user").delete()
+
+
+class NothingToRegenerate(ArgumentError):
+    """A regenerate on a chat that has no run yet."""
+
+
+class RunInProgress(ChatBusyError):
+    """A regenerate while a run of the chat is unfinished."""
 
 
 @dataclass
@@ -349,6 +452,7 @@ def claim(
             if not taken:  # cannot happen under the chat's lock; look again
                 continue
             if head.status == Run.RUNNING:
+                _mark_lost(head.pk)
                 logger.warning(
                     "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
                     "it from its last stored step (attempt %d)",
@@ -391,6 +495,7 @@ def _busy_or_paused(head: Run, now) -> Claim:
 
 def _give_up(run: Run, now) -> None:
     attempts = run.attempt
+    _mark_lost(run.pk)
     Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
         status=Run.FAILED,
         error_type="worker_lost",
@@ -420,7 +525,7 @@ def wait_for_turn(run: Run, *, poll: float = WAIT_POLL_SECONDS) -> Execution:
         if found.state == NOTHING:
             raise RunLostError(f"run {run.pk} was finished before its turn came")
         if found.state == PAUSED:
-            _cancel_queued(run.chat_id, run.pk, error_type="chat_busy")
+            cancel_queued(run.chat_id, run.pk, error_type="chat_busy")
             raise ChatBusyError(
                 f"chat {run.chat_id} is waiting for a decision on its tool calls: approve or "
                 "deny them (or cancel the run) first"
@@ -428,7 +533,9 @@ def wait_for_turn(run: Run, *, poll: float = WAIT_POLL_SECONDS) -> Execution:
         time.sleep(poll)
 
 
-def _cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
+def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
+    """End run ``run_id`` ``cancelled`` while it is still queued (its caller gave up on
+    it before its turn came); ``False`` when it is not queued any more."""
     with transaction.atomic():
         _lock(chat_id)
         run = Run.objects.filter(pk=run_id, status=Run.QUEUED).first()
@@ -769,28 +876,43 @@ def decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
     """Record ``approval`` (``"approved"``/``"denied"``) on a call the chat's run waits
     for, once: a second decision on the same call raises :class:`AlreadyDecided`; a run
     that is not waiting raises :class:`ChatBusyError`. Returns the run when this was
-    the last decision it waited for (it is queued again: run it, or send its task)."""
+    the last decision it waited for (it is queued again: run it, or send its task). The
+    run queued again passes the gate as a new run does: over a limit
+    :class:`BudgetExceededError`, and the decision is not recorded."""
     if approval not in ("approved", "denied"):
         raise ArgumentError(f"approval must be 'approved' or 'denied', got {approval!r}")
-    with transaction.atomic():
-        _lock(chat_id)
-        taken = ToolCall.objects.filter(pk=call.pk, approval="", result__isnull=True).update(
-            approval=approval
+    try:
+        with transaction.atomic():
+            return _decide(chat_id, call, approval)
+    except BudgetExceededError as exc:
+        chat = Chat.objects.filter(pk=chat_id).first()
+        if chat is not None:
+            limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+        raise
+
+
+def _decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
+    _lock(chat_id)
+    taken = ToolCall.objects.filter(pk=call.pk, approval="", result__isnull=True).update(
+        approval=approval
+    )
+    if not taken:
+        raise AlreadyDecided(f"tool call {call.call_id!r} has already been answered")
+    head = _head(chat_id)
+    if head is None or head.status != Run.AWAITING_APPROVAL:
+        raise ChatBusyError(
+            f"chat {chat_id} has no run waiting for a decision (it is running: wait for "
+            "it to pause)"
         )
-        if not taken:
-            raise AlreadyDecided(f"tool call {call.call_id!r} has already been answered")
-        head = _head(chat_id)
-        if head is None or head.status != Run.AWAITING_APPROVAL:
-            raise ChatBusyError(
-                f"chat {chat_id} has no run waiting for a decision (it is running: wait for "
-                "it to pause)"
-            )
-        if ToolCall.objects.filter(chat_id=chat_id, approval="", result__isnull=True).exists():
-            return None
-        Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
-        _sync_chat(chat_id)
-        head.status = Run.QUEUED
-        return head
+    if ToolCall.objects.filter(chat_id=chat_id, approval="", result__isnull=True).exists():
+        return None
+    if limits.enabled():
+        owner = Chat._base_manager.filter(pk=chat_id).values_list("user_id", flat=True).first()
+        _admit(Chat(pk=chat_id, user_id=owner))
+    Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
+    _sync_chat(chat_id)
+    head.status = Run.QUEUED
+    return head
 
 
 class AlreadyDecided(ArgumentError):

@@ -434,9 +434,67 @@ def usage_row(
     return row
 
 
+# what closing an attempt writes over its pending row
+_ATTEMPT_COLUMNS = (
+    "status",
+    "provider",
+    "model_id",
+    "message_id",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "thinking_tokens",
+    "input_cost",
+    "output_cost",
+    "cache_read_cost",
+    "cache_write_cost",
+    "thinking_cost",
+    "total_cost",
+    "duration_ms",
+    "first_token_ms",
+    "error",
+    "estimated",
+)
+
+
+def open_attempt(row: Usage) -> Usage:
+    """Write the Usage row of an attempt about to call its provider (``pending``, with
+    what is known: the estimated input tokens and their cost, marked ``estimated``), so
+    an attempt whose process dies is still on the ledger (the recovery marks it
+    ``lost``). One INSERT, in its own transaction: it stays whatever happens next."""
+    row.status = Usage.PENDING
+    row.estimated = True
+    _INSERT_USAGE.save(row)
+    return row
+
+
+def closed_attempt(pending: Usage | None, row: Usage) -> Usage:
+    """``row`` (an ended attempt, unsaved) as the close of ``pending`` (its open row):
+    written over it by :func:`write_attempts`."""
+    if pending is not None and pending.pk is not None:
+        row.pk, row.created_at = pending.pk, pending.created_at
+        row.closes_pending = True
+    return row
+
+
+def write_attempts(rows: list[Usage]) -> None:
+    """Store ended attempts: a row closing a pending one is written over it (one UPDATE),
+    others are inserted."""
+    new = [row for row in rows if not getattr(row, "closes_pending", False)]
+    for row in rows:
+        if getattr(row, "closes_pending", False):
+            row.estimated = False
+            values = {name: getattr(row, name) for name in _ATTEMPT_COLUMNS}
+            Usage.objects.filter(pk=row.pk).update(**values)
+    if len(new) == 1:
+        _INSERT_USAGE.save(new[0])
+    elif new:
+        Usage.objects.bulk_create(new)
+
+
 def record_failed_attempts(rows: list[Usage]) -> None:
-    if rows:
-        Usage.objects.bulk_create(rows)
+    write_attempts(rows)
 
 
 def save_step(
@@ -495,10 +553,7 @@ def save_step(
             ToolCall.objects.bulk_create(calls)
         for row in usages:
             row.message = message
-        if len(usages) == 1:
-            _INSERT_USAGE.save(usages[0])
-        else:
-            Usage.objects.bulk_create(usages)
+        write_attempts(usages)
         execution.step_stored(final_status=Run.SUCCEEDED if final else None)
         if not final:
             _TOUCHED.run(chat.pk)
@@ -531,7 +586,7 @@ def save_summary(
     with transaction.atomic():
         _INSERT_MESSAGE.save(message)
         usage.message = message
-        _INSERT_USAGE.save(usage)
+        write_attempts([usage])
         if execution is not None:
             execution.fence()
     known_relations(message, tool_calls=[], attachments=[], usages=[usage])
@@ -597,4 +652,7 @@ __all__ = [
     "save_tool_results",
     "load_history",
     "usage_row",
+    "open_attempt",
+    "closed_attempt",
+    "write_attempts",
 ]

@@ -97,7 +97,9 @@ class InlineRun:
     another tab can follow the run on ``events/`` and resume it; without it frames are
     numbered from 1.
 
-    Nothing is stored before the first frame is asked for. A client that disconnects
+    :meth:`start` stores the prompt with its run through the gate before the response
+    begins (so a refusal is an HTTP status: over a limit, a busy chat); without it,
+    nothing is stored before the first frame is asked for. A client that disconnects
     before the end does not throw the reply away: the run goes on in a background thread
     and is stored (``LLMCHAT["CANCEL_ON_DISCONNECT"] = True`` cancels it instead); either
     way every provider attempt keeps its usage row. It iterates synchronously (WSGI) or,
@@ -111,14 +113,19 @@ class InlineRun:
         prompt: str | None = None,
         attachments: list | None = None,
         resume: Any = None,
+        regenerate: bool = False,
         asynchronous: bool = False,
     ):
         self.chat = chat
         self.prompt = prompt
         self.attachments = attachments
         self.resume = resume
+        self.regenerate = regenerate
         self.asynchronous = asynchronous
         self.runner: Any = None
+        self._started = False
+        self._pre: list = []
+        self._blocked_event: Any = None
         self._n = 0
         self._error: dict[str, Any] | None = None
         self._blocked = False
@@ -127,24 +134,39 @@ class InlineRun:
         self._gen = self._frames_sync()
 
     # -- the run --------------------------------------------------------------------------
-    def _events(self) -> Iterator[StreamEvent]:
+    def start(self) -> InlineRun:
+        """Store the prompt (or the regenerate, the resumed run) with its run now, through
+        the gate: :class:`~django_llmchat.errors.BudgetExceededError` over a limit,
+        :class:`~django_llmchat.errors.ChatBusyError` when the chat cannot take it, and
+        nothing stored. Waiting for the run's turn is left to the stream."""
         from ..runner import Blocked
 
+        if self._started:
+            return self
         runner = self.runner = self.chat.runner()
-        try:
-            if self.resume is not None:
-                runner.resume(self.resume)
-                pre: list = []
-            else:
-                items = self.chat._check_prompt_type(self.prompt, self.attachments)
-                pre = runner.begin(self.prompt, items)
-        except Blocked as exc:
+        if self.resume is None:
+            items = self.chat._check_prompt_type(self.prompt, self.attachments)
+            try:
+                self._pre = runner.admit(self.prompt, items, regenerate=self.regenerate)
+            except Blocked as exc:
+                self._blocked_event = exc.event
+        self._started = True
+        return self
+
+    def _events(self) -> Iterator[StreamEvent]:
+        self.start()
+        runner = self.runner
+        if self._blocked_event is not None:
             self._blocked = True
-            yield exc.event
+            yield self._blocked_event
             return
+        if self.resume is not None:
+            runner.resume(self.resume)
+        else:
+            runner.take_turn()
         run = runner.run_row
         yield RunStarted(run_id=str(run.pk), message_id=run.prompt_id)
-        yield from runner.run(stream=True, pre_events=pre)
+        yield from runner.run(stream=True, pre_events=self._pre)
 
     def _id(self, event: StreamEvent | None) -> str | int | None:
         """The frame's id: the Redis stream id the event got, else the next number."""
@@ -217,10 +239,28 @@ class InlineRun:
         self._done = True
         if self.runner is None or settings.CANCEL_ON_DISCONNECT:
             self._gen.close()  # nothing began, or cancel: the run ends cancelled
+            self._cancel_unstarted()
             return
         threading.Thread(
             target=self._drain, name=f"llmchat-inline-{self.chat.pk}", daemon=True
         ).start()
+
+
+    def _cancel_unstarted(self) -> None:
+        """The run was admitted but its stream never began: it ends cancelled (a run the
+        stream began ends in the stream)."""
+        from .. import runs
+
+        runner = self.runner
+        if runner is None or getattr(runner, "run_row", None) is None:
+            return
+        execution = runner.execution
+        if execution is not None and not execution.done:
+            if execution.finish("cancelled", interrupt_reason="stream_closed"):
+                return
+        if execution is None:
+            run = runner.run_row
+            runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")
 
 
 class _SyncFrames:

@@ -34,7 +34,7 @@ from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import limits, runs
+from .. import runs
 from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
@@ -172,9 +172,29 @@ class LLMChatView(GenericAPIView):
 
 
 def _inline(view: LLMChatView, chat: Chat, *, status_code: int = 200, **run: Any):
-    """Stream a run in the response (WSGI: a sync iterator; ASGI: an async one)."""
+    """Stream a run in the response (WSGI: a sync iterator; ASGI: an async one). The run
+    passes the gate before the response starts: a refusal is a 429 or a 409."""
     inline = InlineRun(chat, asynchronous=view.is_asgi(), **run)
+    start(inline)
     return sse_response(inline.frames(), status=status_code)
+
+
+def start(inline: InlineRun) -> InlineRun:
+    """Admit an inline run now; a chat that cannot take it is a 409 (a limit's refusal
+    is the API's 429)."""
+    try:
+        return inline.start()
+    except runs.RunInProgress:
+        raise Conflict(
+            "The chat has a run in progress; wait for it to end (or cancel it)."
+        ) from None
+    except ChatBusyError:
+        raise Conflict(
+            "The chat's run waits for a decision on its tool calls: approve or deny them "
+            "(or cancel the run) first."
+        ) from None
+    except runs.NothingToRegenerate:
+        raise ValidationError({"trigger": ["the chat has no reply to regenerate"]}) from None
 
 
 SSE_RESPONSE = OpenApiResponse(
@@ -462,12 +482,6 @@ class MessageListCreateView(LLMChatView):
         content = serializer.validated_data["content"]
         attachments = serializer.validated_data.get("attachments") or None
         if self.wants_events():
-            if chat.status == Run.AWAITING_APPROVAL:
-                raise Conflict(
-                    "The chat's run waits for a decision on its tool calls: approve or deny "
-                    "them (or cancel the run) first."
-                )
-            limits.admit(chat)  # a 429 before the stream starts
             return _inline(self, chat, prompt=content, attachments=attachments)
         after = _stream_position(chat)
         message = chat.ask_later(content, attachments=attachments)
@@ -733,14 +747,8 @@ class UIChatView(LLMChatView):
         stream = ui.UIMessageStream(chat_id=chat.pk)
         run: dict[str, Any] = {}
         if data["trigger"] == "regenerate-message":
-            ui.drop_last_reply(chat)
-            run["prompt"] = None
+            run["regenerate"] = True
         elif last["role"] == "user":
-            if chat.status == Run.AWAITING_APPROVAL:
-                raise Conflict(
-                    "The chat's run waits for a decision on its tool calls: answer the "
-                    "approval requests (or cancel the run) first."
-                )
             run["prompt"], run["attachments"] = ui.prompt_of(last)
             run["attachments"] = run["attachments"] or None
         elif last["role"] == "assistant":
@@ -766,6 +774,7 @@ class UIChatView(LLMChatView):
         else:
             raise ValidationError({"messages": ["a client cannot send system messages"]})
         inline = ui.UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
+        start(inline)
         return ui.ui_response(inline.frames())
 
 

@@ -39,7 +39,9 @@ class AbstractUsage(models.Model):
     token counts and costs frozen when the attempt ended."""
 
     PENDING, SUCCEEDED, FAILED, CANCELLED = "pending", "succeeded", "failed", "cancelled"
-    STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED)
+    LOST = "lost"
+    """The process making the attempt died before it ended (marked by the recovery)."""
+    STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED, LOST)
 
     operation = models.CharField(max_length=32, default="chat")
     provider = models.CharField(max_length=64, blank=True)
@@ -59,6 +61,11 @@ class AbstractUsage(models.Model):
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     first_token_ms = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
+    estimated = models.BooleanField(
+        default=False,
+        help_text="The tokens and cost are the estimate written before the provider call "
+        "(the attempt is pending, or its process died before the vendor reported them).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = UsageQuerySet.as_manager()

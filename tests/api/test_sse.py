@@ -86,15 +86,20 @@ def test_inline_stream_of_a_blocked_prompt_releases_the_chat(api, owner, fake_ll
     assert not chat.runs.exists() and not chat.messages.exists()  # nothing was stored
 
 
-@pytest.mark.django_db
-def test_a_stream_never_read_stores_nothing(api, chat, fake_llm):
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_never_read_still_answers_its_stored_prompt(api, chat, fake_llm):
+    """The prompt and its run pass the gate before the response starts (a refusal is an
+    HTTP status); a client that leaves before the first byte leaves the reply to finish
+    as a client leaving mid-stream does."""
     fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Reply("still answered"))
     response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)
-    assert Chat.objects.get(pk=chat.pk).status == "idle"  # nothing happens before a read
+    assert chat.runs.count() == 1 and chat.messages.get().content == "hi"
     close_response(response)  # the client went away before the first byte
-    assert Chat.objects.get(pk=chat.pk).status == "idle"
-    assert not Message.objects.filter(chat=chat).exists() and not chat.runs.exists()
-    assert fake_llm.requests == []
+    run = wait_for_run(chat)
+    assert run.status == "succeeded"
+    assert chat.messages.get(role="assistant").content == "still answered"
+    assert len(fake_llm.requests) == 1
 
 
 @pytest.mark.django_db(transaction=True)

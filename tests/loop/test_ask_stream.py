@@ -157,10 +157,11 @@ def test_message_reads_back_from_db(chat, fake_llm):
 
 
 def test_reply_statements(chat, fake_llm):
-    """A plain reply is twelve statements: the prompt with its run, started (the chat's
-    lock, the runs ahead, two INSERTs, the chat's status), the transcript read, then the
-    reply with its usage row and the run's end (the chat's lock, two INSERTs, the fenced
-    run UPDATE, the next run, the chat's status)."""
+    """A plain reply is thirteen statements: the prompt with its run, started (the chat's
+    lock, the runs ahead, two INSERTs, the chat's status), the transcript read, the
+    attempt's pending usage row (before the provider call), then the reply closing that
+    row and the run's end (the chat's lock, the message INSERT, the usage UPDATE, the
+    fenced run UPDATE, the next run, the chat's status)."""
     chat.ask("warm up")  # compiles the prepared statements
     fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
     with CaptureQueriesContext(connection) as ctx:
@@ -177,9 +178,10 @@ def test_reply_statements(chat, fake_llm):
         "INSERT llmchat_run",
         "UPDATE llmchat_chat",
         "SELECT llmchat_message",
+        "INSERT llmchat_usage",
         "UPDATE llmchat_chat",
         "INSERT llmchat_message",
-        "INSERT llmchat_usage",
+        "UPDATE llmchat_usage",
         "UPDATE llmchat_run",
         "SELECT llmchat_run",
         "UPDATE llmchat_chat",
