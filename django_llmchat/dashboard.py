@@ -93,6 +93,7 @@ def _sums() -> dict[str, Any]:
         "failed": Count("id", filter=Q(status=Usage.FAILED)),
         "cancelled": Count("id", filter=Q(status=Usage.CANCELLED)),
         "succeeded": Count("id", filter=Q(status=Usage.SUCCEEDED)),
+        "lost": Count("id", filter=Q(status=Usage.LOST)),
         "unpriced": Count("id", filter=Q(total_cost__isnull=True, input_tokens__isnull=False)),
         "cost": Sum("total_cost"),
         "cache_read_cost": Sum("cache_read_cost"),
@@ -204,7 +205,8 @@ def usage_summary(
     by_provider = sorted(providers.values(), key=lambda r: (-r["cost"], r["provider"]))
     by_status = [
         {"status": status, "attempts": totals[status]}
-        for status in ("succeeded", "failed", "cancelled")
+        for status in ("succeeded", "failed", "cancelled", "lost")
+        if status != "lost" or totals.get("lost")
     ]
     pending = totals["attempts"] - sum(s["attempts"] for s in by_status)
     if pending:

@@ -245,7 +245,6 @@ class InlineRun:
             target=self._drain, name=f"llmchat-inline-{self.chat.pk}", daemon=True
         ).start()
 
-
     def _cancel_unstarted(self) -> None:
         """The run was admitted but its stream never began: it ends cancelled (a run the
         stream began ends in the stream)."""

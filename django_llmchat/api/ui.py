@@ -45,7 +45,7 @@ from ..events import (
     ToolResultDone,
     WebSearchDone,
 )
-from ..models import Chat, Message, Run, ToolCall
+from ..models import Chat, Run, ToolCall
 from .errors import Conflict
 from .serializers import StrictCharField
 from .sse import InlineRun, error_payload
@@ -692,15 +692,3 @@ def decide_all(chat: Chat, decisions: list[tuple[str, str, str]]) -> Run | None:
             raise Conflict("The chat is running; wait for it to pause.") from None
         resumed = found or resumed
     return resumed
-
-
-def drop_last_reply(chat: Chat) -> None:
-    """Regenerate: the messages the chat's last run stored leave the transcript (its prompt
-    and every usage row stay)."""
-    if chat.runs.filter(status__in=Run.UNFINISHED).exists():
-        raise Conflict("The chat has a run in progress; wait for it to end (or cancel it).")
-    last = chat.runs.order_by("-id").first()
-    if last is None:
-        raise ValidationError({"trigger": ["the chat has no reply to regenerate"]})
-    with transaction.atomic():
-        Message.objects.filter(chat=chat, run=last).exclude(role="user").delete()

@@ -76,7 +76,9 @@ def test_sigkill_mid_stream_then_a_new_worker_gives_one_reply(services, llm):
     task_id = chat.runs.get().task_id  # the run's task, unacknowledged by the worker
     first.kill()
     assert assistant_count(chat) == 0  # nothing of the interrupted step was stored
-    assert not Usage.objects.filter(chat=chat).exists()
+    # but the attempt is on the ledger: written before its call, its input estimated
+    dead = Usage.objects.get(chat=chat)
+    assert dead.status == "pending" and dead.estimated and dead.input_tokens > 0
 
     second = services.worker(queue=queue, concurrency=4)
     try:
@@ -88,9 +90,13 @@ def test_sigkill_mid_stream_then_a_new_worker_gives_one_reply(services, llm):
         assert Message.objects.get(chat=chat, role="assistant").content == "Recovered answer."
         assert len(llm.requests) == 2
         wait_until(lambda: Chat.objects.get(pk=chat.pk).status == "idle")
-        assert list(Usage.objects.filter(chat=chat).values_list("status", flat=True)) == [
-            "succeeded"
+        # one row per attempt: the killed one marked lost by the takeover, then the reply
+        rows = Usage.objects.filter(chat=chat).order_by("id")
+        assert list(rows.values_list("status", "estimated")) == [
+            ("lost", True),
+            ("succeeded", False),
         ]
+        assert rows[0].input_tokens == dead.input_tokens
     finally:
         second.stop()
 
