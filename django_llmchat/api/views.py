@@ -230,8 +230,12 @@ MESSAGE_RULES = refused(
 )
 TOKEN_RULES = refused("a username and password that do not log in")
 UI_RULES = refused(
-    "a new user message with neither text nor a file part, a file part whose `url` is not "
-    "a base64 `data:` URL, an `id` with characters a resume URL cannot carry"
+    "the rules of a REST message, reported on `messages`: a new user message with neither "
+    'text nor a file part, text longer than `LLMCHAT["MAX_CONTENT_LENGTH"]`, too many, '
+    "empty, too large or disallowed files (typed by their bytes); a file part whose `url` "
+    "is not a base64 `data:` URL; an `id` with characters a resume URL cannot carry, or "
+    "naming no chat of yours while the project's default provider is not configured (or "
+    "its default model not allowed): no chat is made"
 )
 
 BUDGET = OpenApiResponse(
@@ -747,8 +751,8 @@ class UIChatView(LLMChatView):
                     "The chat's run waits for a decision on its tool calls: answer the "
                     "approval requests (or cancel the run) first."
                 )
-            run["prompt"], run["attachments"] = ui.prompt_of(last)
-            run["attachments"] = run["attachments"] or None
+            run["prompt"] = data["prompt"]  # checked by the serializer (the input rules)
+            run["attachments"] = data["attachments"] or None
         elif last["role"] == "assistant":
             decisions = ui.approvals_of(last)
             if not decisions:
