@@ -388,7 +388,7 @@ def check_max_tokens(
     """``params["max_tokens"]`` is at most the model's ``max_output_tokens`` in the model
     registry (when it knows the model). ``kept``: the params are the chat's own, kept
     while its model changes (the reason says to send lower ones)."""
-    max_tokens = (params or {}).get("max_tokens")
+    max_tokens = params.get("max_tokens") if isinstance(params, Mapping) else None
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
         return
     from .models import LLMModel
