@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -203,18 +204,84 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="llmchat.E010",
                 )
             )
+    errors.extend(_check_registries(merged))
     from .history import history_errors
 
     for problem in history_errors(merged["HISTORY"]):
         errors.append(
             Error(
                 f"LLMCHAT['HISTORY']: {problem}.",
-                hint="Use 'window' (the default), 'summarize', 'all', the dotted path of a "
-                "history processor, or a dict of history options with 'strategy'.",
+                hint="Use 'window' (the default), 'summarize', 'all', a name in "
+                "LLMCHAT['HISTORY_PROCESSORS'] or the dotted path of a history processor, "
+                "or a dict of history options with 'strategy'.",
                 id="llmchat.E014",
             )
         )
     errors.extend(_check_limits(merged))
+    return errors
+
+
+REGISTRY_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+REGISTRIES = {
+    "HISTORY_PROCESSORS": ("llmchat.E023", "a history processor, (messages, window) -> messages"),
+    "TOKEN_ESTIMATORS": ("llmchat.E024", "a token estimator, (ProviderMessage) -> int"),
+}
+
+
+def _check_registries(merged: dict[str, Any]) -> list:
+    """``HISTORY_PROCESSORS`` and ``TOKEN_ESTIMATORS``: names (what API users send) to
+    functions or their dotted paths."""
+    from django.utils.module_loading import import_string
+
+    from .history import STRATEGIES
+
+    errors: list = []
+    for key, (check_id, what) in REGISTRIES.items():
+        registry = merged[key]
+        if not isinstance(registry, dict):
+            errors.append(
+                Error(
+                    f"LLMCHAT[{key!r}] must be a dict of name -> dotted path.",
+                    hint=f'For example LLMCHAT[{key!r}] = {{"my_name": "myapp.module.function"}}.',
+                    id=check_id,
+                )
+            )
+            continue
+        for name, target in registry.items():
+            where = f"LLMCHAT[{key!r}][{name!r}]"
+            if not isinstance(name, str) or not REGISTRY_NAME.match(name):
+                errors.append(
+                    Error(
+                        f"{where}: a name is 1-64 letters, digits, '_' or '-' (no dots: "
+                        "API users send it, and a dotted path is never one).",
+                        hint=f"Rename the entry in LLMCHAT[{key!r}].",
+                        id=check_id,
+                    )
+                )
+                continue
+            if key == "HISTORY_PROCESSORS" and name in STRATEGIES:
+                errors.append(
+                    Error(
+                        f"{where}: {name!r} is a built-in strategy.",
+                        hint=f"Give the processor another name in LLMCHAT[{key!r}].",
+                        id=check_id,
+                    )
+                )
+                continue
+            try:
+                found = import_string(target) if isinstance(target, str) else target
+            except ImportError as exc:
+                found, problem = None, f"cannot be imported: {exc}"
+            else:
+                problem = "is not callable"
+            if not callable(found):
+                errors.append(
+                    Error(
+                        f"{where} {problem} ({target!r}).",
+                        hint=f"Give the dotted path of {what} (or the function itself).",
+                        id=check_id,
+                    )
+                )
     return errors
 
 

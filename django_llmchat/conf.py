@@ -58,6 +58,12 @@ DEFAULTS: dict[str, Any] = {
     # processor; or a dict of history options with "strategy". A chat's or an agent's
     # ``history`` overrides it.
     "HISTORY": "window",
+    # History processors and token estimators by name: {"<name>": "<dotted path>"} (or the
+    # function itself). A chat's history set through the API names a strategy or an
+    # estimator only by one of these names (or a built-in strategy), never by a dotted
+    # path; settings, agents and Python code may use either.
+    "HISTORY_PROCESSORS": {},
+    "TOKEN_ESTIMATORS": {},
     # Spending limits per user (django_llmchat.limits): None turns them off; else
     # {"default": {"usd_per_day": "2.00", "usd_per_month": ..., "tokens_per_day": ...,
     # "runs_per_hour": ..., "concurrent_runs": ..., "soft": "0.8"}}. Limit rows (admin)

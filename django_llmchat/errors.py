@@ -18,6 +18,29 @@ class ArgumentError(LLMChatError, ValueError):
     """A caller passed a value the API does not accept."""
 
 
+class InputError(ArgumentError):
+    """Input from an API user that :mod:`django_llmchat.inputs` refuses: ``field`` names
+    what was sent (``content``, ``attachments``, ``history.estimator``...), ``reasons``
+    say what is wrong with it (``reason`` is the first). The REST API answers it with a
+    400 ``{field: reasons}``."""
+
+    def __init__(self, field: str, reason: str, *more: str):
+        self.field = field
+        self.reasons = (reason, *more)
+        super().__init__(f"{field}: {'; '.join(self.reasons)}")
+
+    @property
+    def reason(self) -> str:
+        return self.reasons[0]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """The 400 body: ``{field: [reason, ...]}``."""
+        return {self.field: list(self.reasons)}
+
+    def __reduce__(self):
+        return (type(self), (self.field, *self.reasons))
+
+
 class ConfigurationError(LLMChatError):
     """A provider or model is not configured (missing key, unknown provider name)."""
 

@@ -7,8 +7,13 @@ A policy is applied before every step of a run (in-process and in workers):
   ``context_window`` minus its output and a margin;
 * ``"summarize"`` stores a summary of the oldest turns as its own message (a compaction)
   and sends it instead of them, until the window fills again;
-* a dotted path names a history processor: ``processor(messages, window)`` returns the
-  messages to send.
+* a history processor, ``processor(messages, window)``, returns the messages to send:
+  named in ``LLMCHAT["HISTORY_PROCESSORS"]`` (``{"name": "dotted.path"}``), or by its
+  dotted path in settings, an agent or Python code.
+
+API users name processors and token estimators by their registered names only
+(:func:`django_llmchat.inputs.check_history`): the dotted paths a chat row holds were
+written by Python code (``chat.with_history()``) or the admin, so they are honoured.
 
 Whatever the policy, a tool call is never sent without its result (nor a result without
 its call), system messages and the messages marked with ``cache_until_here()`` (pinned)
@@ -42,6 +47,11 @@ __all__ = [
     "estimate_tokens",
     "history_errors",
     "history_options",
+    "history_problems",
+    "history_processor",
+    "registered_estimators",
+    "registered_processors",
+    "token_estimator",
 ]
 
 STRATEGIES = ("all", "window", "summarize")
@@ -66,7 +76,7 @@ OPTION_KEYS = {
     "summary_provider": "its provider (default: the chat's)",
     "summary_prompt": "the summary model's instructions",
     "summary_max_tokens": "the longest summary, in tokens",
-    "estimator": "dotted path of a callable(ProviderMessage) -> tokens",
+    "estimator": "a token estimator, callable(ProviderMessage) -> tokens",
 }
 
 # the share of our estimate a vendor's count may be, at most and at least: a report
@@ -91,13 +101,11 @@ class HistoryOptions:
 
     @property
     def processor(self) -> Callable | None:
-        """The history processor a dotted-path strategy names (``None`` for the others)."""
-        if self.strategy in STRATEGIES:
-            return None
-        return import_string(self.strategy)
+        """The history processor the strategy names (``None`` for the built-in ones)."""
+        return history_processor(self.strategy)
 
     def estimate(self) -> Callable[[ProviderMessage], int]:
-        return import_string(self.estimator) if self.estimator else estimate_tokens
+        return token_estimator(self.estimator)
 
 
 @dataclass(frozen=True)
@@ -123,58 +131,118 @@ def _as_dict(value: Any) -> dict[str, Any]:
     raise ArgumentError(f"a history policy is a string or a dict, got {type(value).__name__}")
 
 
-def history_errors(value: Any) -> list[str]:
-    """What is wrong with a history policy (a strategy name, a dotted path or a dict of
-    options), as sentences naming the key; empty when it is valid."""
+def registered_processors() -> dict[str, Any]:
+    """``LLMCHAT["HISTORY_PROCESSORS"]``: history processors by name (dotted paths or
+    functions)."""
+    found = settings.HISTORY_PROCESSORS
+    return found if isinstance(found, dict) else {}
+
+
+def registered_estimators() -> dict[str, Any]:
+    """``LLMCHAT["TOKEN_ESTIMATORS"]``: token estimators by name (dotted paths or
+    functions)."""
+    found = settings.TOKEN_ESTIMATORS
+    return found if isinstance(found, dict) else {}
+
+
+def _load(target: Any, what: str) -> Callable:
+    try:
+        found = import_string(target) if isinstance(target, str) else target
+    except ImportError as exc:
+        raise ArgumentError(f"{what} {target!r} cannot be imported: {exc}") from None
+    if not callable(found):
+        raise ArgumentError(f"{what} {target!r} is not callable")
+    return found
+
+
+def history_processor(strategy: str) -> Callable | None:
+    """The function a strategy names: ``None`` for a built-in strategy, else the processor
+    registered under that name in ``LLMCHAT["HISTORY_PROCESSORS"]``, else the one at that
+    dotted path."""
+    if strategy in STRATEGIES:
+        return None
+    target = registered_processors().get(strategy)
+    return _load(strategy if target is None else target, "history processor")
+
+
+def token_estimator(name: str | None) -> Callable[[ProviderMessage], int]:
+    """The token estimator ``name`` names: :func:`estimate_tokens` for ``None``, else the
+    one registered under that name in ``LLMCHAT["TOKEN_ESTIMATORS"]``, else the one at
+    that dotted path."""
+    if not name:
+        return estimate_tokens
+    target = registered_estimators().get(name)
+    return _load(name if target is None else target, "token estimator")
+
+
+def _name_problem(
+    key: str, value: Any, builtin: tuple[str, ...], registered: dict, setting: str
+) -> str | None:
+    """Why ``value`` names no function for ``key``: neither a built-in, nor a name in
+    ``registered`` (``LLMCHAT[setting]``), nor the dotted path of a function (which is
+    imported to check it); ``None`` when it is one of them."""
+    names = f"a name in LLMCHAT[{setting!r}]"
+    choices = f"one of {', '.join(builtin)}, {names}" if builtin else names
+    if not isinstance(value, str) or not value:
+        return f"{key} must be {choices} or a dotted path, got {value!r}"
+    if value in builtin or value in registered:
+        return None
+    if "." not in value:
+        return f"{key} {value!r} is not {choices} nor a dotted path"
+    try:
+        found = import_string(value)
+    except ImportError as exc:
+        return f"{key} {value!r} cannot be imported: {exc}"
+    return None if callable(found) else f"{key} {value!r} is not callable"
+
+
+def history_problems(value: Any) -> list[tuple[str | None, str]]:
+    """What is wrong with a history policy (a strategy, or a dict of options), as
+    ``(option, sentence)`` pairs: the option each sentence is about (``None``: the
+    policy as a whole); empty when it is valid. A strategy or an estimator may be a
+    built-in or registered name, or a dotted path (which is imported to check it)."""
     try:
         data = _as_dict(value)
     except ArgumentError as exc:
-        return [str(exc)]
-    problems = []
-    unknown = sorted(set(data) - set(OPTION_KEYS))
-    if unknown:
-        problems.append(f"unknown option {unknown[0]!r} (known: {', '.join(sorted(OPTION_KEYS))})")
+        return [(None, str(exc))]
+    problems: list[tuple[str | None, str]] = []
+    for key in sorted(set(data) - set(OPTION_KEYS)):
+        problems.append(
+            (str(key), f"unknown option {key!r} (known: {', '.join(sorted(OPTION_KEYS))})")
+        )
     strategy = data.get("strategy", "window")
-    if not isinstance(strategy, str) or not strategy:
-        problems.append(f"strategy must be one of {', '.join(STRATEGIES)} or a dotted path")
-    elif strategy not in STRATEGIES:
-        if "." not in strategy:
-            problems.append(
-                f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)} nor a dotted path"
-            )
-        else:
-            try:
-                found = import_string(strategy)
-            except ImportError as exc:
-                problems.append(f"strategy {strategy!r} cannot be imported: {exc}")
-            else:
-                if not callable(found):
-                    problems.append(f"strategy {strategy!r} is not callable")
+    found = _name_problem(
+        "strategy", strategy, STRATEGIES, registered_processors(), "HISTORY_PROCESSORS"
+    )
+    if found:
+        problems.append(("strategy", found))
     for key in ("margin", "summary_max_tokens"):
         item = data.get(key)
         if item is not None and (isinstance(item, bool) or not isinstance(item, int) or item < 0):
-            problems.append(f"{key} must be a whole number of tokens, got {item!r}")
+            problems.append((key, f"{key} must be a whole number of tokens, got {item!r}"))
     keep = data.get("keep")
     if keep is not None and (
         isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep < 1
     ):
-        problems.append(f"keep must be a number between 0 and 1, got {keep!r}")
+        problems.append(("keep", f"keep must be a number between 0 and 1, got {keep!r}"))
     for key in ("summary_model", "summary_provider", "summary_prompt"):
         item = data.get(key)
         if item is not None and (not isinstance(item, str) or not item):
-            problems.append(f"{key} must be a non-empty string, got {item!r}")
-    estimator = data.get("estimator")
-    if estimator is not None:
-        try:
-            found = import_string(estimator) if isinstance(estimator, str) else None
-        except ImportError as exc:
-            problems.append(f"estimator {estimator!r} cannot be imported: {exc}")
-        else:
-            if not callable(found):
-                problems.append(
-                    f"estimator must be the dotted path of a callable, got {estimator!r}"
-                )
+            problems.append((key, f"{key} must be a non-empty string, got {item!r}"))
+    if data.get("estimator") is not None:
+        estimator = data["estimator"]
+        found = _name_problem(
+            "estimator", estimator, (), registered_estimators(), "TOKEN_ESTIMATORS"
+        )
+        if found:
+            problems.append(("estimator", found))
     return problems
+
+
+def history_errors(value: Any) -> list[str]:
+    """What is wrong with a history policy (a strategy name, a dotted path or a dict of
+    options), as sentences naming the key; empty when it is valid."""
+    return [sentence for _, sentence in history_problems(value)]
 
 
 def history_options(chat: Any = None, agent: Any = None) -> HistoryOptions:

@@ -108,3 +108,50 @@ def test_key_value_never_in_check_messages():
 @pytest.mark.django_db
 def test_migrations_are_in_sync():
     call_command("makemigrations", "django_llmchat", "--check", "--dry-run", verbosity=0)
+
+
+def keep_recent(messages, window):
+    return messages[-2:]
+
+
+def count_words(message):
+    return len(message.content.split())
+
+
+REGISTRIES = {
+    "HISTORY_PROCESSORS": {"recent": f"{__name__}.keep_recent"},
+    "TOKEN_ESTIMATORS": {"words": f"{__name__}.count_words", "chars": lambda m: 1},
+}
+
+
+@pytest.mark.parametrize(
+    "llmchat, check_id, words",
+    [
+        ({"HISTORY_PROCESSORS": ["x"]}, "llmchat.E023", "must be a dict"),
+        ({"HISTORY_PROCESSORS": {"my.policy": "a.b"}}, "llmchat.E023", "no dots"),
+        ({"HISTORY_PROCESSORS": {"window": f"{__name__}.keep_recent"}}, "llmchat.E023", "built-in"),
+        ({"HISTORY_PROCESSORS": {"p": "no_such_module.f"}}, "llmchat.E023", "cannot be imported"),
+        ({"HISTORY_PROCESSORS": {"p": "django_llmchat.conf.DEFAULTS"}}, "llmchat.E023", "callable"),
+        ({"TOKEN_ESTIMATORS": "words"}, "llmchat.E024", "must be a dict"),
+        ({"TOKEN_ESTIMATORS": {"": "a.b"}}, "llmchat.E024", "a name is"),
+        ({"TOKEN_ESTIMATORS": {"w": "nope.words"}}, "llmchat.E024", "cannot be imported"),
+        ({"HISTORY": {"strategy": "recent"}}, "llmchat.E014", "'recent'"),
+        ({"HISTORY": {"estimator": "words"}}, "llmchat.E014", "'words'"),
+    ],
+)
+def test_bad_registries_name_the_setting(llmchat, check_id, words):
+    with override_settings(LLMCHAT=llmchat):
+        errors = check_settings()
+    found = [e for e in errors if e.id == check_id]
+    assert found and words in found[0].msg, [(e.id, e.msg) for e in errors]
+    key = next(iter(llmchat))
+    assert f"LLMCHAT[{key!r}]" in found[0].msg
+
+
+def test_registered_names_pass_the_checks():
+    for history in ({"strategy": "recent"}, {"estimator": "words"}, "recent", "all"):
+        with override_settings(LLMCHAT={**REGISTRIES, "HISTORY": history}):
+            assert check_settings() == []
+    # a dotted path stays the project's choice
+    with override_settings(LLMCHAT={"HISTORY": f"{__name__}.keep_recent"}):
+        assert check_settings() == []

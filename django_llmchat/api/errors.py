@@ -1,5 +1,6 @@
 """Every refusal of the API is JSON: ``{"detail": <message>, "code": <code>}`` (invalid
-input keeps DRF's ``{"<field>": ["<reason>", ...]}``).
+input keeps DRF's ``{"<field>": ["<reason>", ...]}``, also for an
+:class:`~django_llmchat.errors.InputError` of :mod:`django_llmchat.inputs`).
 
 Besides the views' own errors this covers what Django or DRF refuse before a view runs:
 a path no route matches (``chats/abc/``) is a JSON 404, a body over
@@ -18,12 +19,12 @@ from django.urls import Resolver404, resolve
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..errors import BudgetExceededError
+from ..errors import BudgetExceededError, InputError
 
-__all__ = ["PayloadTooLarge", "api_exception_handler", "not_found"]
+__all__ = ["PayloadTooLarge", "api_exception_handler", "invalid", "not_found"]
 
 
 class PayloadTooLarge(APIException):
@@ -54,11 +55,20 @@ def budget_response(exc: BudgetExceededError) -> JsonResponse:
     return response
 
 
+def invalid(exc: InputError, *, nested: bool = True) -> ValidationError:
+    """An input refused by :mod:`django_llmchat.inputs` as DRF's 400: ``{field:
+    [reason, ...]}``; without ``nested``, the reasons alone (raised in a serializer's
+    ``validate_<field>``, which names the field)."""
+    return ValidationError(exc.to_dict() if nested else list(exc.reasons))
+
+
 def api_exception_handler(exc, context):
-    """DRF's handler, plus: Django's body refusals, budgets, and a ``code`` beside every
-    ``detail``."""
+    """DRF's handler, plus: refused input (``InputError``), Django's body refusals,
+    budgets, and a ``code`` beside every ``detail``."""
     if isinstance(exc, BudgetExceededError):
         return budget_response(exc)
+    if isinstance(exc, InputError):
+        exc = invalid(exc)
     exc = _translate(exc)
     response = drf_exception_handler(exc, context)
     if response is None:

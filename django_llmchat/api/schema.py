@@ -147,9 +147,9 @@ class ProviderFieldSchema(OpenApiSerializerFieldExtension):
     target_class = "django_llmchat.api.serializers.ProviderField"
 
     def map_serializer_field(self, auto_schema, direction):
-        from .serializers import configured_provider_names
+        from ..inputs import configured_providers
 
-        names = configured_provider_names()
+        names = configured_providers()
         # an empty enum is not valid OpenAPI: with nothing configured, no chat validates
         return {"type": "string", "enum": names} if names else {"type": "string"}
 

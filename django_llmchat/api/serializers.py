@@ -3,8 +3,6 @@ their tool calls, results, citations, attachments, tokens and cost)."""
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,13 +14,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import SkipField
 
-from ..conf import settings
-from ..context import Context
+from .. import inputs
+from ..errors import InputError
 from ..models import Attachment, Chat, LLMModel, Message, Run, ToolCall, Usage
 from ..models.usage import USAGE_COST_COLUMNS
 from ..prepared import known_relations, known_rows
 from ..values import TOKEN_FIELDS
-from .uploads import check_upload
+from .errors import invalid
 
 __all__ = [
     "AttachmentSerializer",
@@ -36,11 +34,17 @@ __all__ = [
     "UsageSerializer",
 ]
 
-MAX_JSON_DEPTH = 16
-MAX_TOOLS = 128
-
 
 # -- strict input ---------------------------------------------------------------------------
+def checked(rule, value: Any, *args: Any, **kwargs: Any) -> Any:
+    """``rule(value, ...)`` of :mod:`django_llmchat.inputs` in a ``validate_<field>``
+    (or a field's ``to_internal_value``): its refusal is that field's reasons."""
+    try:
+        return rule(value, *args, **kwargs)
+    except InputError as exc:
+        raise invalid(exc, nested=False) from None
+
+
 class StrictFieldsMixin:
     """Reject keys that are not writable fields of the serializer, naming them."""
 
@@ -67,16 +71,10 @@ class StrictCharField(serializers.CharField):
 class ProviderField(StrictCharField):
     """A configured provider's name (the schema lists them): one in
     ``LLMCHAT["PROVIDERS"]``, or a built-in one whose key (or URL) the environment gives;
-    with ``LLMCHAT["ALLOWED_MODELS"]``, one it names."""
+    with ``LLMCHAT["ALLOWED_MODELS"]``, one it names (:func:`inputs.check_provider`)."""
 
     def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        names = configured_provider_names()
-        if value not in names:
-            raise serializers.ValidationError(
-                f"provider {value[:64]!r} is not configured; one of: {', '.join(names) or '-'}"
-            )
-        return value
+        return checked(inputs.check_provider, super().to_internal_value(data))
 
 
 class ToolNameField(StrictCharField):
@@ -86,111 +84,6 @@ class ToolNameField(StrictCharField):
 @extend_schema_field({"type": "object", "additionalProperties": {}})
 class JSONObjectField(serializers.JSONField):
     """A JSON object (checked by the serializer's ``validate_<field>``)."""
-
-
-def check_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Reject what JSON columns cannot store everywhere: non-finite numbers, NUL
-    characters (PostgreSQL), nesting deeper than ``max_depth``."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > max_depth:
-            raise serializers.ValidationError(f"nested deeper than {max_depth} levels")
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str) or "\x00" in key:
-                    raise serializers.ValidationError("keys must be strings without NUL")
-                stack.append((child, depth + 1))
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str):
-            if "\x00" in item:
-                raise serializers.ValidationError("strings must not contain NUL characters")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise serializers.ValidationError("numbers must be finite")
-        elif item is not None and not isinstance(item, bool | int):
-            raise serializers.ValidationError(f"unsupported value {type(item).__name__}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_params(params: dict[str, Any]) -> None:
-    """Types of the request parameters the providers read; others pass through."""
-    from ..providers import PROVIDERS
-
-    errors: list[str] = []
-
-    def number(key: str, low: float, high: float) -> None:
-        value = params.get(key)
-        if value is not None and (not _is_number(value) or not low <= value <= high):
-            errors.append(f"{key} must be a number between {low:g} and {high:g}")
-
-    number("temperature", 0, 2)
-    number("top_p", 0, 1)
-    max_tokens = params.get("max_tokens")
-    if max_tokens is not None and (
-        type(max_tokens) is not int or not 1 <= max_tokens <= 10_000_000
-    ):
-        errors.append("max_tokens must be an integer between 1 and 10000000")
-    for key in ("stop", "stop_sequences"):
-        value = params.get(key)
-        if value is not None and not (
-            isinstance(value, str)
-            or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-        ):
-            errors.append(f"{key} must be a string or a list of strings")
-    thinking = params.get("thinking")
-    if thinking is not None and not isinstance(thinking, dict | bool):
-        errors.append("thinking must be an object")
-    ptc = params.get("parallel_tool_calls")
-    if ptc is not None and not isinstance(ptc, bool):
-        errors.append("parallel_tool_calls must be a boolean")
-    names = sorted(set(PROVIDERS) | set(settings.PROVIDERS or {}))
-    for name in names:
-        if name in params and not isinstance(params[name], dict):
-            errors.append(f"{name} (provider options) must be an object")
-    if not errors:
-        from ..vendor_options import problems
-
-        errors.extend(problems(params, [n for n in names if n in params]))
-    if errors:
-        raise serializers.ValidationError(errors)
-
-
-def configured_provider_names() -> list[str]:
-    """The providers the API accepts: those in ``LLMCHAT["PROVIDERS"]`` and the built-in
-    ones the environment configures (their API key variable, or Ollama's URL), narrowed
-    to those ``LLMCHAT["ALLOWED_MODELS"]`` names when it is set."""
-    from ..providers import API_KEY_ENV, BASE_URL_ENV, PROVIDERS
-
-    names = set(settings.PROVIDERS or {})
-    for name in PROVIDERS:
-        envs = (*API_KEY_ENV.get(name, ()), *BASE_URL_ENV.get(name, ()))
-        if any(os.environ.get(env) for env in envs):
-            names.add(name)
-    allowed = settings.ALLOWED_MODELS
-    if allowed is not None:
-        names &= {entry.split("/", 1)[0] for entry in allowed}
-    return sorted(names)
-
-
-def model_allowed(provider: str, model_id: str) -> bool:
-    """Whether ``LLMCHAT["ALLOWED_MODELS"]`` (when set) lists ``provider/model_id`` or
-    ``provider/*``."""
-    allowed = settings.ALLOWED_MODELS
-    if allowed is None:
-        return True
-    return f"{provider}/{model_id}" in allowed or f"{provider}/*" in allowed
-
-
-def provider_names() -> list[str]:
-    """Provider names a chat may use: the built-in ones and those in ``LLMCHAT``."""
-    from ..providers import PROVIDERS
-
-    return sorted(set(PROVIDERS) | set(settings.PROVIDERS or {}))
 
 
 # -- output pieces ------------------------------------------------------------------------
@@ -473,20 +366,13 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
     content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
     attachments = serializers.ListField(
-        child=serializers.FileField(allow_empty_file=True),  # emptiness: check_upload
+        child=serializers.FileField(allow_empty_file=True),  # emptiness: the input rule
         required=False,
         help_text="Files (multipart/form-data only); types are sniffed from the content.",
     )
 
     def validate_content(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be empty")
-        limit = settings.MAX_CONTENT_LENGTH
-        if limit and len(value) > limit:
-            raise serializers.ValidationError(
-                f"is too long ({len(value)} characters; at most {limit})"
-            )
-        return value
+        return checked(inputs.check_text, value)
 
     def to_internal_value(self, data):
         if isinstance(data, Mapping) and "attachments" in data and not hasattr(data, "getlist"):
@@ -496,10 +382,7 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         return super().to_internal_value(data)
 
     def validate_attachments(self, files: list) -> list[tuple[str, bytes, str]]:
-        limit = settings.MAX_ATTACHMENTS
-        if limit is not None and len(files) > limit:
-            raise serializers.ValidationError(f"too many files ({len(files)}; at most {limit})")
-        return [check_upload(f) for f in files]
+        return checked(inputs.check_attachments, files)
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -579,16 +462,6 @@ class MessageAcceptedSerializer(serializers.Serializer):
 
 
 # -- chats --------------------------------------------------------------------------------
-def validate_history(value: Any) -> Any:
-    from ..history import history_errors
-
-    if value is not None:
-        problems = history_errors(value)
-        if problems:
-            raise serializers.ValidationError(problems[0])
-    return value
-
-
 class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     """A chat: its model and provider, parameters, tools and context, its run status, and
     totals over its messages and provider attempts."""
@@ -612,10 +485,11 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     history = serializers.JSONField(
         required=False,
         allow_null=True,
-        validators=[validate_history],
         help_text='What of the transcript each request sends: "window", "summarize", "all", '
-        "the dotted path of a history processor, or a dict of history options with "
-        "\"strategy\"; null: the agent's or the project's policy.",
+        'a history processor\'s name (LLMCHAT["HISTORY_PROCESSORS"]), or an object of '
+        'history options with "strategy" (an "estimator" is a name of '
+        'LLMCHAT["TOKEN_ESTIMATORS"]); names, never dotted paths. null: the agent\'s or '
+        "the project's policy.",
     )
     message_count = serializers.IntegerField(read_only=True)
     total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
@@ -710,66 +584,25 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
         return super().to_representation(instance)
 
     def validate_model_id(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be empty")
-        return value
+        return checked(inputs.check_model_id, value)
 
     def validate_params(self, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be an object")
-        check_json(value)
-        _check_params(value)
-        return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """A provider or model sent is configured and allowed (with the chat's, or the
-        default, other half), and ``params.max_tokens`` fits the model's maximum output."""
-        chat = self.instance
-        provider = attrs.get("provider") or (chat.provider if chat else settings.DEFAULT_PROVIDER)
-        model_id = attrs.get("model_id") or (chat.model_id if chat else settings.DEFAULT_MODEL)
-        # what the client chooses; a chat left on the project's defaults is the project's
-        if "provider" in attrs or "model_id" in attrs:
-            if provider not in configured_provider_names():
-                field = "provider" if "provider" in attrs else "model_id"
-                raise serializers.ValidationError(
-                    {field: [f"provider {provider[:64]!r} is not configured"]}
-                )
-            if not model_allowed(provider, model_id):
-                raise serializers.ValidationError(
-                    {"model_id": [f"model {model_id[:64]!r} of {provider!r} is not allowed"]}
-                )
-        params = attrs.get("params")
-        max_tokens = (params or {}).get("max_tokens")
-        if params is not None and isinstance(max_tokens, int):
-            info = LLMModel.objects.filter(provider=provider, model_id=model_id).first()
-            ceiling = info.max_output_tokens if info is not None else None
-            if ceiling and max_tokens > ceiling:
-                raise serializers.ValidationError(
-                    {"params": [f"max_tokens must be at most {ceiling} for {model_id}"]}
-                )
-        return attrs
+        return checked(inputs.check_params, value)
 
     def validate_context(self, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be an object")
-        check_json(value)
-        reserved = sorted(set(value) & set(Context.RESERVED_KEYS))
-        if reserved:
-            raise serializers.ValidationError(f"reserved keys: {', '.join(reserved)}")
-        return value
+        return checked(inputs.check_context, value)
 
     def validate_tools(self, value: list[str]) -> list[str]:
-        from ..tools import registered_tools
+        return checked(inputs.check_tools, value)
 
-        if len(value) > MAX_TOOLS:
-            raise serializers.ValidationError(f"at most {MAX_TOOLS} tools")
-        known = registered_tools()
-        unknown = [name for name in value if name not in known]
-        if unknown:
-            raise serializers.ValidationError(
-                f"unknown tools: {', '.join(repr(n[:64]) for n in unknown[:5])}"
-            )
-        return list(dict.fromkeys(value))
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The fields together (:func:`django_llmchat.inputs.check_choice`): the
+        provider and model, ``max_tokens`` within the model's output, the history policy
+        with the chat's model."""
+        try:
+            return inputs.check_choice(attrs, self.instance)
+        except InputError as exc:
+            raise invalid(exc) from None
 
 
 class ChatUsageModelSerializer(serializers.Serializer):

@@ -25,9 +25,9 @@ from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
-from .. import runs, streams
+from .. import inputs, runs, streams
 from ..conf import settings
-from ..errors import ChatBusyError
+from ..errors import ChatBusyError, InputError
 from ..events import (
     FinishReasonDone,
     GuardrailTripwire,
@@ -46,7 +46,7 @@ from ..events import (
     WebSearchDone,
 )
 from ..models import Chat, Run, ToolCall
-from .errors import Conflict
+from .errors import Conflict, invalid
 from .serializers import StrictCharField
 from .sse import InlineRun, error_payload
 
@@ -591,6 +591,10 @@ class UIChatSerializer(serializers.Serializer):
         if attrs["trigger"] == "submit-message" and last is None:
             raise ValidationError({"messages": ["send at least the new message"]})
         attrs["last"] = last
+        if attrs["trigger"] == "submit-message" and last["role"] == "user":
+            # the rules of a REST message (django_llmchat.inputs), before anything is stored
+            field = "message" if attrs.get("message") is not None else "messages"
+            attrs["prompt"], attrs["attachments"] = prompt_of(last, field=field)
         return attrs
 
 
@@ -608,45 +612,64 @@ def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
     if found is not None or not create:
         return found
     try:
+        inputs.check_default_model(field="id")  # the chat is on the project's defaults
+    except InputError as exc:
+        logger.warning(
+            "ui/chat cannot make chat %r: %s (provider %r, model %r)",
+            client_id,
+            exc.reason,
+            settings.DEFAULT_PROVIDER,
+            settings.DEFAULT_MODEL,
+        )
+        raise invalid(exc) from None
+    try:
         with transaction.atomic():
             return Chat.objects.create(user=user, client_id=client_id, title="")
     except IntegrityError:  # a concurrent first request made it
         return Chat.objects.filter(user=user, client_id=client_id).first()
 
 
-def prompt_of(message: dict) -> tuple[str, list[tuple]]:
-    """The text and attachments of a UI user message (file parts as ``data:`` URLs)."""
+def prompt_of(message: dict, *, field: str = "messages") -> tuple[str, list[tuple]]:
+    """The text and attachments of a UI user message (file parts as ``data:`` URLs),
+    checked as a REST message is (:mod:`django_llmchat.inputs`): the text within
+    ``MAX_CONTENT_LENGTH``, the files by count, size, emptiness and sniffed type. A
+    message may be files alone. Refusals are on ``field``."""
     texts: list[str] = []
-    attachments: list[tuple] = []
+    files: list[tuple] = []
     for index, part in enumerate(message.get("parts") or []):
         kind = part.get("type")
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                raise ValidationError({"messages": [f"part {index}: text must be a string"]})
+                raise ValidationError({field: [f"part {index}: text must be a string"]})
             texts.append(text)
         elif kind == "file":
-            attachments.append(_file(index, part))
+            files.append(_file(index, part, field))
     text = "\n\n".join(t for t in texts if t)
-    if not text.strip() and not attachments:
-        raise ValidationError({"messages": ["the new message has no text"]})
-    return text, attachments
+    try:
+        text = inputs.check_text(text, field=field, required=not files)
+    except InputError as exc:
+        raise ValidationError({field: [f"the text {reason}" for reason in exc.reasons]}) from None
+    try:
+        return text, inputs.check_attachments(files, field=field)
+    except InputError as exc:
+        raise invalid(exc) from None
 
 
-def _file(index: int, part: dict) -> tuple:
+def _file(index: int, part: dict, field: str) -> tuple[str, bytes, str]:
+    """``(filename, bytes, declared type)`` of a file part (the type is checked with the
+    bytes, by the input rules)."""
     url = part.get("url")
     found = _DATA_URL.match(url) if isinstance(url, str) else None
     if found is None:
         raise ValidationError(
-            {"messages": [f"part {index}: a file part's url must be a base64 data: URL"]}
+            {field: [f"part {index}: a file part's url must be a base64 data: URL"]}
         )
     try:
         data = base64.b64decode(url[found.end() :], validate=True)
     except (binascii.Error, ValueError):
-        raise ValidationError(
-            {"messages": [f"part {index}: the data: URL is not base64"]}
-        ) from None
-    mime = part.get("mediaType") or found.group("mime") or "application/octet-stream"
+        raise ValidationError({field: [f"part {index}: the data: URL is not base64"]}) from None
+    mime = part.get("mediaType") or found.group("mime") or ""
     name = part.get("filename") or "file"
     return (str(name)[:255], data, str(mime))
 

@@ -231,21 +231,31 @@ def refused(rules: str) -> OpenApiResponse:
     )
 
 
+# what each route refuses although the schema allows it: the rules of django_llmchat.inputs
 CHAT_RULES = refused(
-    "a `history` policy naming no known strategy or importable processor, `params` a "
-    "provider cannot take (or `max_tokens` above the model's output limit), a blank "
-    '`model_id` or one `LLMCHAT["ALLOWED_MODELS"]` leaves out, reserved `context` keys, '
-    "too many `tools`"
+    "a `history` naming a strategy or an `estimator` that is neither built in nor "
+    'registered (`LLMCHAT["HISTORY_PROCESSORS"]`, `["TOKEN_ESTIMATORS"]`; a dotted path '
+    "never is), or a `summary_provider` that is not configured, or a `summary_model` "
+    '`LLMCHAT["ALLOWED_MODELS"]` leaves out; a `provider` that is not configured, a blank '
+    "`model_id` or one `ALLOWED_MODELS` leaves out; `params` a provider cannot take "
+    "(vendor options outside its allowlist, or `max_tokens` above the model's output "
+    "limit, also the chat's own when `model_id` or `provider` changes); reserved "
+    "`context` keys, unregistered or too many `tools`"
 )
 MESSAGE_RULES = refused(
     'a `content` of whitespace only or longer than `LLMCHAT["MAX_CONTENT_LENGTH"]`, '
-    'more files than `LLMCHAT["MAX_ATTACHMENTS"]`, an empty file or one of a type not '
-    "allowed"
+    'more files than `LLMCHAT["MAX_ATTACHMENTS"]`, an empty file, one over '
+    '`LLMCHAT["MAX_ATTACHMENT_SIZE"]`, or one whose type sniffed from its bytes is not in '
+    '`LLMCHAT["ALLOWED_ATTACHMENT_TYPES"]` (or is not the type it claims)'
 )
 TOKEN_RULES = refused("a username and password that do not log in")
 UI_RULES = refused(
-    "a new user message with neither text nor a file part, a file part whose `url` is not "
-    "a base64 `data:` URL, an `id` with characters a resume URL cannot carry"
+    "the rules of a REST message, reported on `messages`: a new user message with neither "
+    'text nor a file part, text longer than `LLMCHAT["MAX_CONTENT_LENGTH"]`, too many, '
+    "empty, too large or disallowed files (typed by their bytes); a file part whose `url` "
+    "is not a base64 `data:` URL; an `id` with characters a resume URL cannot carry, or "
+    "naming no chat of yours while the project's default provider is not configured (or "
+    "its default model not allowed): no chat is made"
 )
 
 BUDGET = OpenApiResponse(
@@ -749,8 +759,8 @@ class UIChatView(LLMChatView):
         if data["trigger"] == "regenerate-message":
             run["regenerate"] = True
         elif last["role"] == "user":
-            run["prompt"], run["attachments"] = ui.prompt_of(last)
-            run["attachments"] = run["attachments"] or None
+            run["prompt"] = data["prompt"]  # checked by the serializer (the input rules)
+            run["attachments"] = data["attachments"] or None
         elif last["role"] == "assistant":
             decisions = ui.approvals_of(last)
             if not decisions:

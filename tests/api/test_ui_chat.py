@@ -191,7 +191,8 @@ def test_regenerate_without_a_reply(api, chat, fake_llm):
     assert refused.status_code == 400 and "trigger" in refused.json()
 
 
-def test_bad_bodies_are_400s_naming_the_field(api, chat):
+def test_bad_bodies_are_400s_naming_the_field(api, chat, settings):
+    settings.LLMCHAT = {"PROVIDERS": {"openai": {"api_key": "k"}}}  # "ok" is a new chat
     cases = [
         ({"messages": [user("x")]}, "id"),
         ({"id": "a/b", "messages": [user("x")]}, "id"),

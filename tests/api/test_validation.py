@@ -154,7 +154,7 @@ def test_multipart_unknown_field(api, chat):
 
 
 def test_sniffing():
-    from django_llmchat.api.uploads import sniff
+    from django_llmchat.inputs import sniff
 
     assert sniff(PNG, "application/pdf") == "image/png"
     assert sniff(PDF, None) == "application/pdf"
