@@ -52,9 +52,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import limits
+from . import limits, streams
 from .conf import settings
 from .errors import ArgumentError, BudgetExceededError, ChatBusyError, RunLostError
+from .events import RunFinished
 from .models import Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION, clock_position
 from .prepared import INT_ARG, Arg, PreparedInsert, PreparedQuery, PreparedUpdate, mark_saved
@@ -496,6 +497,7 @@ def _busy_or_paused(head: Run, now) -> Claim:
 def _give_up(run: Run, now) -> None:
     attempts = run.attempt
     _mark_lost(run.pk)
+    _tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
     Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
         status=Run.FAILED,
         error_type="worker_lost",
@@ -550,6 +552,7 @@ def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: st
         )
         _move_prompt_into_place(chat_id, run.prompt_id)
         following = _sync_chat(chat_id)
+        _tell_followers(chat_id, run_id, Run.CANCELLED, error_type)
         if _waits_for_a_worker(following):
             transaction.on_commit(lambda: _send(following))
     return True
@@ -706,6 +709,26 @@ class Execution:
             transaction.on_commit(lambda: _send(head))
 
 
+def _tell_followers(chat_id: int, run_id: int, status: str, error_type: str = "") -> None:
+    """A run ended with no process working on it (cancelled while queued or waiting for a
+    decision, given up after its workers died): once the transaction commits, its
+    terminal ``run_finished`` goes to the chat's event stream, so every follower learns
+    the end (a Redis failure is logged, the run's end is in the database)."""
+    if not streams.enabled():
+        return
+    event = RunFinished(run_id=str(run_id), status=status, error_type=error_type or None)
+
+    def publish() -> None:
+        try:
+            streams.publish(chat_id, event)
+        except Exception as exc:
+            logger.warning(
+                "could not tell chat %s's followers run %s ended: %s", chat_id, run_id, exc
+            )
+
+    transaction.on_commit(publish)
+
+
 def _waits_for_a_worker(run: Run | None) -> bool:
     """A queued run no caller waits for in-process: its task answers it."""
     return run is not None and run.status == Run.QUEUED and run.lease_expires_at is None
@@ -858,6 +881,7 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
         if changed:
             _move_prompt_into_place(chat_id, head.prompt_id)
             following = _release(chat_id, head.pk)
+            _tell_followers(chat_id, head.pk, status)
             if _waits_for_a_worker(following):
                 transaction.on_commit(lambda: _send(following))
         return bool(changed)

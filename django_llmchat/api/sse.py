@@ -240,10 +240,24 @@ class InlineRun:
         if self.runner is None or settings.CANCEL_ON_DISCONNECT:
             self._gen.close()  # nothing began, or cancel: the run ends cancelled
             self._cancel_unstarted()
+            self._tell_followers()
             return
         threading.Thread(
             target=self._drain, name=f"llmchat-inline-{self.chat.pk}", daemon=True
         ).start()
+
+    def _tell_followers(self) -> None:
+        """The stream was closed before its end: its ``run_finished`` never went out in
+        a frame, so it goes to the chat's event stream here (followers on ``events/``
+        and a resumed UI stream end with it)."""
+        runner = self.runner
+        run = getattr(runner, "run_row", None) if runner is not None else None
+        if not self._publish or run is None or run.pk is None or self._blocked_event:
+            return
+        try:
+            self._id(self._finished())
+        except Exception:  # the run's end is stored; followers fall back on their timeout
+            logger.exception("could not publish the end of run %s", run.pk)
 
     def _cancel_unstarted(self) -> None:
         """The run was admitted but its stream never began: it ends cancelled (a run the

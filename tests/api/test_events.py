@@ -272,3 +272,59 @@ def test_events_follow_with_a_session_cookie_or_a_bearer_token(owner, chat, even
     anonymous = Client().get(url("chat-events", pk=chat.pk), HTTP_ACCEPT="text/event-stream")
     assert anonymous.status_code in (401, 403)
     assert anonymous["Content-Type"] == "application/json"
+
+
+# -- every end reaches the followers ------------------------------------------------------------
+def _ends(chat_id) -> list[tuple[str, str]]:
+    """The terminal events the chat's stream holds: ``(run id, status)``."""
+    return [
+        (e.run_id, e.status)
+        for _, e in streams.follow(chat_id, "0", block_ms=100, stop_at_run_end=False, timeout=1)
+        if isinstance(e, RunFinished)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_run_cancelled_tells_its_followers(api, chat, events_url):
+    from django_llmchat import runs
+    from django_llmchat.models import Message
+
+    run, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="later"))
+    response = api.post(url("chat-cancel", pk=chat.pk), format="json")
+    assert response.status_code in (200, 202), response.content
+    assert _ends(chat.pk) == [(str(run.pk), "cancelled")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_waiting_for_a_decision_cancelled_tells_its_followers(chat, events_url):
+    from django_llmchat import runs
+    from django_llmchat.models import Run
+
+    run = Run.objects.create(chat=chat, status=Run.AWAITING_APPROVAL, attempt=1)
+    assert runs.interrupt(chat.pk, "cancelled")
+    assert _ends(chat.pk) == [(str(run.pk), "cancelled")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inline_stream_cancelled_by_its_client_tells_its_followers(
+    api, chat, fake_llm, events_url
+):
+    """``CANCEL_ON_DISCONNECT``: the client leaves mid-reply, its frames end there, and
+    the run's ``run_finished`` (cancelled) still reaches the chat's stream."""
+    from .test_sse import SSE
+
+    fake_llm.configure(
+        "openai",
+        "gpt-4.1-mini",
+        CANCEL_ON_DISCONNECT=True,
+        EVENTS_URL=events_url,
+        EVENTS_KEY_PREFIX=streams.settings.EVENTS_KEY_PREFIX,
+    )
+    fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("x" * 400, chunk_size=4)))
+    response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)
+    stream = iter(response.streaming_content)
+    next(stream), next(stream), next(stream)
+    close_response(response)
+    run = chat.runs.get()
+    assert run.status == "cancelled"
+    assert _ends(chat.pk) == [(str(run.pk), "cancelled")]
