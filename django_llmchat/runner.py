@@ -59,7 +59,7 @@ from .models import Chat, Message, Run, ToolCall, Usage
 from .models.llm_model import model_limits
 from .prepared import database_of
 from .providers import get_provider
-from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
+from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
@@ -419,6 +419,39 @@ class Runner:
             history.observed(request, self.last_tokens)
         return response
 
+    def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
+        """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown
+        so far is stored as its reply, finish reason ``cancelled``, with the attempt's
+        usage rows; its tool calls, unfinished, are not. ``None`` when the run is no
+        longer this process's (nothing is stored)."""
+        chat, execution = self.chat, self.execution
+        response = ProviderResponse(
+            content=text,
+            finish_reason="other",
+            raw_finish_reason="cancelled",
+            model_id=chat.model_id,
+        )
+        try:
+            message, _ = save_step(
+                chat,
+                response,
+                provider=chat.provider,
+                model_id=chat.model_id,
+                content=text,
+                usages=usages,
+                execution=execution,
+            )
+        except RunLostError:
+            return None
+        self.result.message = message
+        return StepFinished(
+            message_id=message.pk,
+            step=execution.run.steps,
+            finish_reason="other",
+            token_usage=sum((row.tokens for row in usages), Tokens()),
+            cost=_usd(sum((row.cost for row in usages), Cost()).total),
+        )
+
     def _open_attempt(
         self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
     ) -> Usage:
@@ -506,6 +539,7 @@ class Runner:
         # with after-guardrails, the step's events wait until they pass: a blocked reply
         # never leaves (to the caller, to Redis, to the database)
         held: list[StreamEvent] | None = [] if self.holds_text else None
+        shown: list[str] = []  # the text the caller has seen of this step
 
         pending = [self._open_attempt(request, chat.provider, chat.model_id)]
 
@@ -546,6 +580,8 @@ class Runner:
                         if held is not None:
                             held.append(event)
                             continue
+                        if isinstance(event, TextDelta):
+                            shown.append(event.content)
                         yield event
                 finally:
                     close = getattr(events, "close", None)
@@ -555,8 +591,18 @@ class Runner:
             else:
                 response = provider.complete(request, on_retry=on_retry)
                 clock["first_token"] = time.monotonic()
-        except (runs.CancelRequested, RunLostError, GeneratorExit):
-            # stopped, lost or the stream dropped: the tokens spent so far are still spent
+        except (runs.CancelRequested, GeneratorExit) as exc:
+            # stopped, or the stream dropped: the tokens spent so far are still spent, and
+            # the text the caller was shown is the reply (what a reload shows is what the
+            # user saw)
+            rows = [*failed, attempt(Usage.CANCELLED)]
+            stopped = self._store_stopped("".join(shown), rows) if shown else None
+            if stopped is None:
+                record_failed_attempts(rows)
+            elif isinstance(exc, runs.CancelRequested):
+                yield stopped
+            raise
+        except RunLostError:
             record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
             raise
         except (ProviderError, IncompleteStreamError) as exc:

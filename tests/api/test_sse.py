@@ -133,8 +133,12 @@ def test_a_client_leaving_mid_stream_cancels_the_run_when_set(api, chat, fake_ll
     close_response(response)
     run = chat.runs.get()
     assert run.status == "cancelled" and run.interrupt_reason == "stream_closed"
-    assert not chat.messages.filter(role="assistant").exists()
-    assert list(Usage.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
+    # the text the client was sent before it left is the reply, with the attempt's row
+    reply = chat.messages.get(role="assistant")
+    assert reply.finish_reason == "cancelled" and reply.content and "x" * 400 != reply.content
+    assert list(Usage.objects.filter(run=run).values_list("status", "message_id")) == [
+        ("cancelled", reply.pk)
+    ]
     assert Chat.objects.get(pk=chat.pk).status == "idle"
 
 

@@ -74,8 +74,12 @@ def test_a_stream_dropped_mid_reply_ends_cancelled_with_its_usage_row(chat, fake
     gc.collect()
     run = chat.runs.get()
     assert run.status == "cancelled" and run.interrupt_reason == "stream_closed"
-    assert list(Usage.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
-    assert [m.role for m in chat.transcript()] == ["user"]  # nothing of the cut step
+    usage = Usage.objects.get(run=run)
+    assert usage.status == "cancelled"
+    # the text the caller had seen is the reply, linked to the attempt's usage row
+    user, reply = chat.transcript()
+    assert (user.role, reply.role, reply.finish_reason) == ("user", "assistant", "cancelled")
+    assert reply.content == "word "[:5] and usage.message_id == reply.pk
     assert Chat.objects.get(pk=chat.pk).status == "idle"
     fake_llm.script("Again.")
     assert chat.ask("Once more").content == "Again."  # the chat is free
@@ -413,3 +417,43 @@ def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
     assert runs.claim(chat.pk, worker="other:2").state == runs.BUSY  # nobody takes it over
     execution.finish("succeeded")
     assert Run.objects.get(pk=run.pk).lease_expires_at is None
+
+
+def test_a_stop_mid_reply_stores_the_text_shown_as_the_reply(chat, fake_llm):
+    """A cancel asked while the reply streams: the text the caller saw is stored as the
+    reply (finish reason ``cancelled``, the attempt's usage row linked), a
+    ``StepFinished`` names it, then the run ends cancelled."""
+    from django_llmchat.events import Interrupt, StepFinished
+
+    fake_llm.script(Fault(chunk_delay=0.02, reply=Reply("word " * 200, chunk_size=5)))
+    seen, texts = [], []
+    for event in chat.stream("talk"):
+        seen.append(event)
+        if isinstance(event, TextDelta):
+            texts.append(event.content)
+            if len(texts) == 3:
+                assert chat.interrupt("cancelled")
+    run = chat.runs.get()
+    assert run.status == "cancelled"
+    reply = chat.messages.get(role="assistant")
+    assert reply.content == "".join(texts) and reply.finish_reason == "cancelled"
+    finished = [e for e in seen if isinstance(e, StepFinished)]
+    assert [e.message_id for e in finished] == [reply.pk]
+    assert isinstance(seen[-1], Interrupt) and seen.index(finished[0]) == len(seen) - 2
+    assert list(Usage.objects.filter(run=run).values_list("status", "message_id")) == [
+        ("cancelled", reply.pk)
+    ]
+
+
+def test_a_stop_before_any_text_stores_no_reply(chat, fake_llm):
+    fake_llm.script(Fault(first_byte_delay=0.5, reply=Reply("late")))
+    events = chat.stream("talk")
+    pending = threading.Thread(target=lambda: list(events))
+    pending.start()
+    wait_until(lambda: chat.runs.filter(status="running").exists())
+    fake_llm.server.wait_for_requests(1, timeout=15)
+    assert chat.interrupt("cancelled")
+    pending.join(30)
+    assert run_statuses(chat) == ["cancelled"]
+    assert not chat.messages.filter(role="assistant").exists()
+    assert list(Usage.objects.filter(chat=chat).values_list("status", flat=True)) == ["cancelled"]

@@ -297,16 +297,8 @@ def test_skills(fake_llm, tmp_path):
 
 
 def test_cancel_mid_stream(chat, fake_llm):
-    fake_llm.script(
-        Reply(
-            "word " * 200,
-            chunk_size=5,
-        )
-    )
-    fake_llm.server.script  # noqa: B018
     from django_llmchat.testing import Fault
 
-    fake_llm.reset()
     fake_llm.script(Fault(chunk_delay=0.02, reply=Reply("word " * 200, chunk_size=5)))
     seen = []
     start = None
@@ -317,7 +309,12 @@ def test_cancel_mid_stream(chat, fake_llm):
             Chat.objects.get(pk=chat.pk).cancel()
     assert seen[-1] == Interrupt(reason="cancelled")
     assert time.monotonic() - start < 1.0
-    assert [m.role for m in chat.transcript()] == ["user"]
+    # what was streamed before the stop is the reply
+    shown = "".join(e.content for e in seen if isinstance(e, TextDelta))
+    assert [(m.role, m.content) for m in chat.transcript()] == [
+        ("user", "talk"),
+        ("assistant", shown),
+    ]
     assert Usage.objects.get().status == "cancelled"
     chat.refresh_from_db()
     assert chat.cancel_requested is False
@@ -416,7 +413,7 @@ def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
         if isinstance(event, TextDelta) and len(seen) == 1:
             assert Chat.objects.get(pk=chat.pk).interrupt("the user changed topic")
     assert seen[-1] == Interrupt(reason="the user changed topic")
-    assert [m.role for m in chat.transcript()] == ["user"]
+    assert [m.role for m in chat.transcript()] == ["user", "assistant"]  # what was shown
     assert not Chat.objects.get(pk=chat.pk).interrupt("nothing is running")
     fake_llm.script(Reply("resumed"))
     assert chat.complete().content == "resumed"
