@@ -54,13 +54,15 @@ _PATH_PARAMETERS = {
     ("chats", "id"): "The chat's id.",
     ("chats", "call_id"): "The tool call's id, as the provider gave it.",
     ("models", "id"): "The registry row's id.",
+    ("runs", "id"): "The run's id.",
+    ("ui", "id"): "The chat's id, or the id its client made for it (`POST ui/chat`).",
 }
 
 
 def describe_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """Say what each path parameter is (the views' querysets cannot tell)."""
     for path, operations in result.get("paths", {}).items():
-        kind = "models" if "/models/" in path else "chats"
+        kind = next((k for k in ("models", "runs", "ui") if f"/{k}/" in path), "chats")
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 text = _PATH_PARAMETERS.get((kind, parameter["name"]))

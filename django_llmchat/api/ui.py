@@ -76,7 +76,9 @@ _FINISH_REASONS = {
     "tool_calls": "tool-calls",
     "error": "error",
 }
-_CLIENT_ID = re.compile(r"^[A-Za-z0-9_\-.:~]{1,255}$")
+CLIENT_ID_PATTERN = r"[A-Za-z0-9_\-.:~]{1,255}"
+"""What a client-made chat id may be: it is part of the resume URL (``ui/chat/{id}/stream``)."""
+_CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,")
 
 
@@ -578,7 +580,7 @@ class UIChatSerializer(serializers.Serializer):
     )
 
     def validate_id(self, value: str) -> str:
-        if not _CLIENT_ID.match(value) or value in (".", ".."):
+        if not _CLIENT_ID.fullmatch(value) or value in (".", ".."):
             raise ValidationError(
                 "must be 1-255 letters, digits or '-_.:~' (the id is part of the resume URL)"
             )

@@ -2,9 +2,11 @@
 ``llmchat-api``)."""
 
 from django.apps import apps
-from django.urls import path, re_path
+from django.urls import path, re_path, register_converter
 
+from ..models import ToolCall
 from .errors import not_found
+from .ui import CLIENT_ID_PATTERN
 from .views import (
     ChatViewSet,
     LLMModelViewSet,
@@ -21,6 +23,37 @@ from .views import (
 
 app_name = "llmchat-api"
 
+
+class PathIdConverter:
+    """A string id in a path, refused by its route when no row can have it: such a path
+    matches no route and answers the API's JSON 404 (a NUL would otherwise reach the
+    database, which PostgreSQL refuses with an error)."""
+
+    regex = "[^/]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class CallIdConverter(PathIdConverter):
+    """A tool call's id as the provider gave it: up to the column's length, without
+    control characters."""
+
+    regex = rf"[^/\x00-\x1f\x7f-\x9f]{{1,{ToolCall._meta.get_field('call_id').max_length}}}"
+
+
+class ClientIdConverter(PathIdConverter):
+    """A chat's id in ``ui/chat/{id}/stream``: its primary key or the id its client made."""
+
+    regex = CLIENT_ID_PATTERN
+
+
+register_converter(CallIdConverter, "llmchat_call_id")
+register_converter(ClientIdConverter, "llmchat_client_id")
+
 chat_list = ChatViewSet.as_view({"get": "list", "post": "create"})
 chat_detail = ChatViewSet.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"}
@@ -36,17 +69,19 @@ urlpatterns = [
     path("chats/<int:pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
     path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),
     path(
-        "chats/<int:pk>/tool-calls/<str:call_id>/approve/",
+        "chats/<int:pk>/tool-calls/<llmchat_call_id:call_id>/approve/",
         ToolCallDecisionView.as_view(decision="approved"),
         name="tool-call-approve",
     ),
     path(
-        "chats/<int:pk>/tool-calls/<str:call_id>/deny/",
+        "chats/<int:pk>/tool-calls/<llmchat_call_id:call_id>/deny/",
         ToolCallDecisionView.as_view(decision="denied"),
         name="tool-call-deny",
     ),
     path("ui/chat", UIChatView.as_view(), name="ui-chat"),
-    path("ui/chat/<str:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"),
+    path(
+        "ui/chat/<llmchat_client_id:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"
+    ),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
     path("schema/", SchemaView.as_view(), name="schema"),
