@@ -602,7 +602,7 @@ def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
     from .permissions import chats_for
 
     visible = chats_for(user)
-    if client_id.isdigit():
+    if client_id.isascii() and client_id.isdigit():  # int() also reads "٣" as 3
         found = visible.filter(pk=int(client_id)).first()
         if found is not None:
             return found

@@ -80,7 +80,7 @@ __all__ = [
 
 logger = logging.getLogger("django_llmchat.api")
 
-_EVENT_ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
+_EVENT_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")  # ASCII: ``\d`` is any script's digit
 
 
 def _valid_event_id(value: str) -> bool:
@@ -88,7 +88,7 @@ def _valid_event_id(value: str) -> bool:
     the start of what the stream holds)."""
     if value == "0":
         return True
-    found = _EVENT_ID.match(value)
+    found = _EVENT_ID.fullmatch(value)
     return bool(found) and all(int(p) < 2**64 for p in found.groups())
 
 
@@ -350,24 +350,20 @@ class ChatViewSet(
     )
     def events(self, request, pk=None):
         chat = self.get_chat(pk)
-        last_id = request.headers.get("Last-Event-ID")
+        field, last_id = "Last-Event-ID", request.headers.get("Last-Event-ID")
         if last_id is None:
-            last_id = request.query_params.get("last_event_id")
+            field, last_id = "last_event_id", request.query_params.get("last_event_id")
         if last_id is not None:
             last_id = last_id.strip()
             if not _valid_event_id(last_id):
-                raise ValidationError(
-                    {"Last-Event-ID": ["must be an event id such as 1712000000000-0"]}
-                )
+                raise ValidationError({field: ["must be an event id such as 1712000000000-0"]})
         scope = request.query_params.get("follow", "run")
         if scope not in ("run", "all"):
             raise ValidationError({"follow": ["must be 'run' or 'all'"]})
         if not settings.EVENTS_URL:
             raise EventsUnavailable()
         if last_id not in (None, "0", "0-0") and not _known_event_id(chat.pk, last_id):
-            raise ValidationError(
-                {"Last-Event-ID": ["is not the id of an event of this chat's stream"]}
-            )
+            raise ValidationError({field: ["is not the id of an event of this chat's stream"]})
         frames = follow_frames(
             chat.pk, last_id, until_end=scope == "run", asynchronous=self.is_asgi()
         )

@@ -282,6 +282,14 @@ def test_resume_without_a_run_or_live_events_is_204(api, chat, clients):
     assert clients.other.get(url("ui-chat-stream", id=str(chat.pk))).status_code == 404
 
 
+def test_a_primary_key_is_ascii_digits(chat, owner):
+    from django_llmchat.api.ui import chat_for
+
+    arabic_indic = "".join(chr(0x660 + int(d)) for d in str(chat.pk))
+    assert chat_for(owner, str(chat.pk), create=False) == chat
+    assert chat_for(owner, arabic_indic, create=False) is None
+
+
 def test_a_failed_run_ends_with_an_error_chunk(api, chat, fake_llm):
     from django_llmchat.testing import Fault
 
