@@ -103,7 +103,8 @@ _REFUSALS = {
 
 def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """The refusals every route may answer, documented on each: ``401``, ``403``,
-    ``429``, ``413`` where a body is read, ``404`` for a path id; errors are JSON."""
+    ``429``, ``413`` and ``415`` where a body is read, ``404`` for a path id; errors are
+    JSON."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = {
         "type": "object",
@@ -121,6 +122,9 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
                 refusals.pop("403")
             if "requestBody" in operation:
                 refusals["413"] = "The request body is too large."
+                refusals["415"] = (
+                    "The body's media type is not one the route reads, or its charset is not UTF-8."
+                )
             if "requestBody" in operation or any(
                 p.get("in") == "query" for p in operation.get("parameters", [])
             ):

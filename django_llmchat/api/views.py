@@ -28,7 +28,12 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    ParseError,
+    UnsupportedMediaType,
+    ValidationError,
+)
 from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
@@ -93,11 +98,29 @@ def _valid_event_id(value: str) -> bool:
 
 
 # -- plumbing -------------------------------------------------------------------------------
+_UTF8 = ("utf-8", "utf8")
+
+
+def _require_utf8(parser_context: dict | None) -> None:
+    """A body whose ``Content-Type`` declares a charset other than UTF-8 is a 415 naming
+    it: JSON is UTF-8 (RFC 8259), and Django would decode form fields in a charset it
+    knows (``latin-1``) and ignore one it does not (``bogus``)."""
+    request = (parser_context or {}).get("request")
+    charset = request.content_params.get("charset") if request is not None else None
+    if charset is not None and charset.lower() not in _UTF8:
+        raise UnsupportedMediaType(
+            request.content_type,
+            detail=f"Unsupported charset {charset[:40]!r} in request: send the body as "
+            "UTF-8 (charset=utf-8, or no charset).",
+        )
+
+
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, plus: unknown charsets and absurd nesting are a 400, not a 500; a
-    body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413."""
+    """DRF's JSON parser, plus: a charset other than UTF-8 is a 415; absurd nesting is a
+    400, not a 500; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413."""
 
     def parse(self, stream, media_type=None, parser_context=None):
+        _require_utf8(parser_context)
         limit = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         if limit is not None and stream is not None:
             request = (parser_context or {}).get("request")
@@ -116,6 +139,14 @@ class StrictJSONParser(JSONParser):
             raise ParseError("JSON parse error - unknown charset") from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+
+
+class StrictMultiPartParser(MultiPartParser):
+    """DRF's multipart parser, plus: a charset other than UTF-8 is a 415."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        _require_utf8(parser_context)
+        return super().parse(stream, media_type, parser_context)
 
 
 class EventsUnavailable(APIException):
@@ -389,7 +420,7 @@ class MessageListCreateView(LLMChatView):
 
     pagination_class = MessageCursorPagination
     serializer_class = MessageSerializer
-    parser_classes = [StrictJSONParser, MultiPartParser]
+    parser_classes = [StrictJSONParser, StrictMultiPartParser]
     renderer_classes = [JSONRenderer, EventStreamRenderer]
     starts_runs = True
     queryset = Message.objects.none()

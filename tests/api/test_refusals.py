@@ -126,6 +126,65 @@ def test_unsupported_media_type_is_json(api, chat):
     assert response.json()["code"] == "unsupported_media_type"
 
 
+@pytest.mark.parametrize("charset", ["bogus", "latin-1", "utf-16", "ascii", '"x"', ""])
+def test_a_json_body_in_a_charset_other_than_utf8_is_a_415_naming_it(api, chat, charset):
+    body = '{"title": "caf\u00e9"}'.encode("latin-1")
+    response = api.generic(
+        "PATCH", url("chat-detail", pk=chat.pk), body, f"application/json; charset={charset}"
+    )
+    assert response.status_code == 415, response.content
+    assert response.json()["code"] == "unsupported_media_type"
+    assert repr(charset.strip('"')) in response.json()["detail"]
+    chat.refresh_from_db()
+    assert chat.title == "Trip"
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8", "Utf8", '"utf-8"'])
+def test_utf8_may_be_declared_in_any_case(api, chat, charset):
+    body = '{"title": "caf\u00e9"}'.encode()
+    response = api.generic(
+        "PATCH", url("chat-detail", pk=chat.pk), body, f"application/json; charset={charset}"
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["title"] == "caf\u00e9"
+
+
+@pytest.mark.parametrize("name", ["token", "ui-chat"])
+def test_every_json_route_refuses_other_charsets(clients, api, name):
+    client = clients.anon if name == "token" else api
+    response = client.generic("POST", url(name), b"{}", "application/json; charset=bogus")
+    assert response.status_code == 415, response.content
+    assert "'bogus'" in response.json()["detail"]
+
+
+def test_a_multipart_body_in_a_charset_other_than_utf8_is_a_415(api, chat, fake_llm):
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    from django_llmchat.testing import Reply
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Reply("Bien."))
+    body = encode_multipart(BOUNDARY, {"content": "caf\u00e9"})
+    for charset, status in (("latin-1", 415), ("bogus", 415), ("utf-8", 202)):
+        response = api.generic(
+            "POST",
+            url("chat-messages", pk=chat.pk),
+            body,
+            f"{MULTIPART_CONTENT}; charset={charset}",
+        )
+        assert response.status_code == status, (charset, response.content)
+    assert [m.content for m in Message.objects.filter(role="user")] == ["caf\u00e9"]
+
+
+def test_the_schema_documents_the_415_where_a_body_is_read(clients):
+    import json
+
+    schema = json.loads(clients.anon.get(url("schema"), {"format": "json"}).content)
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            assert ("415" in operation["responses"]) == ("requestBody" in operation), (path, method)
+
+
 def test_not_acceptable_is_json(api, chat):
     response = api.get(url("chat-detail", pk=chat.pk), HTTP_ACCEPT="text/html")
     assert response.status_code == 406
