@@ -53,7 +53,14 @@ from .pagination import (
     ModelPagination,
     RunCursorPagination,
 )
-from .permissions import ChatAccess, chats_for, default_authenticators, default_throttles
+from .permissions import (
+    ChatAccess,
+    TokenAddressThrottle,
+    TokenUsernameThrottle,
+    chats_for,
+    default_authenticators,
+    default_throttles,
+)
 from .schema import SCHEMA_SETTINGS, document
 from .serializers import (
     ChatSerializer,
@@ -254,6 +261,12 @@ MESSAGE_RULES = refused(
     "allowed"
 )
 TOKEN_RULES = refused("a username and password that do not log in")
+TOKEN_THROTTLED = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description="Too many attempts for this username or from this client address "
+    '(`LLMCHAT["TOKEN_THROTTLE_RATES"]`), failed or not; `Retry-After` says when to try '
+    'again: `{"detail", "code": "throttled"}`.',
+)
 UI_RULES = refused(
     "a new user message with neither text nor a file part, a file part whose `url` is not "
     "a base64 `data:` URL, an `id` with characters a resume URL cannot carry"
@@ -696,6 +709,10 @@ class TokenView(LLMChatView):
     def get_authenticators(self):
         return []  # credentials are in the body: no session, so no CSRF check either
 
+    def get_throttles(self):
+        # the address first: it counts a request whose body the username throttle cannot read
+        return [*super().get_throttles(), TokenAddressThrottle(), TokenUsernameThrottle()]
+
     def get_serializer_class(self):
         from rest_framework.authtoken.serializers import AuthTokenSerializer
 
@@ -710,6 +727,7 @@ class TokenView(LLMChatView):
         responses={
             200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
             400: TOKEN_RULES,
+            429: TOKEN_THROTTLED,
         },
         auth=[],
     )
