@@ -47,6 +47,7 @@ from ..events import (
 )
 from ..models import Chat, Message, Run, ToolCall
 from .errors import Conflict
+from .ids import CLIENT_ID_PATTERN, is_call_id
 from .serializers import StrictCharField
 from .sse import InlineRun, error_payload
 
@@ -76,8 +77,6 @@ _FINISH_REASONS = {
     "tool_calls": "tool-calls",
     "error": "error",
 }
-CLIENT_ID_PATTERN = r"[A-Za-z0-9_\-.:~]{1,255}"
-"""What a client-made chat id may be: it is part of the resume URL (``ui/chat/{id}/stream``)."""
 _CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,")
 
@@ -664,11 +663,14 @@ def approvals_of(message: dict) -> list[tuple[str, str, str]]:
         approval = part.get("approval")
         if part.get("state") != "approval-responded" or not isinstance(approval, dict):
             continue
-        if not isinstance(approval.get("id"), str) or not isinstance(
-            approval.get("approved"), bool
-        ):
+        if not is_call_id(approval.get("id")) or not isinstance(approval.get("approved"), bool):
             raise ValidationError(
-                {"messages": ["an approval needs an id and approved (true or false)"]}
+                {
+                    "messages": [
+                        "an approval needs an id (a tool call's: 1-255 characters, no control "
+                        "characters) and approved (true or false)"
+                    ]
+                }
             )
         decision = "approved" if approval["approved"] else "denied"
         out.append((approval["id"], decision, str(part.get("toolCallId") or approval["id"])))

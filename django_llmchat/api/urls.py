@@ -4,9 +4,8 @@
 from django.apps import apps
 from django.urls import path, re_path, register_converter
 
-from ..models import ToolCall
 from .errors import not_found
-from .ui import CLIENT_ID_PATTERN
+from .ids import CallIdConverter, ClientIdConverter
 from .views import (
     ChatViewSet,
     LLMModelViewSet,
@@ -23,34 +22,7 @@ from .views import (
 
 app_name = "llmchat-api"
 
-
-class PathIdConverter:
-    """A string id in a path, refused by its route when no row can have it: such a path
-    matches no route and answers the API's JSON 404 (a NUL would otherwise reach the
-    database, which PostgreSQL refuses with an error)."""
-
-    regex = "[^/]+"
-
-    def to_python(self, value: str) -> str:
-        return value
-
-    def to_url(self, value: str) -> str:
-        return value
-
-
-class CallIdConverter(PathIdConverter):
-    """A tool call's id as the provider gave it: up to the column's length, without
-    control characters."""
-
-    regex = rf"[^/\x00-\x1f\x7f-\x9f]{{1,{ToolCall._meta.get_field('call_id').max_length}}}"
-
-
-class ClientIdConverter(PathIdConverter):
-    """A chat's id in ``ui/chat/{id}/stream``: its primary key or the id its client made."""
-
-    regex = CLIENT_ID_PATTERN
-
-
+# string ids no row can have match no route: the JSON 404 below, before any query
 register_converter(CallIdConverter, "llmchat_call_id")
 register_converter(ClientIdConverter, "llmchat_client_id")
 

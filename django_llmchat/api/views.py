@@ -269,7 +269,8 @@ TOKEN_THROTTLED = OpenApiResponse(
 )
 UI_RULES = refused(
     "a new user message with neither text nor a file part, a file part whose `url` is not "
-    "a base64 `data:` URL, an `id` with characters a resume URL cannot carry"
+    "a base64 `data:` URL, an `id` with characters a resume URL cannot carry, an "
+    "approval whose `id` no tool call can have (a control character, over 255 characters)"
 )
 
 BUDGET = OpenApiResponse(

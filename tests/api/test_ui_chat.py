@@ -248,6 +248,21 @@ def test_an_unknown_approval_is_a_400(api, chat):
     assert response.status_code == 400 and "nope" in response.json()["messages"][0]
 
 
+@pytest.mark.parametrize("call_id", ["a\x00", "\x00", "a\x1fb", "a\x85", "x" * 256, "", 7])
+def test_an_approval_id_no_tool_call_can_have_is_a_400(api, chat, call_id):
+    """A NUL reached PostgreSQL, which cannot store it, and answered a 500."""
+    part = {
+        "type": "tool-x",
+        "toolCallId": "c",
+        "state": "approval-responded",
+        "approval": {"id": call_id, "approved": True},
+    }
+    response = post(api, chat.pk, {"id": "m", "role": "assistant", "parts": [part]})
+    assert response.status_code == 400, response.content
+    assert "an approval needs an id" in response.json()["messages"][0]
+    assert not ToolCall.objects.exists()
+
+
 def test_file_parts_become_attachments(api, chat, fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     fake_llm.script("A note.")
