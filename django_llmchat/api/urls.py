@@ -64,5 +64,6 @@ urlpatterns = [
 if apps.is_installed("rest_framework.authtoken"):
     urlpatterns.append(path("auth/token/", TokenView.as_view(), name="token"))
 
-# last: any other path under the API is a JSON 404 (not the project's HTML page)
-urlpatterns.append(re_path(r"^(?P<path>.*)$", not_found, name="not-found"))
+# last: any other path under the API is a JSON 404 (not the project's HTML page), line
+# breaks in it too ("." stops at a newline)
+urlpatterns.append(re_path(r"^(?P<path>[\s\S]*)$", not_found, name="not-found"))

@@ -20,6 +20,9 @@ pytestmark = pytest.mark.django_db
         "/api/nothing/",
         "/api/runs/-1/",
         "/api/chats/99999999999999999999999/messages/x/",
+        "/api/chats/a%0Ab%0Dc%C2%85d/runs/",  # line breaks: "." alone does not match them
+        "/api/%0A",
+        "/api/nothing%0A/",
     ],
 )
 def test_unmatched_paths_are_a_json_404(api, path):
