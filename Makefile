@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 PORT ?= 8000
+# debug mode for the local server: runserver serves the static files only then
+DJANGO_DEBUG ?= 1
 
 .PHONY: run test lint docs benchmarks clean
 
@@ -30,7 +32,7 @@ run: $(STAMP)
 	@echo "  Chat:   http://127.0.0.1:$(PORT)/         user: admin   password: admin"
 	@echo "  Admin:  http://127.0.0.1:$(PORT)/admin/   API: http://127.0.0.1:$(PORT)/api/docs/"
 	@echo ""
-	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+	DJANGO_DEBUG=$(DJANGO_DEBUG) $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

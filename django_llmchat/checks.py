@@ -27,6 +27,9 @@ NUMBERS = {
     "RECOVER_QUEUED_AFTER": ((int, float), 1),
 }
 PROVIDER_KEYS = {"api_key", "base_url", "timeout", "max_retries", "api", "class", "options"}
+TOKEN_THROTTLES = ("username", "address")
+# DRF's rates: a count, then a period DRF reads by its first letter
+RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
 
 
 def _known_providers() -> set[str]:
@@ -218,6 +221,44 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     errors.extend(_check_limits(merged))
+    errors.extend(_check_token_throttles(merged))
+    return errors
+
+
+def _check_token_throttles(merged: dict[str, Any]) -> list:
+    """``TOKEN_THROTTLE_RATES``, and DRF's ``NUM_PROXIES``, which says whose address
+    the token throttle counts."""
+    errors: list = []
+    rates = merged["TOKEN_THROTTLE_RATES"]
+    if rates is not None and (
+        not isinstance(rates, dict)
+        or not set(rates) <= set(TOKEN_THROTTLES)
+        or not all(v is None or (isinstance(v, str) and RATE.fullmatch(v)) for v in rates.values())
+    ):
+        errors.append(
+            Error(
+                "LLMCHAT['TOKEN_THROTTLE_RATES'] must be a dict of 'username' and 'address' "
+                f"to a rate such as '20/hour' (or None), got {rates!r}.",
+                hint="For example {'username': '20/hour', 'address': '100/hour'}; None turns "
+                "a throttle off.",
+                id="llmchat.E015",
+            )
+        )
+    rest = getattr(django_settings, "REST_FRAMEWORK", None)
+    proxies = rest.get("NUM_PROXIES") if isinstance(rest, dict) else None
+    if proxies is not None and (
+        isinstance(proxies, bool) or not isinstance(proxies, int) or proxies < 0
+    ):
+        errors.append(
+            Error(
+                "REST_FRAMEWORK['NUM_PROXIES'] must be None or a whole number >= 0, got "
+                f"{proxies!r}.",
+                hint="The number of reverse proxies in front of the site whose "
+                "X-Forwarded-For the throttles trust; leave it unset (None) to count "
+                "REMOTE_ADDR.",
+                id="llmchat.E016",
+            )
+        )
     return errors
 
 

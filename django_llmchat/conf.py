@@ -74,6 +74,12 @@ DEFAULTS: dict[str, Any] = {
     # REST API: the models the API accepts (None: any model of a configured provider),
     # as "provider/model_id" or "provider/*".
     "ALLOWED_MODELS": None,
+    # REST API: POST auth/token/ is throttled per username it is sent (case-folded) and
+    # per client address, failed and successful attempts alike: "<n>/<second|minute|hour|
+    # day>" each, None turns one off (the whole setting None: both). A key left out keeps
+    # its default. The client address is REMOTE_ADDR, or with REST_FRAMEWORK["NUM_PROXIES"]
+    # set, the one that many proxies put in X-Forwarded-For.
+    "TOKEN_THROTTLE_RATES": {"username": "20/hour", "address": "100/hour"},
     # REST API.
     "STAFF_SEES_ALL_CHATS": False,
     "MAX_CONTENT_LENGTH": 100_000,

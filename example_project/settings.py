@@ -2,7 +2,10 @@
 
 SQLite and in-process tasks by default. Environment variables switch it up:
 ``DATABASE_URL`` (PostgreSQL), ``CELERY_BROKER_URL`` (Redis or RabbitMQ workers),
-``LLMCHAT_EVENTS_URL`` (Redis fan-out of live events).
+``LLMCHAT_EVENTS_URL`` (Redis fan-out of live events). ``DEBUG`` is off unless
+``DJANGO_DEBUG=1`` (``make run`` sets it: ``runserver`` serves the static files only in
+debug mode); ``DJANGO_ALLOWED_HOSTS`` (comma-separated) names the hosts it answers, by
+default this machine only.
 
 The model: ``LLMCHAT_PROVIDER`` / ``LLMCHAT_MODEL`` when set; else the first provider with
 a key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``), else a local Ollama
@@ -22,8 +25,12 @@ from django_llmchat.api.schema_settings import SCHEMA_SETTINGS
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-insecure-key")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["127.0.0.1", "localhost", "*"]
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
+    if host.strip()
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -60,6 +60,22 @@ def test_conf_reloads_on_override_settings():
         ({"RUN_MAX_ATTEMPTS": 0}, "llmchat.E002", "LLMCHAT['RUN_MAX_ATTEMPTS']"),
         ({"RECOVER_QUEUED_AFTER": "5m"}, "llmchat.E002", "LLMCHAT['RECOVER_QUEUED_AFTER']"),
         ({"CANCEL_ON_DISCONNECT": "yes"}, "llmchat.E013", "LLMCHAT['CANCEL_ON_DISCONNECT']"),
+        (
+            {"TOKEN_THROTTLE_RATES": {"username": "20/fortnight"}},
+            "llmchat.E015",
+            "LLMCHAT['TOKEN_THROTTLE_RATES']",
+        ),
+        (
+            {"TOKEN_THROTTLE_RATES": {"email": "5/min"}},
+            "llmchat.E015",
+            "LLMCHAT['TOKEN_THROTTLE_RATES']",
+        ),
+        ({"TOKEN_THROTTLE_RATES": "20/hour"}, "llmchat.E015", "LLMCHAT['TOKEN_THROTTLE_RATES']"),
+        (
+            {"TOKEN_THROTTLE_RATES": {"address": "0/min"}},
+            "llmchat.E015",
+            "LLMCHAT['TOKEN_THROTTLE_RATES']",
+        ),
         ({"TYPO": 1}, "llmchat.W001", "LLMCHAT['TYPO']"),
         (
             {"PROVIDERS": {"openai": {"apikey": "x"}}},
@@ -74,6 +90,25 @@ def test_bad_settings_name_the_setting(value, expected_id, named):
     assert expected_id in ids(errors)
     error = next(e for e in errors if e.id == expected_id)
     assert named in error.msg
+
+
+@pytest.mark.parametrize(
+    "rates", [None, {}, {"username": None}, {"username": "5/minute", "address": "1/s"}]
+)
+def test_token_throttle_rates_accepted(rates):
+    with override_settings(LLMCHAT={"TOKEN_THROTTLE_RATES": rates}):
+        assert ids(check_settings()) == []
+
+
+@pytest.mark.parametrize(
+    "proxies, ok", [(None, True), (0, True), (2, True), ("1", False), (-1, False), (True, False)]
+)
+def test_num_proxies_is_a_count_of_trusted_proxies(proxies, ok):
+    with override_settings(REST_FRAMEWORK={"NUM_PROXIES": proxies}):
+        errors = check_settings()
+    assert ids(errors) == ([] if ok else ["llmchat.E016"])
+    if not ok:
+        assert "REST_FRAMEWORK['NUM_PROXIES']" in errors[0].msg
 
 
 def test_custom_provider_with_api_is_accepted():

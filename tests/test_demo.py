@@ -95,24 +95,53 @@ def test_one_lazily_started_server_per_process(demo_settings):
     assert DemoProvider(base_url="http://127.0.0.1:9/v1").base_url == "http://127.0.0.1:9/v1"
 
 
-def _example_llmchat(**env: str) -> dict:
+def _example_settings(*names: str, **env: str) -> list:
+    """The example project's settings ``names``, imported in a fresh process with ``env``
+    (and none of the variables it reads besides)."""
     clean = {
         k: v
         for k, v in os.environ.items()
         if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "LLMCHAT_PROVIDER")
         and k not in ("LLMCHAT_MODEL", "OLLAMA_BASE_URL", "DJANGO_SETTINGS_MODULE")
+        and k not in ("DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS")
     }
     clean["OLLAMA_BASE_URL"] = "http://127.0.0.1:9"  # nothing listens there
     clean.update(env)
     code = (
-        "import json; from example_project import settings as s; "
-        "print(json.dumps([s.LLMCHAT, s.EXAMPLE_PROVIDERS, s.DEMO_MODE]))"
+        "import json, sys; from example_project import settings as s; "
+        "print(json.dumps([getattr(s, name) for name in sys.argv[1:]]))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True
+        [sys.executable, "-c", code, *names], cwd=ROOT, env=clean, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def _example_llmchat(**env: str) -> list:
+    return _example_settings("LLMCHAT", "EXAMPLE_PROVIDERS", "DEMO_MODE", **env)
+
+
+def test_example_project_debug_is_off_unless_the_environment_turns_it_on():
+    debug, hosts = _example_settings("DEBUG", "ALLOWED_HOSTS")
+    assert debug is False
+    assert hosts == ["127.0.0.1", "localhost", "[::1]"]  # this machine, no "*"
+    for value in ("0", "", "true", "yes"):
+        assert _example_settings("DEBUG", DJANGO_DEBUG=value) == [False], value
+    assert _example_settings("DEBUG", DJANGO_DEBUG="1") == [True]
+    hosts = _example_settings(
+        "ALLOWED_HOSTS", DJANGO_ALLOWED_HOSTS="chat.example.com, .example.org"
+    )
+    assert hosts == [["chat.example.com", ".example.org"]]
+
+
+def test_make_run_serves_in_debug_mode():
+    """With DEBUG off ``runserver`` serves no static file: the chat page's styles and
+    scripts, the API docs' assets."""
+    makefile = (ROOT / "Makefile").read_text()
+    run = makefile.split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert "DJANGO_DEBUG=$(DJANGO_DEBUG) $(BIN)/python manage.py runserver" in run
+    assert "\nDJANGO_DEBUG ?= 1\n" in makefile
 
 
 def test_example_project_uses_the_demo_without_keys():

@@ -17,12 +17,23 @@ __all__ = ["CAPABILITY_PATTERN", "LLMModelFilter"]
 
 CAPABILITY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 _WORD = re.compile(CAPABILITY_PATTERN)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class ASCIIIntegerField(forms.IntegerField):
+    """An integer in ASCII digits: Django's ``IntegerField`` reads any script's digits
+    (``٣`` is 3) and ``3.0`` as 3."""
+
+    def to_python(self, value):
+        if value not in self.empty_values and not _INTEGER.fullmatch(str(value).strip()):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)
 
 
 class IntegerFilter(django_filters.NumberFilter):
     """A whole number (``0.5`` is a 400, not rounded or read as a decimal)."""
 
-    field_class = forms.IntegerField
+    field_class = ASCIIIntegerField
 
 
 class LLMModelFilter(django_filters.FilterSet):
@@ -53,7 +64,7 @@ class LLMModelFilter(django_filters.FilterSet):
         else:
             values = [self.data[name]] if name in self.data else []
         for item in values:
-            if not isinstance(item, str) or not _WORD.match(item):
+            if not isinstance(item, str) or not _WORD.fullmatch(item):
                 raise ValidationError({name: ["must be a capability name like 'tools'"]})
         return values
 

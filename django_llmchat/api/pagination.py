@@ -85,13 +85,13 @@ class KeysetPagination(BasePagination):
         return ValidationError({"cursor": [message]})
 
     def decode_cursor(self, value: str) -> tuple[tuple[datetime | int, int], bool]:
-        found = re.match(self.cursor_pattern(), value)
+        found = re.fullmatch(self.cursor_pattern(), value)
         if found is None:
             raise self._invalid(
                 "invalid cursor: use the next or previous link of a page of this list"
             )
         backwards = value.startswith("b")
-        key, _, pk = value.strip().lstrip("b").partition(".")
+        key, _, pk = value.lstrip("b").partition(".")
         if self.integer_key:
             return (int(key), int(pk)), backwards
         epoch = EPOCH if django_settings.USE_TZ else NAIVE_EPOCH
@@ -241,6 +241,18 @@ class ModelPagination(PageNumberPagination):
 
     def get_page_size(self, request) -> int:
         return page_size(self, request)
+
+    def get_page_number(self, request, paginator):
+        """A whole number from 1 in ASCII digits (``int()`` also reads ``٣``), or DRF's
+        ``last``; anything else is a 400 naming the parameter."""
+        raw = request.query_params.get(self.page_query_param)
+        if not raw:
+            return 1
+        if raw in self.last_page_strings:
+            return paginator.num_pages
+        if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
+            raise ValidationError({self.page_query_param: ["must be an integer of 1 or more"]})
+        return int(raw)
 
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)

@@ -9,10 +9,16 @@
   Other chats answer 404, on every nested route too.
 * Throttling: the project's ``DEFAULT_THROTTLE_CLASSES``, plus the scopes ``llmchat``
   (every request) and ``llmchat_runs`` (requests that start or resume a run), active
-  when ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` gives them a rate.
+  when ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` gives them a rate; ``auth/token/``
+  per username and per client address (``LLMCHAT["TOKEN_THROTTLE_RATES"]``, on by
+  default). An anonymous client is known by :func:`client_address`.
 """
 
 from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections.abc import Mapping
 
 from django.apps import apps
 from django.db.models import QuerySet
@@ -23,9 +29,9 @@ from rest_framework.authentication import (
 )
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
-from ..conf import settings
+from ..conf import DEFAULTS, settings
 from ..models import Chat
 
 __all__ = [
@@ -33,7 +39,10 @@ __all__ = [
     "ChatAccess",
     "LLMChatRunThrottle",
     "LLMChatThrottle",
+    "TokenAddressThrottle",
+    "TokenUsernameThrottle",
     "chats_for",
+    "client_address",
     "default_authenticators",
     "default_throttles",
 ]
@@ -83,6 +92,17 @@ class ChatAccess(IsAuthenticated):
     """An authenticated user; which chats they reach is decided by :func:`chats_for`."""
 
 
+def client_address(request) -> str:
+    """The client's address, for throttles: ``REMOTE_ADDR``; with
+    ``REST_FRAMEWORK["NUM_PROXIES"]`` set, the address that many trusted proxies put in
+    ``X-Forwarded-For`` (DRF's rule). Without that setting the header is not read: DRF
+    would take it as it comes, and a client sending a new one each time would never be
+    throttled."""
+    if api_settings.NUM_PROXIES is None:
+        return request.META.get("REMOTE_ADDR") or ""
+    return BaseThrottle().get_ident(request)
+
+
 class LLMChatThrottle(SimpleRateThrottle):
     """A rate per user (per client address when anonymous) for the ``scope``, read from
     ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` at each request; no rate, no limit."""
@@ -91,6 +111,9 @@ class LLMChatThrottle(SimpleRateThrottle):
 
     def __init__(self) -> None:  # the rate is read per request (override_settings works)
         self.rate = None
+
+    def get_ident(self, request) -> str:
+        return client_address(request)
 
     def allow_request(self, request, view) -> bool:
         rates = api_settings.DEFAULT_THROTTLE_RATES or {}
@@ -110,6 +133,75 @@ class LLMChatRunThrottle(LLMChatThrottle):
     """The ``llmchat_runs`` scope: requests that start or resume a run (they cost money)."""
 
     scope = "llmchat_runs"
+
+
+def token_throttle_rates() -> dict:
+    """``LLMCHAT["TOKEN_THROTTLE_RATES"]`` over its defaults (``None``: no throttle)."""
+    rates = settings.TOKEN_THROTTLE_RATES
+    if rates is None:
+        return {}
+    return {**DEFAULTS["TOKEN_THROTTLE_RATES"], **rates}
+
+
+def submitted_username(request) -> str | None:
+    """The username a token request sends, as the throttle counts it: NFKC-normalised,
+    case-folded and stripped, so ``Admin`` and ``ａｄｍｉｎ`` are ``admin``'s guesses."""
+    data = request.data
+    value = data.get("username") if isinstance(data, Mapping) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return unicodedata.normalize("NFKC", value).casefold().strip()
+
+
+class TokenThrottle(SimpleRateThrottle):
+    """A rate of ``POST auth/token/`` from ``LLMCHAT["TOKEN_THROTTLE_RATES"][kind]``,
+    read at each request. Every attempt counts, failed or successful."""
+
+    kind = ""
+
+    def __init__(self) -> None:
+        self.rate = None
+
+    def allow_request(self, request, view) -> bool:
+        self.rate = token_throttle_rates().get(self.kind)
+        if not self.rate:
+            return True
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request, view)
+
+    def ident(self, request) -> str | None:
+        raise NotImplementedError
+
+    def get_cache_key(self, request, view) -> str | None:
+        ident = self.ident(request)
+        if ident is None:
+            return None
+        # hashed: any text a client sends makes a key every cache backend takes
+        digest = hashlib.sha256(ident.encode()).hexdigest()
+        return self.cache_format % {"scope": self.scope, "ident": digest}
+
+
+class TokenAddressThrottle(TokenThrottle):
+    """Token requests per client address (:func:`client_address`): one client trying
+    many usernames."""
+
+    scope = "llmchat_token_address"
+    kind = "address"
+
+    def ident(self, request) -> str:
+        return client_address(request)
+
+
+class TokenUsernameThrottle(TokenThrottle):
+    """Token requests per username sent (:func:`submitted_username`): one account's
+    password guessed from many addresses. A request without a username is not counted
+    here (the address throttle counts it)."""
+
+    scope = "llmchat_token_username"
+    kind = "username"
+
+    def ident(self, request) -> str | None:
+        return submitted_username(request)
 
 
 def default_throttles(*, runs: bool = False) -> list:

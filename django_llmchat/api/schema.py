@@ -54,13 +54,15 @@ _PATH_PARAMETERS = {
     ("chats", "id"): "The chat's id.",
     ("chats", "call_id"): "The tool call's id, as the provider gave it.",
     ("models", "id"): "The registry row's id.",
+    ("runs", "id"): "The run's id.",
+    ("ui", "id"): "The chat's id, or the id its client made for it (`POST ui/chat`).",
 }
 
 
 def describe_path_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """Say what each path parameter is (the views' querysets cannot tell)."""
     for path, operations in result.get("paths", {}).items():
-        kind = "models" if "/models/" in path else "chats"
+        kind = next((k for k in ("models", "runs", "ui") if f"/{k}/" in path), "chats")
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 text = _PATH_PARAMETERS.get((kind, parameter["name"]))
@@ -101,7 +103,8 @@ _REFUSALS = {
 
 def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """The refusals every route may answer, documented on each: ``401``, ``403``,
-    ``429``, ``413`` where a body is read, ``404`` for a path id; errors are JSON."""
+    ``429``, ``413`` and ``415`` where a body is read, ``404`` for a path id; errors are
+    JSON."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = {
         "type": "object",
@@ -119,6 +122,9 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
                 refusals.pop("403")
             if "requestBody" in operation:
                 refusals["413"] = "The request body is too large."
+                refusals["415"] = (
+                    "The body's media type is not one the route reads, or its charset is not UTF-8."
+                )
             if "requestBody" in operation or any(
                 p.get("in") == "query" for p in operation.get("parameters", [])
             ):

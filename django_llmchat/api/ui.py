@@ -47,6 +47,7 @@ from ..events import (
 )
 from ..models import Chat, Run, ToolCall
 from .errors import Conflict, invalid
+from .ids import CLIENT_ID_PATTERN, is_call_id
 from .serializers import StrictCharField
 from .sse import InlineRun, error_payload
 
@@ -76,7 +77,7 @@ _FINISH_REASONS = {
     "tool_calls": "tool-calls",
     "error": "error",
 }
-_CLIENT_ID = re.compile(r"^[A-Za-z0-9_\-.:~]{1,255}$")
+_CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,")
 
 
@@ -578,7 +579,7 @@ class UIChatSerializer(serializers.Serializer):
     )
 
     def validate_id(self, value: str) -> str:
-        if not _CLIENT_ID.match(value) or value in (".", ".."):
+        if not _CLIENT_ID.fullmatch(value) or value in (".", ".."):
             raise ValidationError(
                 "must be 1-255 letters, digits or '-_.:~' (the id is part of the resume URL)"
             )
@@ -604,7 +605,7 @@ def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
     from .permissions import chats_for
 
     visible = chats_for(user)
-    if client_id.isdigit():
+    if client_id.isascii() and client_id.isdigit():  # int() also reads "٣" as 3
         found = visible.filter(pk=int(client_id)).first()
         if found is not None:
             return found
@@ -685,11 +686,14 @@ def approvals_of(message: dict) -> list[tuple[str, str, str]]:
         approval = part.get("approval")
         if part.get("state") != "approval-responded" or not isinstance(approval, dict):
             continue
-        if not isinstance(approval.get("id"), str) or not isinstance(
-            approval.get("approved"), bool
-        ):
+        if not is_call_id(approval.get("id")) or not isinstance(approval.get("approved"), bool):
             raise ValidationError(
-                {"messages": ["an approval needs an id and approved (true or false)"]}
+                {
+                    "messages": [
+                        "an approval needs an id (a tool call's: 1-255 characters, no control "
+                        "characters) and approved (true or false)"
+                    ]
+                }
             )
         decision = "approved" if approval["approved"] else "denied"
         out.append((approval["id"], decision, str(part.get("toolCallId") or approval["id"])))

@@ -2,9 +2,10 @@
 ``llmchat-api``)."""
 
 from django.apps import apps
-from django.urls import path, re_path
+from django.urls import path, re_path, register_converter
 
 from .errors import not_found
+from .ids import CallIdConverter, ClientIdConverter
 from .views import (
     ChatViewSet,
     LLMModelViewSet,
@@ -21,6 +22,10 @@ from .views import (
 
 app_name = "llmchat-api"
 
+# string ids no row can have match no route: the JSON 404 below, before any query
+register_converter(CallIdConverter, "llmchat_call_id")
+register_converter(ClientIdConverter, "llmchat_client_id")
+
 chat_list = ChatViewSet.as_view({"get": "list", "post": "create"})
 chat_detail = ChatViewSet.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"}
@@ -36,17 +41,19 @@ urlpatterns = [
     path("chats/<int:pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
     path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),
     path(
-        "chats/<int:pk>/tool-calls/<str:call_id>/approve/",
+        "chats/<int:pk>/tool-calls/<llmchat_call_id:call_id>/approve/",
         ToolCallDecisionView.as_view(decision="approved"),
         name="tool-call-approve",
     ),
     path(
-        "chats/<int:pk>/tool-calls/<str:call_id>/deny/",
+        "chats/<int:pk>/tool-calls/<llmchat_call_id:call_id>/deny/",
         ToolCallDecisionView.as_view(decision="denied"),
         name="tool-call-deny",
     ),
     path("ui/chat", UIChatView.as_view(), name="ui-chat"),
-    path("ui/chat/<str:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"),
+    path(
+        "ui/chat/<llmchat_client_id:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"
+    ),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
     path("schema/", SchemaView.as_view(), name="schema"),
@@ -57,5 +64,6 @@ urlpatterns = [
 if apps.is_installed("rest_framework.authtoken"):
     urlpatterns.append(path("auth/token/", TokenView.as_view(), name="token"))
 
-# last: any other path under the API is a JSON 404 (not the project's HTML page)
-urlpatterns.append(re_path(r"^(?P<path>.*)$", not_found, name="not-found"))
+# last: any other path under the API is a JSON 404 (not the project's HTML page), line
+# breaks in it too ("." stops at a newline)
+urlpatterns.append(re_path(r"^(?P<path>[\s\S]*)$", not_found, name="not-found"))

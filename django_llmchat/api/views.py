@@ -28,7 +28,12 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    ParseError,
+    UnsupportedMediaType,
+    ValidationError,
+)
 from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
@@ -48,7 +53,14 @@ from .pagination import (
     ModelPagination,
     RunCursorPagination,
 )
-from .permissions import ChatAccess, chats_for, default_authenticators, default_throttles
+from .permissions import (
+    ChatAccess,
+    TokenAddressThrottle,
+    TokenUsernameThrottle,
+    chats_for,
+    default_authenticators,
+    default_throttles,
+)
 from .schema import SCHEMA_SETTINGS, document
 from .serializers import (
     ChatSerializer,
@@ -80,7 +92,7 @@ __all__ = [
 
 logger = logging.getLogger("django_llmchat.api")
 
-_EVENT_ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
+_EVENT_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")  # ASCII: ``\d`` is any script's digit
 
 
 def _valid_event_id(value: str) -> bool:
@@ -88,16 +100,34 @@ def _valid_event_id(value: str) -> bool:
     the start of what the stream holds)."""
     if value == "0":
         return True
-    found = _EVENT_ID.match(value)
+    found = _EVENT_ID.fullmatch(value)
     return bool(found) and all(int(p) < 2**64 for p in found.groups())
 
 
 # -- plumbing -------------------------------------------------------------------------------
+_UTF8 = ("utf-8", "utf8")
+
+
+def _require_utf8(parser_context: dict | None) -> None:
+    """A body whose ``Content-Type`` declares a charset other than UTF-8 is a 415 naming
+    it: JSON is UTF-8 (RFC 8259), and Django would decode form fields in a charset it
+    knows (``latin-1``) and ignore one it does not (``bogus``)."""
+    request = (parser_context or {}).get("request")
+    charset = request.content_params.get("charset") if request is not None else None
+    if charset is not None and charset.lower() not in _UTF8:
+        raise UnsupportedMediaType(
+            request.content_type,
+            detail=f"Unsupported charset {charset[:40]!r} in request: send the body as "
+            "UTF-8 (charset=utf-8, or no charset).",
+        )
+
+
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, plus: unknown charsets and absurd nesting are a 400, not a 500; a
-    body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413."""
+    """DRF's JSON parser, plus: a charset other than UTF-8 is a 415; absurd nesting is a
+    400, not a 500; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413."""
 
     def parse(self, stream, media_type=None, parser_context=None):
+        _require_utf8(parser_context)
         limit = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         if limit is not None and stream is not None:
             request = (parser_context or {}).get("request")
@@ -116,6 +146,14 @@ class StrictJSONParser(JSONParser):
             raise ParseError("JSON parse error - unknown charset") from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+
+
+class StrictMultiPartParser(MultiPartParser):
+    """DRF's multipart parser, plus: a charset other than UTF-8 is a 415."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        _require_utf8(parser_context)
+        return super().parse(stream, media_type, parser_context)
 
 
 class EventsUnavailable(APIException):
@@ -249,13 +287,20 @@ MESSAGE_RULES = refused(
     '`LLMCHAT["ALLOWED_ATTACHMENT_TYPES"]` (or is not the type it claims)'
 )
 TOKEN_RULES = refused("a username and password that do not log in")
+TOKEN_THROTTLED = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description="Too many attempts for this username or from this client address "
+    '(`LLMCHAT["TOKEN_THROTTLE_RATES"]`), failed or not; `Retry-After` says when to try '
+    'again: `{"detail", "code": "throttled"}`.',
+)
 UI_RULES = refused(
     "the rules of a REST message, reported on `messages`: a new user message with neither "
     'text nor a file part, text longer than `LLMCHAT["MAX_CONTENT_LENGTH"]`, too many, '
     "empty, too large or disallowed files (typed by their bytes); a file part whose `url` "
     "is not a base64 `data:` URL; an `id` with characters a resume URL cannot carry, or "
     "naming no chat of yours while the project's default provider is not configured (or "
-    "its default model not allowed): no chat is made"
+    "its default model not allowed): no chat is made; an "
+    "approval whose `id` no tool call can have (a control character, over 255 characters)"
 )
 
 BUDGET = OpenApiResponse(
@@ -380,24 +425,20 @@ class ChatViewSet(
     )
     def events(self, request, pk=None):
         chat = self.get_chat(pk)
-        last_id = request.headers.get("Last-Event-ID")
+        field, last_id = "Last-Event-ID", request.headers.get("Last-Event-ID")
         if last_id is None:
-            last_id = request.query_params.get("last_event_id")
+            field, last_id = "last_event_id", request.query_params.get("last_event_id")
         if last_id is not None:
             last_id = last_id.strip()
             if not _valid_event_id(last_id):
-                raise ValidationError(
-                    {"Last-Event-ID": ["must be an event id such as 1712000000000-0"]}
-                )
+                raise ValidationError({field: ["must be an event id such as 1712000000000-0"]})
         scope = request.query_params.get("follow", "run")
         if scope not in ("run", "all"):
             raise ValidationError({"follow": ["must be 'run' or 'all'"]})
         if not settings.EVENTS_URL:
             raise EventsUnavailable()
         if last_id not in (None, "0", "0-0") and not _known_event_id(chat.pk, last_id):
-            raise ValidationError(
-                {"Last-Event-ID": ["is not the id of an event of this chat's stream"]}
-            )
+            raise ValidationError({field: ["is not the id of an event of this chat's stream"]})
         frames = follow_frames(
             chat.pk, last_id, until_end=scope == "run", asynchronous=self.is_asgi()
         )
@@ -423,7 +464,7 @@ class MessageListCreateView(LLMChatView):
 
     pagination_class = MessageCursorPagination
     serializer_class = MessageSerializer
-    parser_classes = [StrictJSONParser, MultiPartParser]
+    parser_classes = [StrictJSONParser, StrictMultiPartParser]
     renderer_classes = [JSONRenderer, EventStreamRenderer]
     starts_runs = True
     queryset = Message.objects.none()
@@ -693,6 +734,10 @@ class TokenView(LLMChatView):
     def get_authenticators(self):
         return []  # credentials are in the body: no session, so no CSRF check either
 
+    def get_throttles(self):
+        # the address first: it counts a request whose body the username throttle cannot read
+        return [*super().get_throttles(), TokenAddressThrottle(), TokenUsernameThrottle()]
+
     def get_serializer_class(self):
         from rest_framework.authtoken.serializers import AuthTokenSerializer
 
@@ -707,6 +752,7 @@ class TokenView(LLMChatView):
         responses={
             200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
             400: TOKEN_RULES,
+            429: TOKEN_THROTTLED,
         },
         auth=[],
     )

@@ -311,7 +311,8 @@ class Provider:
         message = message or (f"HTTP {status}" if status else "error")
         codes = (code or "").lower()
         # A mid-stream error often carries the HTTP status it stands for as its code.
-        effective = status if status is not None else (int(codes) if codes.isdigit() else None)
+        numeric = codes.isascii() and codes.isdigit()  # int() refuses "²", which isdigit() takes
+        effective = status if status is not None else (int(codes) if numeric else None)
         kw: dict[str, Any] = {
             "provider": self.name,
             "status": status,

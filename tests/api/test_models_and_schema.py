@@ -102,6 +102,35 @@ def test_model_list_inputs_the_schema_refuses_are_400s(api, registry, params):
     assert list(response.json()) == [next(iter(params))]
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"page": "\u0661"},  # Arabic-Indic 1: int() reads it, the schema's integer does not
+        {"page": "\uff11"},  # full-width 1
+        {"page": "0"},
+        {"page": "-1"},
+        {"page": "abc"},
+        {"min_context_window": "\u0663"},
+        {"min_context_window": "\uff13"},
+        {"min_context_window": "3.0"},
+        {"capability": "tools\n"},
+    ],
+)
+def test_numbers_are_ascii_digits_and_names_whole(api, registry, params):
+    response = api.get(url("model-list"), params)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [next(iter(params))]
+
+
+def test_pages_by_number(api, registry):
+    assert len(ids(api.get(url("model-list"), {"page": "1", "page_size": "3"}))) == 3
+    assert len(ids(api.get(url("model-list"), {"page": "2", "page_size": "3"}))) == 1
+    assert len(ids(api.get(url("model-list"), {"page": "last", "page_size": "3"}))) == 1
+    assert api.get(url("model-list"), {"page": "3", "page_size": "3"}).status_code == 404
+    wide = ids(api.get(url("model-list"), {"min_context_window": " 1048576 "}))
+    assert wide == ["gemini-2.5-flash"]
+
+
 def test_model_list_page_size_in_range(api, registry):
     body = api.get(url("model-list"), {"page_size": "2"}).json()
     assert len(body["results"]) == 2 and body["next"]

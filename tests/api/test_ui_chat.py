@@ -249,6 +249,21 @@ def test_an_unknown_approval_is_a_400(api, chat):
     assert response.status_code == 400 and "nope" in response.json()["messages"][0]
 
 
+@pytest.mark.parametrize("call_id", ["a\x00", "\x00", "a\x1fb", "a\x85", "x" * 256, "", 7])
+def test_an_approval_id_no_tool_call_can_have_is_a_400(api, chat, call_id):
+    """A NUL reached PostgreSQL, which cannot store it, and answered a 500."""
+    part = {
+        "type": "tool-x",
+        "toolCallId": "c",
+        "state": "approval-responded",
+        "approval": {"id": call_id, "approved": True},
+    }
+    response = post(api, chat.pk, {"id": "m", "role": "assistant", "parts": [part]})
+    assert response.status_code == 400, response.content
+    assert "an approval needs an id" in response.json()["messages"][0]
+    assert not ToolCall.objects.exists()
+
+
 def test_file_parts_become_attachments(api, chat, fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     fake_llm.script("A note.")
@@ -281,6 +296,14 @@ def test_resume_without_a_run_or_live_events_is_204(api, chat, clients):
     assert api.get(url("ui-chat-stream", id=str(chat.pk))).status_code == 204
     assert api.get(url("ui-chat-stream", id="never-made")).status_code == 404
     assert clients.other.get(url("ui-chat-stream", id=str(chat.pk))).status_code == 404
+
+
+def test_a_primary_key_is_ascii_digits(chat, owner):
+    from django_llmchat.api.ui import chat_for
+
+    arabic_indic = "".join(chr(0x660 + int(d)) for d in str(chat.pk))
+    assert chat_for(owner, str(chat.pk), create=False) == chat
+    assert chat_for(owner, arabic_indic, create=False) is None
 
 
 def test_a_failed_run_ends_with_an_error_chunk(api, chat, fake_llm):

@@ -298,6 +298,9 @@ def test_any_cursor_the_schema_allows_is_a_place_in_the_list(api, chat, owner):
         ({"cursor": "eyJ0IjoiMjAyNC0wMS0wMVQwMDowMDowMCIsImkiOjF9"}, "cursor"),  # naive time
         ({"cursor": "W10"}, "cursor"),  # []
         ({"cursor": "\x00"}, "cursor"),
+        ({"cursor": "1.2\n"}, "cursor"),  # the pattern's "$" alone lets a newline end it
+        ({"cursor": "\u0661.\u0662"}, "cursor"),  # Arabic-Indic digits
+        ({"cursor": "\uff11.\uff12"}, "cursor"),  # full-width digits
         ({"cursor": "é"}, "cursor"),
         ({"cursor": ""}, "cursor"),
         ({"cursor": "1.2.3"}, "cursor"),
@@ -315,6 +318,22 @@ def test_bad_pagination_params(api, chat, params, field):
         response = api.get(path, params)
         assert response.status_code == 400, (path, params, response.content)
         assert field in response.json()
+
+
+# Arabic-Indic, full-width and superscript digits: str.isdigit() and a regex's \d take them
+OTHER_DIGITS = ["\u0661\u0667\u0661\u0662-\u0660", "\uff11-\uff10", "1-\u00b2", "\u0660"]
+
+
+@pytest.mark.parametrize("value", OTHER_DIGITS)
+def test_event_ids_are_ascii_digits(api, chat, settings, value):
+    settings.LLMCHAT = {"EVENTS_URL": "redis://127.0.0.1:1/0"}
+    response = api.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID=value)
+    assert response.status_code == 400, response.content
+    assert response.json() == {"Last-Event-ID": ["must be an event id such as 1712000000000-0"]}
+    # the query parameter's refusal names the query parameter
+    response = api.get(url("chat-events", pk=chat.pk), {"last_event_id": value})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["last_event_id"]
 
 
 def test_events_bad_last_event_id(api, chat, settings):

@@ -80,6 +80,7 @@ def example_server(tmp_path_factory, fake_llm):
     }
     env.update(
         DJANGO_SETTINGS_MODULE="example_project.settings",
+        DJANGO_DEBUG="1",  # as make run serves it: runserver serves the static files
         DATABASE_URL=f"sqlite:///{workdir / 'example.sqlite3'}",
         LLMCHAT_PROVIDER="demo",
         PYTHONUNBUFFERED="1",

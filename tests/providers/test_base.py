@@ -179,6 +179,13 @@ def test_gemini_retry_delay_in_the_body():
     assert info.value.retry_after == 48.0
 
 
+@pytest.mark.parametrize("code, kind", [("429", RateLimitError), ("\u00b2", ProviderError)])
+def test_a_mid_stream_error_code_in_other_digits_is_not_a_status(code, kind):
+    """``str.isdigit()`` takes ``²``, which ``int()`` refuses."""
+    error = EchoProvider(api_key=KEY).error_from_payload({"error": {"message": "x", "code": code}})
+    assert type(error) is kind and error.status is None
+
+
 def test_hints_are_capped_at_max_retry_wait(settings):
     settings.LLMCHAT = {"MAX_RETRY_WAIT": 5.0}
     provider, sent, waits = echo(err(429, {"retry-after": "3600"}), ok())
