@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from django_llmchat import runs
 from django_llmchat.errors import BudgetExceededError
 from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.tasks import wait_for_background_runs
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import tool
@@ -109,6 +110,8 @@ def finish(threads, provider: Provider | None = None, *, settled=None) -> None:
     for t in threads:
         t.join(120)
         assert not t.is_alive(), "a racing request never ended"
+    # a queued REST post is answered by a task run in a background thread (no broker)
+    assert wait_for_background_runs(120), "a run in the background never ended"
 
 
 def client_for(user) -> APIClient:
