@@ -419,6 +419,20 @@ class Runner:
             history.observed(request, self.last_tokens)
         return response
 
+    def _save(self, response, content: str, usages: list[Usage], *, final: bool = False):
+        """Store one step (its message, tool calls and usage rows), fenced by the run."""
+        chat = self.chat
+        return save_step(
+            chat,
+            response,
+            provider=chat.provider,
+            model_id=chat.model_id,
+            content=content,
+            usages=usages,
+            execution=self.execution,
+            final=final,
+        )
+
     def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
         """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown
         so far is stored as its reply, finish reason ``cancelled``, with the attempt's
@@ -432,15 +446,7 @@ class Runner:
             model_id=chat.model_id,
         )
         try:
-            message, _ = save_step(
-                chat,
-                response,
-                provider=chat.provider,
-                model_id=chat.model_id,
-                content=text,
-                usages=usages,
-                execution=execution,
-            )
+            message, _ = self._save(response, text, usages)
         except RunLostError:
             return None
         self.result.message = message
@@ -646,16 +652,7 @@ class Runner:
                 )
         final = not response.tool_calls
         try:
-            message, calls = save_step(
-                chat,
-                response,
-                provider=chat.provider,
-                model_id=chat.model_id,
-                content=content,
-                usages=failed + [succeeded],
-                execution=execution,
-                final=final,
-            )
+            message, calls = self._save(response, content, [*failed, succeeded], final=final)
         except RunLostError:
             # the step is not ours to store, but the attempt was paid for
             succeeded.message = None

@@ -143,18 +143,24 @@ def rest_inline(chat):
     return response.status_code, sse_frames(body)
 
 
-def ui_chat(chat):
-    body = {
-        "id": str(chat.pk),
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go?"}]}],
-        "trigger": "submit-message",
-    }
+def ui_post(chat, body):
+    """``POST ui/chat`` as the chat's user: the status and the streamed text (or the JSON
+    refusal)."""
     response = client_for(chat.user).post(url("ui-chat"), body, format="json")
     if not response.streaming:
         return response.status_code, response.json()
     text = b"".join(response.streaming_content).decode()
     response.close()
     return response.status_code, text
+
+
+def ui_chat(chat):
+    body = {
+        "id": str(chat.pk),
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go?"}]}],
+        "trigger": "submit-message",
+    }
+    return ui_post(chat, body)
 
 
 PATHS = {"python": python_ask, "rest": rest_post, "inline": rest_inline, "ui_chat": ui_chat}
@@ -227,12 +233,7 @@ def test_every_path_together_under_one_concurrent_run(user, limit, fake_llm):
 # -- regenerate --------------------------------------------------------------------------------
 def ui_regenerate(chat):
     body = {"id": str(chat.pk), "messages": [], "trigger": "regenerate-message"}
-    response = client_for(chat.user).post(url("ui-chat"), body, format="json")
-    if not response.streaming:
-        return response.status_code, response.json()
-    text = b"".join(response.streaming_content).decode()
-    response.close()
-    return response.status_code, text
+    return ui_post(chat, body)
 
 
 def test_racing_regenerates_leave_one_reply(user, fake_llm):
