@@ -8,12 +8,13 @@ the server in an untimed round), so both sides pay the same HTTP exchange and th
 is what the library adds: the prompt and reply rows, the history read, the usage row
 with its cost, the request built and the answer parsed.
 
-A third line shows the floor of that design: the same POSTs plus the twelve statements a
-stored reply needs, written by hand as raw SQL with their parameters prepared in advance,
-in the same transactions: the prompt with its run, started (the chat's lock, the runs
-ahead, the prompt and run rows, the chat's status), the history read, then the reply
-with its usage row and the run's end (the chat's lock, the reply and usage rows, the
-fenced run update, the next run, the chat's status). No ORM work at all, so nothing the
+A third line shows the floor of that design: the same POSTs plus the thirteen statements
+a stored reply needs, written by hand as raw SQL with their parameters prepared in
+advance, in the same transactions: the prompt with its run, started (the chat's lock, the
+runs ahead, the prompt and run rows, the chat's status), the history read, the attempt's
+pending usage row (before the POST), then the reply and the run's end (the chat's lock,
+the reply row, the usage row closed, the fenced run update, the next run, the chat's
+status). No ORM work at all, so nothing the
 library does can be cheaper.
 
 The three sides take turns every 30 calls, so a slow spell of this shared machine hits
@@ -139,7 +140,7 @@ def main() -> None:
 
 
 def _floor(args, model, url, headers, client):
-    """The same exchange plus the twelve statements of a stored reply, as raw SQL."""
+    """The same exchange plus the thirteen statements of a stored reply, as raw SQL."""
     from django.db import connection, transaction
     from django.utils import timezone
 
@@ -156,6 +157,10 @@ def _floor(args, model, url, headers, client):
     usage_fields, insert_usage = insert(Usage)
     run_fields, insert_run = insert(Run)
     lock_chat = "UPDATE llmchat_chat SET updated_at = %s WHERE id = %s"
+    close_usage = (
+        "UPDATE llmchat_usage SET status = %s, message_id = %s, input_tokens = %s, "
+        "output_tokens = %s, total_cost = %s, duration_ms = %s, estimated = %s WHERE id = %s"
+    )
     chat_state = "UPDATE llmchat_chat SET status = %s, active_run_id = %s WHERE id = %s"
     head = (
         "SELECT id, status, lease_expires_at, attempt FROM llmchat_run WHERE chat_id = %s "
@@ -178,11 +183,10 @@ def _floor(args, model, url, headers, client):
         ]
         run_row = Run(chat=chat, status="running", attempt=1, worker="bench")
         run_params = [f.get_db_prep_save(f.pre_save(run_row, True), connection) for f in run_fields]
-        usage = Usage(chat=chat, provider=args.provider, model_id=model, status="succeeded")
+        usage = Usage(chat=chat, provider=args.provider, model_id=model, status="pending")
         usage_params = [
             f.get_db_prep_save(f.pre_save(usage, True), connection) for f in usage_fields
         ]
-        message_slot = [f.name for f in usage_fields].index("message")
         names = [f.name for f in message_fields]
         content_slot = names.index("content")
         reply_params = list(prompt_params)
@@ -201,6 +205,8 @@ def _floor(args, model, url, headers, client):
             with connection.cursor() as cursor:
                 cursor.execute(history, [chat.pk, 10**17])
                 cursor.fetchall()
+                cursor.execute(insert_usage, usage_params)
+                (usage_id,) = cursor.fetchone()
             answer = client.post(url, content=body, headers=headers)
             text = json.dumps(answer.json())[:40]
             with transaction.atomic(), connection.cursor() as cursor:
@@ -208,9 +214,9 @@ def _floor(args, model, url, headers, client):
                 reply_params[content_slot] = text
                 cursor.execute(insert_message, reply_params)
                 (message_id,) = cursor.fetchone()
-                usage_params[message_slot] = message_id
-                cursor.execute(insert_usage, usage_params)
-                cursor.fetchone()
+                cursor.execute(
+                    close_usage, ["succeeded", message_id, 20, 8, "0.00002", 5, False, usage_id]
+                )
                 cursor.execute(end_run, ["succeeded", timezone.now(), run_id, 1, "running"])
                 cursor.execute(head, [chat.pk])
                 cursor.fetchall()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, router
@@ -268,18 +269,23 @@ _INTEGER_FIELDS = (
 
 class Arg:
     """A value of a :class:`PreparedUpdate` given to each ``run()`` (by keyword) instead
-    of fixed: ``Arg(int)`` for integers and foreign keys (``None`` passes too),
-    ``Arg(str)`` for text."""
+    of fixed: ``Arg(int)`` for integers and foreign keys, ``Arg(str)`` for text,
+    ``Arg(Decimal)`` for decimals (``None`` passes for each)."""
 
     _count = 0
 
     def __init__(self, kind: type = int):
-        if kind not in (int, str):
-            raise ValueError("Arg takes int or str values")
+        if kind not in (int, str, Decimal):
+            raise ValueError("Arg takes int, str or Decimal values")
         Arg._count += 1
         n = Arg._count
         # a value no real argument has, recognisable in the compiled parameters
-        self.placeholder: Any = INT_ARG - n if kind is int else f"\x00llmchat-arg-{n}"
+        if kind is int:
+            self.placeholder: Any = INT_ARG - n
+        elif kind is str:
+            self.placeholder = f"\x00llmchat-arg-{n}"
+        else:
+            self.placeholder = Decimal(INT_ARG - n) / 1000
 
 
 class PreparedUpdate(PreparedQuery):

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -16,7 +17,7 @@ from django.db.models.signals import post_delete
 
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION, transcript_changed
-from .prepared import PreparedInsert, PreparedUpdate, json_value, known_relations
+from .prepared import Arg, PreparedInsert, PreparedUpdate, json_value, known_relations
 from .providers.types import AttachmentData, ProviderMessage, ProviderResponse, ToolCallData
 from .tools import ToolResult
 from .values import Thinking
@@ -478,15 +479,27 @@ def closed_attempt(pending: Usage | None, row: Usage) -> Usage:
     return row
 
 
+_TEXT_COLUMNS = ("status", "provider", "model_id", "error")
+_CLOSE_ATTEMPT = PreparedUpdate(
+    Usage,
+    estimated=False,
+    **{
+        name: Arg(str if name in _TEXT_COLUMNS else Decimal if name.endswith("_cost") else int)
+        for name in _ATTEMPT_COLUMNS
+        if name != "estimated"
+    },
+)
+
+
 def write_attempts(rows: list[Usage]) -> None:
-    """Store ended attempts: a row closing a pending one is written over it (one UPDATE),
-    others are inserted."""
+    """Store ended attempts: a row closing a pending one is written over it (one UPDATE,
+    compiled once), others are inserted."""
     new = [row for row in rows if not getattr(row, "closes_pending", False)]
     for row in rows:
         if getattr(row, "closes_pending", False):
             row.estimated = False
-            values = {name: getattr(row, name) for name in _ATTEMPT_COLUMNS}
-            Usage.objects.filter(pk=row.pk).update(**values)
+            values = {name: getattr(row, name) for name in _ATTEMPT_COLUMNS if name != "estimated"}
+            _CLOSE_ATTEMPT.run(row.pk, **values)
     if len(new) == 1:
         _INSERT_USAGE.save(new[0])
     elif new:

@@ -142,3 +142,30 @@ def test_prepared_update_with_arguments_and_a_where_clause():
     assert other.run(chat.pk, status="idle", active_run=None) == 1
     chat.refresh_from_db()
     assert chat.status == "idle" and chat.active_run_id is None
+
+
+@pytest.mark.django_db
+def test_a_prepared_update_takes_decimal_arguments():
+    from decimal import Decimal
+
+    from django_llmchat.models import Usage
+    from django_llmchat.prepared import Arg, PreparedUpdate
+
+    chat = Chat.objects.create()
+    row = Usage.objects.create(chat=chat, status="pending", estimated=True)
+    close = PreparedUpdate(
+        Usage, status=Arg(str), total_cost=Arg(Decimal), input_tokens=Arg(int), estimated=False
+    )
+    assert close.run(row.pk, status="succeeded", total_cost=Decimal("0.0000123"), input_tokens=7)
+    row.refresh_from_db()
+    assert (row.status, row.total_cost, row.input_tokens, row.estimated) == (
+        "succeeded",
+        Decimal("0.0000123"),
+        7,
+        False,
+    )
+    assert close.run(row.pk, status="failed", total_cost=None, input_tokens=None)
+    row.refresh_from_db()
+    assert (row.status, row.total_cost, row.input_tokens) == ("failed", None, None)
+    with pytest.raises(ValueError):
+        Arg(float)
