@@ -189,8 +189,14 @@ def test_cancel_from_this_process_stops_the_worker_within_a_second(worker, llm):
     chat.refresh_from_db()
     assert chat.status == "idle" and not chat.cancel_requested
     assert chat.last_run.status == "cancelled"
-    assert roles(chat) == ["user"]  # the interrupted step left nothing half-written
-    assert list(Usage.objects.filter(chat=chat).values_list("status", flat=True)) == ["cancelled"]
+    # the interrupted step stored the text its followers were sent, nothing half-written
+    shown = "".join(e.content for _, e in events if isinstance(e, TextDelta))
+    reply = Message.objects.get(chat=chat, role="assistant")
+    assert roles(chat) == ["user", "assistant"] and reply.content == shown
+    assert reply.finish_reason == "cancelled" and not reply.tool_calls.exists()
+    assert list(Usage.objects.filter(chat=chat).values_list("status", "message_id")) == [
+        ("cancelled", reply.pk)
+    ]
 
 
 def test_follow_receives_the_run_and_resumes_after_last_id(worker, llm):
