@@ -499,18 +499,22 @@ class Runner:
             pending = self._open_attempt(request, provider_name, model_id, operation="summary")
             response = provider.complete(request)
             content = check_summary_response(provider_name, response.content)
-        except ProviderError as exc:
-            failed = usage_row(
-                chat,
-                provider=provider_name,
-                model_id=model_id,
-                status=Usage.FAILED,
-                started=started,
-                error=str(exc),
-                run_id=execution.pk,
-            )
-            failed.operation = "summary"
-            record_failed_attempts([closed_attempt(pending, failed)])
+        except Exception as exc:
+            ours = not isinstance(exc, ProviderError)  # a fault of ours fails the run
+            if pending is not None or not ours:  # an attempt was made: it is on the ledger
+                failed = usage_row(
+                    chat,
+                    provider=provider_name,
+                    model_id=model_id,
+                    status=Usage.FAILED,
+                    started=started,
+                    error=f"{type(exc).__name__}: {exc}" if ours else str(exc),
+                    run_id=execution.pk,
+                )
+                failed.operation = "summary"
+                record_failed_attempts([closed_attempt(pending, failed)])
+            if ours:
+                raise
             logger.warning(
                 "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
             )
