@@ -16,6 +16,7 @@ from .views import (
     SchemaView,
     TokenView,
     ToolCallDecisionView,
+    UIChatMessagesView,
     UIChatStreamView,
     UIChatView,
 )
@@ -53,6 +54,11 @@ urlpatterns = [
     path("ui/chat", UIChatView.as_view(), name="ui-chat"),
     path(
         "ui/chat/<llmchat_client_id:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"
+    ),
+    path(
+        "ui/chat/<llmchat_client_id:id>/messages",
+        UIChatMessagesView.as_view(),
+        name="ui-chat-messages",
     ),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),

@@ -44,7 +44,7 @@ from ..conf import settings
 from ..errors import ChatBusyError
 from ..models import Chat, LLMModel, Message, Run, ToolCall
 from ..transcript import known_relations
-from . import ui
+from . import ui, ui_messages
 from .errors import Conflict, api_exception_handler
 from .filters import CAPABILITY_PATTERN, LLMModelFilter
 from .pagination import (
@@ -86,6 +86,7 @@ __all__ = [
     "SchemaSwaggerView",
     "TokenView",
     "ToolCallDecisionView",
+    "UIChatMessagesView",
     "UIChatStreamView",
     "UIChatView",
 ]
@@ -831,6 +832,9 @@ class UIChatView(LLMChatView):
             raise ValidationError({"messages": ["a client cannot send system messages"]})
         inline = ui.UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
         start(inline)
+        if "prompt" in run:  # a reloaded chat names the user message as its client did
+            row = getattr(inline.runner, "run_row", None)
+            ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))
         return ui.ui_response(inline.frames())
 
 
@@ -842,7 +846,10 @@ class UIChatStreamView(LLMChatView):
     @document(
         summary="Resume the run in progress (AI SDK reconnect)",
         description="The chat's run in progress from its start, as UI message chunks "
-        "(`204` when no run is in progress, or without `LLMCHAT['EVENTS_URL']`).",
+        "(`204` when no run is in progress, or without `LLMCHAT['EVENTS_URL']`). A run "
+        "waiting for a decision on its tool calls is replayed from the stored messages, "
+        "ending with its `tool-approval-request` chunks (with or without "
+        "`EVENTS_URL`): the client shows the approval request again.",
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
             204: OpenApiResponse(description="No run to resume."),
@@ -854,8 +861,42 @@ class UIChatStreamView(LLMChatView):
         if chat is None:
             raise Http404("No such chat.")
         if not ui.can_resume(chat):
-            return ui.no_stream()
+            waiting = ui_messages.waiting_reply(chat, request)
+            if waiting is None:
+                return ui.no_stream()
+            frames = [ui.chunk(c) for c in ui_messages.replay_chunks(waiting)]
+            return ui.ui_response(iter([*frames, ui.DONE]))
         return ui.ui_response(ui.follow_chunks(chat, asynchronous=self.is_asgi()))
+
+
+class UIChatMessagesView(LLMChatView):
+    """``GET ui/chat/{id}/messages``: the chat as the AI SDK's ``UIMessage[]``, for
+    ``useChat({ id, messages })`` after a reload."""
+
+    serializer_class = serializers.Serializer
+
+    @document(
+        summary="The chat as AI SDK UI messages (reload a useChat page)",
+        description=(
+            "The chat's messages as the AI SDK's `UIMessage[]`, as the UI message stream "
+            "built them: a user message per prompt (`text` and `file` parts), one "
+            "assistant message per run (`step-start` between its steps, `reasoning`, "
+            "`text`, `tool-<name>` parts in the states `input-available`, "
+            "`approval-requested`, `approval-responded`, `output-available`, "
+            "`output-error`, `output-denied`) with the stream's `metadata` (`chatId`, "
+            "`runId`, `status`, `storedMessageId`, `tokens`, `cost`). Ids are the ones "
+            "the client saw: `run-<run id>` for a reply, the client's id of a user "
+            "message it sent, else `msg-<message id>`. Summaries and system messages "
+            "are left out. Pass it as `useChat({ id, messages })`; a call waiting for a "
+            "decision is answered with `addToolApprovalResponse` as when streamed."
+        ),
+        responses={200: ui.UIMessageSerializer(many=True), 404: ERROR},
+    )
+    def get(self, request, id: str):
+        chat = ui.chat_for(request.user, id, create=False)
+        if chat is None:
+            raise Http404("No such chat.")
+        return Response(ui_messages.ui_messages(chat, request))
 
 
 # -- the schema, readable -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import {
   AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
+  validateUIMessages,
 } from "ai";
 
 const BASE = process.env.LLMCHAT_URL;
@@ -14,10 +15,10 @@ const headers = { Authorization: `Bearer ${process.env.LLMCHAT_TOKEN}` };
 
 // The framework-free chat state (what @ai-sdk/react's useChat keeps in React state).
 class State {
-  constructor() {
+  constructor(messages = []) {
     this.status = "ready";
     this.error = undefined;
-    this.messages = [];
+    this.messages = messages;
   }
   pushMessage(message) {
     this.messages = [...this.messages, message];
@@ -39,7 +40,7 @@ class State {
 
 class Chat extends AbstractChat {
   constructor(options) {
-    super({ ...options, state: new State() });
+    super({ ...options, state: new State(options.messages) });
   }
 }
 
@@ -278,4 +279,92 @@ test("bad input is a 400 naming the field; another user's chat is not reachable"
   assert.equal(missing.status, 404);
   const anonymous = await fetch(`${BASE}/api/ui/chat`, { method: "POST", body: "{}" });
   assert.equal(anonymous.status, 401);
+});
+
+// -- a reload: the chat from ui/chat/{id}/messages --------------------------------------------
+async function uiMessages(chatId) {
+  const messages = await api(`ui/chat/${chatId}/messages`);
+  // the SDK's own schema of UIMessage[]
+  assert.deepEqual(await validateUIMessages({ messages }), messages);
+  return messages;
+}
+
+// a message as JSON holds it (undefined fields dropped), without what only streaming sets
+// (a reasoning part's id is the stream's)
+function plain(message) {
+  const copy = JSON.parse(JSON.stringify(message));
+  for (const part of copy.parts) if (part.type === "reasoning") delete part.id;
+  return copy;
+}
+
+test("a reloaded chat waiting for an approval shows it; approving it finishes the run", async () => {
+  const { id } = await newChat(["demo_book_table"]);
+  const errors = [];
+  const options = {
+    id: String(id),
+    transport: transport(),
+    onError: (e) => errors.push(e),
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  };
+  const first = new Chat(options);
+  await first.sendMessage({ text: "Please book a table at Chez Demo for 4" });
+  assert.deepEqual(errors, []);
+  assert.equal(first.messages.at(-1).metadata.status, "awaiting_approval");
+
+  // the page reloads: a new Chat with the stored messages
+  const log = [];
+  const chat = new Chat({ ...options, transport: transport({ fetch: recordingFetch(log) }),
+                          messages: await uiMessages(id) });
+  assert.deepEqual(chat.messages.map(plain), first.messages.map(plain));
+  let call = chat.messages.at(-1).parts.find((p) => p.type === "tool-demo_book_table");
+  assert.equal(call.state, "approval-requested");
+  // a reconnect (useChat's resume) replays the waiting run into the same message
+  await chat.resumeStream();
+  assert.deepEqual(errors, []);
+  assert.equal(log[0].method, "GET");
+  assert.equal(log[0].status, 200);
+  await until(() => log[0].chunks.at(-1) === "[DONE]", "the replay's end");
+  assert.ok(log[0].chunks.some((c) => c.includes('"tool-approval-request"')));
+  assert.equal(chat.messages.length, 2);
+  assert.deepEqual(chat.messages.map(plain), first.messages.map(plain));
+  call = chat.messages.at(-1).parts.find((p) => p.type === "tool-demo_book_table");
+  assert.equal(call.state, "approval-requested");
+
+  await chat.addToolApprovalResponse({ id: call.approval.id, approved: true });
+  await until(() => {
+    const part = chat.messages.at(-1).parts.find((p) => p.type === "tool-demo_book_table");
+    return chat.status === "ready" && part.state === "output-available";
+  }, "the approved call's output");
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 2, "the continuation fills the reloaded message");
+  const reply = chat.messages.at(-1);
+  assert.equal(reply.metadata.status, "succeeded");
+  assert.match(text(reply), /Chez Demo/);
+  // and reloaded again, the same chat
+  assert.deepEqual((await uiMessages(id)).map(plain), chat.messages.map(plain));
+});
+
+test("a reloaded chat equals the streamed one: ids, parts, metadata", async () => {
+  const clientId = `spa-${Math.random().toString(36).slice(2)}`;
+  const errors = [];
+  const chat = new Chat({ id: clientId, transport: transport(), onError: (e) => errors.push(e) });
+  await chat.sendMessage({ text: "Hello there, how are you?" });
+  const { chatId } = chat.messages.at(-1).metadata;
+  await api(`chats/${chatId}/`, { method: "PATCH", body: JSON.stringify({ tools: ["demo_weather"] }) });
+  await chat.sendMessage({ text: "What is the weather in Paris?" });
+  assert.deepEqual(errors, []);
+  assert.ok(chat.messages.at(-1).parts.some((p) => p.type === "tool-demo_weather"));
+  assert.ok(chat.messages[1].parts.some((p) => p.type === "reasoning"));
+  for (const chatKey of [clientId, String(chatId)]) {
+    const reloaded = await uiMessages(chatKey);
+    assert.deepEqual(reloaded.map((m) => m.id), chat.messages.map((m) => m.id));
+    assert.deepEqual(reloaded.map(plain), chat.messages.map(plain));
+  }
+  // a Chat made from them goes on as the streamed one would
+  const again = new Chat({ id: clientId, transport: transport(), messages: await uiMessages(clientId) });
+  await again.sendMessage({ text: "Short one" });
+  assert.equal(again.status, "ready");
+  assert.equal(again.messages.length, 6);
+  const missing = await fetch(`${BASE}/api/ui/chat/never-made/messages`, { headers });
+  assert.equal(missing.status, 404);
 });
