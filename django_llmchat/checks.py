@@ -275,8 +275,7 @@ def _check_idempotency_ttl(merged: dict[str, Any]) -> list:
             Error(
                 f"LLMCHAT['IDEMPOTENCY_TTL'] must be a number of seconds from 1 to "
                 f"{366 * 86400} (a year), got {value!r}.",
-                hint="How long an Idempotency-Key is remembered; the default is 86400 "
-                "(24 hours).",
+                hint="How long an Idempotency-Key is remembered; the default is 86400 (24 hours).",
                 id="llmchat.E025",
             )
         ]

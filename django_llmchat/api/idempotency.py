@@ -67,7 +67,6 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
     "run is replayed) and starts nothing. The same key with another request is a 422; "
     "while the first request is still answering, a 409.",
     pattern=r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$",
-    max_length=KEY_MAX_LENGTH,
 )
 IDEMPOTENCY_REUSED = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
@@ -77,7 +76,7 @@ IDEMPOTENCY_REUSED = OpenApiResponse(
 )
 IDEMPOTENCY_CONFLICT = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
-    description='The chat is busy, or the request with this `Idempotency-Key` is still in '
+    description="The chat is busy, or the request with this `Idempotency-Key` is still in "
     'progress (`"code": "idempotency_key_in_progress"`): retry later.',
 )
 
@@ -86,9 +85,7 @@ class KeyReused(APIException):
     """422: the key names another request."""
 
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = (
-        f"This {HEADER} was already used with a different request: send a new key."
-    )
+    default_detail = f"This {HEADER} was already used with a different request: send a new key."
     default_code = "idempotency_key_reused"
 
 
@@ -292,6 +289,13 @@ class Idempotency:
         except IntegrityError:
             self.row = None
             raise Replayed(self._after_race()) from None
+
+    def forget(self) -> None:
+        """The request ended without an outcome to replay (its decisions were stored but
+        nothing resumed): a retry is answered afresh."""
+        if self.row is not None:
+            IdempotencyKey.objects.filter(pk=self.row.pk).delete()
+            self.row = None
 
     def answered(self, status_code: int, body: Any, run: Run | None = None) -> None:
         """Store the first request's answer (a key stored by :meth:`admitting`)."""

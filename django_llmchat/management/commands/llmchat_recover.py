@@ -39,7 +39,8 @@ class Command(BaseCommand):
         found = recover(dispatch)
         purged = purge_expired_keys()
         if purged:
-            self.stdout.write(f"{purged} expired idempotency key{'s' if purged != 1 else ''} deleted.")
+            plural = "s" if purged != 1 else ""
+            self.stdout.write(f"{purged} expired idempotency key{plural} deleted.")
         if not found:
             self.stdout.write("No run to recover.")
             return
