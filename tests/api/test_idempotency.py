@@ -178,9 +178,9 @@ def test_ui_chat_without_events_answers_the_run(api, chat, inline):
 # -- approve / deny / cancel -------------------------------------------------------------------
 def test_a_retried_approval_gets_the_first_202(
     api,
-    paused,
+    paused,  # noqa: F811
     fake_llm,
-    django_capture_on_commit_callbacks,  # noqa: F811
+    django_capture_on_commit_callbacks,
 ):
     headers = key()
     first = api.post(url("tool-call-approve", pk=paused.pk, call_id="call_a"), **headers)
