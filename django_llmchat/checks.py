@@ -76,6 +76,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="llmchat.E002",
                 )
             )
+    errors += _check_idempotency_ttl(merged)
     known = _known_providers()
     providers = merged["PROVIDERS"]
     if not isinstance(providers, dict):
@@ -260,6 +261,25 @@ def _check_token_throttles(merged: dict[str, Any]) -> list:
             )
         )
     return errors
+
+
+def _check_idempotency_ttl(merged: dict[str, Any]) -> list:
+    """``IDEMPOTENCY_TTL``: seconds a key is remembered, at least one, at most a year."""
+    value = merged["IDEMPOTENCY_TTL"]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 1 <= value <= 366 * 86400
+    ):
+        return [
+            Error(
+                f"LLMCHAT['IDEMPOTENCY_TTL'] must be a number of seconds from 1 to "
+                f"{366 * 86400} (a year), got {value!r}.",
+                hint="How long an Idempotency-Key is remembered; the default is 86400 (24 hours).",
+                id="llmchat.E025",
+            )
+        ]
+    return []
 
 
 REGISTRY_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

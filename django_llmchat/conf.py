@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     # A queued run whose task never came (a lost broker message) is sent again by the
     # recovery after this many seconds.
     "RECOVER_QUEUED_AFTER": 300.0,
+    # How long (seconds) an ``Idempotency-Key`` of the API is remembered: a retry with it
+    # within this window gets the first request's outcome; older keys are ignored and
+    # purged by the periodic recovery (and ``manage.py llmchat_recover``).
+    "IDEMPOTENCY_TTL": 86400.0,
     # A client that disconnects from an inline SSE reply: False (default) lets the run
     # finish and be stored; True cancels it (its usage row is kept either way).
     "CANCEL_ON_DISCONNECT": False,

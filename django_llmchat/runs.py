@@ -40,6 +40,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 from typing import Any
@@ -78,6 +81,7 @@ __all__ = [
     "decide",
     "enqueue",
     "interrupt",
+    "on_admit",
     "recover",
     "stale_runs",
     "worker_name",
@@ -275,6 +279,28 @@ def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
     Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(position=position)
 
 
+_ON_ADMIT: ContextVar[Callable[[Run], None] | None] = ContextVar("llmchat_on_admit", default=None)
+
+
+@contextmanager
+def on_admit(callback: Callable[[Run], None]) -> Iterator[None]:
+    """While in this block, ``callback(run)`` is called inside the transaction that admits
+    a run (:func:`enqueue`, after the run row is written) or records a tool-call decision
+    (:func:`decide`, with the run waiting for it), under the chat's lock: what it writes
+    commits with the run, and an exception it raises rolls everything back."""
+    token = _ON_ADMIT.set(callback)
+    try:
+        yield
+    finally:
+        _ON_ADMIT.reset(token)
+
+
+def _admitted(run: Run) -> None:
+    callback = _ON_ADMIT.get()
+    if callback is not None:
+        callback(run)
+
+
 # -- enqueue and claim ----------------------------------------------------------------------
 def enqueue(
     chat: Chat,
@@ -343,6 +369,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     elif wait:
         run.worker, run.lease_expires_at = worker, _lease_until()
     _INSERT_RUN.save(run)
+    _admitted(run)
     if claimed:
         _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
     elif head is None:
@@ -928,6 +955,7 @@ def _decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
             f"chat {chat_id} has no run waiting for a decision (it is running: wait for "
             "it to pause)"
         )
+    _admitted(head)
     if ToolCall.objects.filter(chat_id=chat_id, approval="", result__isnull=True).exists():
         return None
     if limits.enabled():

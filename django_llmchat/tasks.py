@@ -35,6 +35,7 @@ from .conf import settings
 from .errors import ProviderError, RunLostError, safe_error
 from .events import RunFinished, RunStarted, StreamEvent
 from .models import Chat, Run
+from .models.idempotency import purge_expired_keys
 from .runner import Runner, run_finished
 
 logger = logging.getLogger("django_llmchat.tasks")
@@ -330,9 +331,15 @@ def complete_chat(
 def recover_runs() -> int:
     """Send ``complete_chat`` for every run nobody works on although it should be (its
     worker died, or its task was lost): schedule it with Celery beat, e.g. every minute.
-    Returns how many runs it found."""
+    Returns how many runs it found. It also deletes the idempotency keys older than
+    ``LLMCHAT["IDEMPOTENCY_TTL"]``."""
     close_old_connections()
     try:
-        return len(runs.recover())
+        found = len(runs.recover())
+        try:
+            purge_expired_keys()
+        except Exception as exc:  # the runs were sent: the keys wait for the next time
+            logger.warning("could not purge expired idempotency keys: %s", exc)
+        return found
     finally:
         close_old_connections()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -157,7 +158,9 @@ def ui_post(chat, body):
 def ui_chat(chat):
     body = {
         "id": str(chat.pk),
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go?"}]}],
+        "messages": [  # a new message id each time: the same id would be one retried request
+            {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": "Go?"}]}
+        ],
         "trigger": "submit-message",
     }
     return ui_post(chat, body)

@@ -47,6 +47,13 @@ from ..transcript import known_relations
 from . import ui, ui_messages
 from .errors import Conflict, api_exception_handler
 from .filters import CAPABILITY_PATTERN, LLMModelFilter
+from .idempotency import (
+    IDEMPOTENCY_CONFLICT,
+    IDEMPOTENCY_PARAMETER,
+    IDEMPOTENCY_REUSED,
+    Idempotency,
+    Replayed,
+)
 from .pagination import (
     ChatCursorPagination,
     MessageCursorPagination,
@@ -218,6 +225,33 @@ def _inline(view: LLMChatView, chat: Chat, *, status_code: int = 200, **run: Any
     return sse_response(inline.frames(), status=status_code)
 
 
+def _fingerprint(attachments: list | None) -> list:
+    """Attachments as the request hash reads them: name, SHA-256 of the bytes, type."""
+    import hashlib
+
+    out = []
+    for item in attachments or ():
+        name, data, kind = (list(item) + [None, None, None])[:3]
+        digest = hashlib.sha256(data).hexdigest() if isinstance(data, bytes) else str(data)
+        out.append([str(name), digest, str(kind)])
+    return out
+
+
+def _once(idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None):
+    """``answer()`` once per ``Idempotency-Key``: a retry gets the first outcome (a racing
+    one too, once the first stored its key)."""
+    if idem is None:
+        return answer()
+    row = idem.earlier()
+    if row is not None:
+        return idem.replay(view, row)
+    try:
+        with idem.admitting(stream=stream, events_after=after):
+            return answer()
+    except Replayed as found:
+        return idem.replay(view, found.row)
+
+
 def start(inline: InlineRun) -> InlineRun:
     """Admit an inline run now; a chat that cannot take it is a 409 (a limit's refusal
     is the API's 429)."""
@@ -379,11 +413,28 @@ class ChatViewSet(
                 "CancelAccepted",
                 {"status": serializers.CharField(), "cancel_requested": serializers.BooleanField()},
             ),
-            409: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
         },
+        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def cancel(self, request, pk=None):
         chat = self.get_chat(pk)
+        idem = Idempotency.of(request, "cancel", chat, {})
+        if idem is None:
+            return self._cancel(chat)
+        row = idem.earlier()
+        if row is not None:
+            return idem.replay(self, row)
+        try:
+            with idem.atomic():  # the key first: a racing retry waits for it, then replays
+                response = self._cancel(chat)
+                idem.answered(response.status_code, response.data)
+                return response
+        except Replayed as found:
+            return idem.replay(self, found.row)
+
+    def _cancel(self, chat: Chat) -> Response:
         # the run current now, and only it: of requests racing, one stops it
         current = chat.runs.unfinished().order_by("id").values_list("pk", flat=True).first()
         if current is None or not runs.interrupt(chat.pk, "cancelled", run_id=current):
@@ -517,10 +568,11 @@ class MessageListCreateView(LLMChatView):
             (200, "text/event-stream"): SSE_RESPONSE,
             400: MESSAGE_RULES,
             404: ERROR,
-            409: ERROR,
-            422: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
             429: BUDGET,
         },
+        parameters=[IDEMPOTENCY_PARAMETER],
         examples=[
             OpenApiExample(
                 "A prompt", value={"content": "What is the capital of France?"}, request_only=True
@@ -533,8 +585,21 @@ class MessageListCreateView(LLMChatView):
         serializer.is_valid(raise_exception=True)
         content = serializer.validated_data["content"]
         attachments = serializer.validated_data.get("attachments") or None
-        if self.wants_events():
-            return _inline(self, chat, prompt=content, attachments=attachments)
+        streamed = self.wants_events()
+        body = {"content": content, "attachments": _fingerprint(attachments), "sse": streamed}
+        idem = Idempotency.of(request, "messages", chat, body)
+        if streamed:
+            after = _stream_position(chat) if idem is not None else None
+            return _once(
+                idem,
+                self,
+                lambda: _inline(self, chat, prompt=content, attachments=attachments),
+                stream="sse",
+                after=after,
+            )
+        return _once(idem, self, lambda: self._ask_later(chat, content, attachments, idem))
+
+    def _ask_later(self, chat, content, attachments, idem):
         after = _stream_position(chat)
         message = chat.ask_later(content, attachments=attachments)
         if message is None:
@@ -554,6 +619,8 @@ class MessageListCreateView(LLMChatView):
             "message": MessageSerializer(message, context=context).data,
             "run": RunSerializer(run, context={**context, "events_after": after}).data,
         }
+        if idem is not None:
+            idem.answered(status.HTTP_202_ACCEPTED, body)
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
@@ -608,11 +675,19 @@ class ToolCallDecisionView(LLMChatView):
             ),
             (200, "text/event-stream"): SSE_RESPONSE,
             404: ERROR,
-            409: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
         },
+        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def post(self, request, pk: int, call_id: str):
         chat = self.get_chat(pk)
+        streamed = self.wants_events()
+        idem = Idempotency.of(request, self.decision, chat, {"call_id": call_id, "sse": streamed})
+        after = _stream_position(chat) if idem is not None and streamed else None
+        return _once(idem, self, lambda: self._decide(chat, call_id, idem, after))
+
+    def _decide(self, chat: Chat, call_id: str, idem: Idempotency | None, after):
         calls = list(
             ToolCall.objects.filter(chat=chat, call_id=call_id)
             .select_related("result")
@@ -631,7 +706,10 @@ class ToolCallDecisionView(LLMChatView):
         resumed = run is not None
         decided = run or chat.runs.filter(status=Run.AWAITING_APPROVAL).order_by("id").first()
         if resumed and self.wants_events():
-            return _inline(self, chat, resume=run)
+            response = _inline(self, chat, resume=run)
+            if idem is not None:
+                idem.answered(200, {"stream": "sse", "run_id": run.pk, "events_after": after})
+            return response
         after = None
         if resumed:
             after = _stream_position(chat)
@@ -639,15 +717,15 @@ class ToolCallDecisionView(LLMChatView):
         if decided is not None:
             decided = Run.objects.with_totals().get(pk=decided.pk)
         context = {**self.get_serializer_context(), "events_after": after}
-        return Response(
-            {
-                "call_id": call_id,
-                "approval": self.decision,
-                "resumed": resumed,
-                "run": RunSerializer(decided, context=context).data if decided else None,
-            },
-            status=status.HTTP_202_ACCEPTED,
-        )
+        body = {
+            "call_id": call_id,
+            "approval": self.decision,
+            "resumed": resumed,
+            "run": RunSerializer(decided, context=context).data if decided else None,
+        }
+        if idem is not None:
+            idem.answered(status.HTTP_202_ACCEPTED, body, run=decided)
+        return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 def _resume_later(chat: Chat, run: Run) -> None:
@@ -790,8 +868,10 @@ class UIChatView(LLMChatView):
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
             400: UI_RULES,
-            409: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
         },
+        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def post(self, request):
         serializer = ui.UIChatSerializer(data=request.data)
@@ -801,6 +881,19 @@ class UIChatView(LLMChatView):
         if chat is None:  # cannot happen for an authenticated user
             raise Http404("No such chat.")
         last = data["last"]
+        # a new user message's own id names the request when no header does: a retried
+        # sendMessage stores no second prompt
+        fallback = None
+        if data["trigger"] == "submit-message" and last.get("role") == "user":
+            fallback = str(last.get("id") or "") or None
+        body = {"trigger": data["trigger"], "last": _json_safe(last)}
+        idem = Idempotency.of(request, "ui-chat", chat, body, fallback=fallback)
+        after = _stream_position(chat) if idem is not None else None
+        return _once(
+            idem, self, lambda: self._answer(chat, data, last, idem), stream="ui", after=after
+        )
+
+    def _answer(self, chat: Chat, data: dict, last: dict, idem: Idempotency | None):
         stream = ui.UIMessageStream(chat_id=chat.pk)
         run: dict[str, Any] = {}
         if data["trigger"] == "regenerate-message":
@@ -821,6 +914,8 @@ class UIChatView(LLMChatView):
                 )
             resumed = ui.decide_all(chat, decisions)
             if resumed is None:
+                if idem is not None:
+                    idem.forget()
                 raise Conflict("Other tool calls of the run still wait for a decision.")
             stream = ui.UIMessageStream(
                 chat_id=chat.pk,
@@ -836,6 +931,13 @@ class UIChatView(LLMChatView):
             row = getattr(inline.runner, "run_row", None)
             ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))
         return ui.ui_response(inline.frames())
+
+
+def _json_safe(value: Any) -> Any:
+    """The client's message as JSON (what the request hash reads)."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))
 
 
 class UIChatStreamView(LLMChatView):

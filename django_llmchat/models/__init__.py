@@ -1,5 +1,6 @@
 from .attachment import AbstractAttachment, Attachment
 from .chat import AbstractChat, Chat
+from .idempotency import AbstractIdempotencyKey, IdempotencyKey
 from .limit import AbstractLimit, Limit
 from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
@@ -10,6 +11,7 @@ from .usage import AbstractUsage, Usage, UsageDashboard
 __all__ = [
     "AbstractAttachment",
     "AbstractChat",
+    "AbstractIdempotencyKey",
     "AbstractLimit",
     "AbstractLLMModel",
     "AbstractMessage",
@@ -18,6 +20,7 @@ __all__ = [
     "AbstractUsage",
     "Attachment",
     "Chat",
+    "IdempotencyKey",
     "LLMModel",
     "Limit",
     "Message",

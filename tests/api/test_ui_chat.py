@@ -2,6 +2,7 @@
 protocol (its real client runs in ``tests/test_js_clients.py``)."""
 
 import base64
+import itertools
 import json
 
 import pytest
@@ -27,8 +28,18 @@ def chunks(response) -> list:
     return [json.loads(b[6:]) for b in blocks[:-1]]
 
 
+_ids = itertools.count(1)
+
+
 def user(text: str, **extra) -> dict:
-    return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}], **extra}
+    """A new user message; its id is new each time, as a client's (the id of a retried
+    request names it: see tests/api/test_idempotency.py)."""
+    return {
+        "id": f"u{next(_ids)}",
+        "role": "user",
+        "parts": [{"type": "text", "text": text}],
+        **extra,
+    }
 
 
 def post(api, chat_id, *messages, trigger="submit-message", **extra):

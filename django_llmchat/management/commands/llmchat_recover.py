@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from ...models.idempotency import purge_expired_keys
 from ...runs import recover
 
 
 class Command(BaseCommand):
     help = (
         "Resume runs whose worker died (lease ran out) and send again queued runs whose "
-        "task was lost. --inline runs them in this process instead of sending tasks."
+        "task was lost (and delete expired idempotency keys). --inline runs them in this "
+        "process instead of sending tasks."
     )
 
     def add_arguments(self, parser):
@@ -35,6 +37,10 @@ class Command(BaseCommand):
                 run_in_process(chat_id, run_id)
 
         found = recover(dispatch)
+        purged = purge_expired_keys()
+        if purged:
+            plural = "s" if purged != 1 else ""
+            self.stdout.write(f"{purged} expired idempotency key{plural} deleted.")
         if not found:
             self.stdout.write("No run to recover.")
             return

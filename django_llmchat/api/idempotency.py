@@ -1,0 +1,399 @@
+"""``Idempotency-Key``: a retried request that starts (or stops) a run gets the first
+request's outcome instead of a second prompt and a second run.
+
+The key is per user and per route (``scope``). Its row is written in the transaction that
+admits the run (:func:`django_llmchat.runs.on_admit`), under the chat's lock and with a
+unique constraint on ``(user, scope, key)``, so of racing requests with one key exactly one
+stores anything. A retry within ``LLMCHAT["IDEMPOTENCY_TTL"]`` seconds gets:
+
+- the stored answer (status and JSON body) of a 202;
+- for a streamed answer, the run's stream replayed from the chat's event stream (from the
+  run's start, or after ``Last-Event-ID``); without ``LLMCHAT["EVENTS_URL"]``, the run as
+  JSON (``{"run": ...}``) once it ended, a 409 while it has not;
+- a 409 while the first request has not answered yet;
+- a 422 when the key comes with another request (the route, the chat or the body differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import status
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
+
+from .. import runs
+from ..conf import settings
+from ..events import RunFinished, RunStarted, to_sse
+from ..models import Chat, IdempotencyKey, Run
+from ..models.idempotency import KEY_MAX_LENGTH, KEY_PATTERN, expired_before
+from .errors import Conflict
+
+__all__ = [
+    "HEADER",
+    "IDEMPOTENCY_CONFLICT",
+    "IDEMPOTENCY_PARAMETER",
+    "IDEMPOTENCY_REUSED",
+    "Idempotency",
+    "KeyInProgress",
+    "KeyReused",
+    "Replayed",
+]
+
+logger = logging.getLogger("django_llmchat.api")
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+_KEY = re.compile(KEY_PATTERN)
+_EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="A key of your choice (printable ASCII, at most 255 characters, e.g. a "
+    "UUID) naming this request: a retry with the same key within "
+    '`LLMCHAT["IDEMPOTENCY_TTL"]` seconds gets the first request\'s outcome (a streamed '
+    "run is replayed) and starts nothing. The same key with another request is a 422; "
+    "while the first request is still answering, a 409.",
+    pattern=r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$",
+)
+IDEMPOTENCY_REUSED = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description="The `Idempotency-Key` was used with another request (another route, chat "
+    'or body): `{"detail", "code": "idempotency_key_reused"}`; or a guardrail blocked '
+    "the message.",
+)
+IDEMPOTENCY_CONFLICT = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description="The chat is busy, or the request with this `Idempotency-Key` is still in "
+    'progress (`"code": "idempotency_key_in_progress"`): retry later.',
+)
+
+
+class KeyReused(APIException):
+    """422: the key names another request."""
+
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = f"This {HEADER} was already used with a different request: send a new key."
+    default_code = "idempotency_key_reused"
+
+
+class KeyInProgress(Conflict):
+    """409: the first request with the key has not answered yet."""
+
+    default_detail = (
+        f"A request with this {HEADER} is still in progress: retry once it has answered."
+    )
+    default_code = "idempotency_key_in_progress"
+
+
+_cutoff = expired_before
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, cls=JSONEncoder))
+
+
+def request_hash(scope: str, chat_id: int, body: Any) -> str:
+    text = json.dumps(
+        {"scope": scope, "chat": chat_id, "body": body},
+        sort_keys=True,
+        separators=(",", ":"),
+        cls=JSONEncoder,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def key_of(request, fallback: str | None = None) -> str | None:
+    """The request's ``Idempotency-Key`` (a 400 when it is not printable ASCII of 1 to 255
+    characters), else ``fallback``."""
+    value = request.headers.get(HEADER)
+    if value is None:
+        if fallback and len(fallback) <= KEY_MAX_LENGTH and _KEY.match(fallback):
+            return fallback
+        return None
+    value = value.strip()
+    if not value or len(value) > KEY_MAX_LENGTH or not _KEY.match(value):
+        raise ValidationError(
+            {HEADER: ["must be 1 to 255 printable ASCII characters (e.g. a UUID)"]}
+        )
+    return value
+
+
+class Idempotency:
+    """One request's key: look up its earlier outcome, store its own."""
+
+    def __init__(self, request, scope: str, chat: Chat, body: Any, key: str):
+        self.request = request
+        self.user = request.user
+        self.scope = scope
+        self.chat = chat
+        self.key = key
+        self.hash = request_hash(scope, chat.pk, body)
+        self.row: IdempotencyKey | None = None
+
+    @classmethod
+    def of(cls, request, scope: str, chat: Chat, body: Any, fallback: str | None = None):
+        """The request's idempotency, ``None`` when it sent no key."""
+        key = key_of(request, fallback)
+        if key is None or not getattr(request.user, "is_authenticated", False):
+            return None
+        return cls(request, scope, chat, body, key)
+
+    # -- a retry
+    def earlier(self) -> IdempotencyKey | None:
+        """The key's row within the window; :class:`KeyReused` when it names another
+        request."""
+        row = (
+            IdempotencyKey.objects.filter(
+                user=self.user, scope=self.scope, key=self.key, created_at__gte=_cutoff()
+            )
+            .select_related("run")
+            .first()
+        )
+        if row is not None and row.request_hash != self.hash:
+            raise KeyReused()
+        return row
+
+    def replay(self, view, row: IdempotencyKey):
+        """The first request's outcome, again."""
+        if row.response_status is None:
+            raise KeyInProgress()
+        body = row.response_body
+        if isinstance(body, dict) and body.get("stream") and row.response_status == 200:
+            return self._replay_stream(view, row)
+        response = Response(body, status=row.response_status)
+        response[REPLAYED_HEADER] = "true"
+        return response
+
+    def _replay_stream(self, view, row: IdempotencyKey):
+        from .serializers import RunSerializer
+
+        run = row.run
+        if run is None:
+            raise KeyInProgress()
+        if not settings.EVENTS_URL:
+            run.refresh_from_db()
+            if run.status in Run.UNFINISHED:
+                raise KeyInProgress(
+                    f"The run started by the request with this {HEADER} is still in "
+                    "progress: without live events it cannot be replayed; read it at "
+                    "runs/{id}/ once it ends."
+                )
+            run = Run.objects.with_totals().get(pk=run.pk)
+            context = view.get_serializer_context()
+            response = Response({"run": RunSerializer(run, context=context).data}, status=200)
+            response[REPLAYED_HEADER] = "true"
+            return response
+        last_id = self.request.headers.get("Last-Event-ID")
+        last_id = last_id.strip() if last_id else None
+        if last_id is not None and not _EVENT_ID.fullmatch(last_id):
+            last_id = None
+        kind = row.response_body["stream"]
+        after = row.response_body.get("events_after") or "0-0"
+        events = replay_events(self.chat.pk, run.pk, after=after, last_id=last_id)
+        if kind == "ui":
+            from . import ui
+
+            frames = _ui_frames(ui, self.chat.pk, events)
+            if view.is_asgi():
+                frames = _in_thread(frames)
+            response = ui.ui_response(frames)
+        else:
+            from .sse import sse_response
+
+            frames = _sse_frames(events)
+            if view.is_asgi():
+                frames = _in_thread(frames)
+            response = sse_response(frames)
+        response[REPLAYED_HEADER] = "true"
+        return response
+
+    # -- the first request
+    @contextmanager
+    def admitting(self, *, stream: str | None = None, events_after: str | None = None):
+        """Store the key with the run the block admits (in the run's transaction); a
+        racing request with the same key that got there first answers instead
+        (:class:`Replayed` carries its outcome). ``stream``: the answer streams the run
+        (``"sse"`` or ``"ui"``): the outcome is stored at once."""
+
+        def store(run: Run) -> None:
+            if self.row is not None:
+                return  # one request, one key (several decisions of one ui/chat request)
+            IdempotencyKey.objects.filter(
+                user=self.user, scope=self.scope, key=self.key, created_at__lt=_cutoff()
+            ).delete()
+            row = IdempotencyKey(
+                user=self.user,
+                scope=self.scope,
+                key=self.key,
+                chat=self.chat,
+                request_hash=self.hash,
+                run=run,
+            )
+            if stream is not None:
+                row.response_status = 200
+                row.response_body = {
+                    "stream": stream,
+                    "run_id": run.pk,
+                    "events_after": events_after,
+                }
+            with transaction.atomic():  # a savepoint: the duplicate's error stays in it
+                row.save(force_insert=True)
+            self.row = row
+
+        try:
+            with runs.on_admit(store):
+                yield self
+        except IntegrityError:
+            self.row = None
+            raise Replayed(self._after_race()) from None
+
+    def _after_race(self) -> IdempotencyKey:
+        row = self.earlier()
+        if row is None:  # the winner rolled back meanwhile
+            raise KeyInProgress()
+        return row
+
+    @contextmanager
+    def atomic(self):
+        """For a request admitting no run (cancel): the key first, then the block, in one
+        transaction."""
+        try:
+            with transaction.atomic():
+                IdempotencyKey.objects.filter(
+                    user=self.user, scope=self.scope, key=self.key, created_at__lt=_cutoff()
+                ).delete()
+                row = IdempotencyKey(
+                    user=self.user,
+                    scope=self.scope,
+                    key=self.key,
+                    chat=self.chat,
+                    request_hash=self.hash,
+                )
+                with transaction.atomic():
+                    row.save(force_insert=True)
+                self.row = row
+                yield self
+        except IntegrityError:
+            self.row = None
+            raise Replayed(self._after_race()) from None
+
+    def forget(self) -> None:
+        """The request ended without an outcome to replay (its decisions were stored but
+        nothing resumed): a retry is answered afresh."""
+        if self.row is not None:
+            IdempotencyKey.objects.filter(pk=self.row.pk).delete()
+            self.row = None
+
+    def answered(self, status_code: int, body: Any, run: Run | None = None) -> None:
+        """Store the first request's answer (a key stored by :meth:`admitting`)."""
+        if self.row is None:
+            return
+        updates: dict[str, Any] = {"response_status": status_code, "response_body": _json(body)}
+        if run is not None:
+            updates["run"] = run
+        IdempotencyKey.objects.filter(pk=self.row.pk).update(**updates)
+
+
+class Replayed(Exception):
+    """A racing request with the same key stored its key first: answer its outcome."""
+
+    def __init__(self, row: IdempotencyKey):
+        self.row = row
+        super().__init__(row.pk)
+
+
+def replay_events(
+    chat_id: int, run_id: int, *, after: str, last_id: str | None
+) -> Iterator[tuple[str | None, Any]]:
+    """``(event_id, event)`` of run ``run_id`` from the chat's event stream: from its
+    ``run_started`` (read after ``after``, the stream's position before the run was
+    admitted), or right after ``last_id``, to its final ``run_finished``; ``(None,
+    None)`` while idle. Ends as well when the run ended in the database and nothing came
+    for two idle periods (its end was never published)."""
+    from .. import streams
+    from .sse import FOLLOW_BLOCK_MS
+
+    started = last_id is not None
+    idle = 0
+    wanted = str(run_id)
+    for event_id, event in streams.follow(
+        chat_id,
+        last_id or after,
+        stop_at_run_end=False,
+        heartbeat=True,
+        block_ms=FOLLOW_BLOCK_MS,
+    ):
+        if event is None:
+            finished = Run.objects.filter(pk=run_id, status__in=Run.FINISHED).exists()
+            idle = idle + 1 if finished else 0
+            if idle >= 2:
+                return
+            yield None, None
+            continue
+        idle = 0
+        if not started:
+            if isinstance(event, RunStarted) and event.run_id == wanted:
+                started = True
+            else:
+                continue  # an earlier run's events
+        yield event_id, event
+        if isinstance(event, RunFinished) and event.run_id == wanted:
+            if event.status != "retrying":
+                return
+
+
+def _sse_frames(events) -> Iterator[str]:
+    from .sse import comment
+
+    yield comment("connected")
+    try:
+        for event_id, event in events:
+            yield comment() if event is None else to_sse(event, event_id)
+    except Exception as exc:
+        logger.exception("replaying a run failed", exc_info=exc)
+        from .sse import frame
+
+        yield frame(
+            "error", {"type": "events_unavailable", "message": "The event stream is unavailable."}
+        )
+
+
+def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
+    stream = ui.UIMessageStream(chat_id=chat_id)
+    try:
+        for _, event in events:
+            if event is None:
+                yield ": keep-alive\n\n"
+                continue
+            yield "".join(ui.chunk(item) for item in stream.feed(event))
+    except Exception as exc:
+        logger.exception("replaying a run of chat %s failed", chat_id, exc_info=exc)
+        yield "".join(ui.chunk(i) for i in stream.error("The event stream is unavailable."))
+    yield ui.DONE
+
+
+def _in_thread(frames: Iterator[str]):
+    from ..aio import stream_in_thread
+
+    def make():
+        try:
+            yield from frames
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+
+    return stream_in_thread(make)

@@ -1,0 +1,254 @@
+"""``Idempotency-Key``: a retried request gets the first outcome and starts nothing."""
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from rest_framework.test import APIClient
+
+from django_llmchat import streams
+from django_llmchat.models import Chat, IdempotencyKey, Message, Run
+from django_llmchat.tasks import wait_for_background_runs
+from django_llmchat.testing import Reply
+from tests.conftest import require_service
+
+from .conftest import sse_frames, url
+from .test_runs import paused  # noqa: F401 - a fixture: a run waiting for two approvals
+from .test_ui_chat import chunks, post, user
+
+pytestmark = pytest.mark.django_db
+
+SSE = {"HTTP_ACCEPT": "text/event-stream"}
+MODEL = "gpt-4.1-mini"
+
+
+def key() -> dict:
+    return {"HTTP_IDEMPOTENCY_KEY": uuid.uuid4().hex}
+
+
+def prompts(chat) -> int:
+    return Message.objects.filter(chat=chat, role="user").count()
+
+
+@pytest.fixture
+def inline(fake_llm):
+    fake_llm.configure("openai", MODEL, TASKS_EAGER_WITHOUT_BROKER="inline")
+    return fake_llm
+
+
+@pytest.fixture
+def events_url(settings):
+    redis_url = require_service("REDIS_URL")
+    settings.LLMCHAT = {
+        **settings.LLMCHAT,
+        "EVENTS_URL": redis_url,
+        "EVENTS_KEY_PREFIX": f"t{uuid.uuid4().hex}",
+    }
+    yield redis_url
+    streams.client().delete(streams.stream_key("*"))
+
+
+def ask(api, chat, content="Hi", headers=None, **extra):
+    return api.post(
+        url("chat-messages", pk=chat.pk), {"content": content}, format="json", **headers, **extra
+    )
+
+
+# -- POST chats/{id}/messages/, queued ---------------------------------------------------------
+def test_a_retried_message_gets_the_first_202_and_stores_one_prompt(
+    api, chat, inline, django_capture_on_commit_callbacks
+):
+    inline.script(Reply("Hello."))
+    headers = key()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = ask(api, chat, headers=headers)
+    assert first.status_code == 202, first.content
+    second = ask(api, chat, headers=headers)
+    assert second.status_code == 202
+    assert second.json() == first.json()
+    assert second["Idempotent-Replayed"] == "true"
+    assert prompts(chat) == 1 and chat.runs.count() == 1
+    assert len(inline.requests) == 1
+    row = IdempotencyKey.objects.get()
+    assert row.scope == "messages" and row.chat_id == chat.pk
+    assert row.run_id == first.json()["run"]["id"] or str(row.run_id) == str(
+        first.json()["run"]["id"]
+    )
+
+
+def test_the_same_key_with_another_body_is_a_422_naming_the_header(api, chat, inline):
+    inline.script(Reply("Hello."))
+    headers = key()
+    assert ask(api, chat, "Hi", headers).status_code == 202
+    again = ask(api, chat, "Something else", headers)
+    assert again.status_code == 422
+    assert again.json()["code"] == "idempotency_key_reused"
+    assert "Idempotency-Key" in again.json()["detail"]
+    assert prompts(chat) == 1
+
+
+def test_an_invalid_key_is_a_400_naming_the_header(api, chat, inline):
+    response = ask(api, chat, headers={"HTTP_IDEMPOTENCY_KEY": "é" * 3})
+    assert response.status_code == 400
+    assert "Idempotency-Key" in response.json()
+    response = ask(api, chat, headers={"HTTP_IDEMPOTENCY_KEY": "x" * 256})
+    assert response.status_code == 400
+    assert prompts(chat) == 0
+
+
+def test_another_users_same_key_is_independent(clients, chat, inline, owner):
+    inline.script(Reply("One."), Reply("Two."))
+    theirs = Chat.objects.create(user=clients.users["other"], provider="openai", model_id=MODEL)
+    headers = key()
+    assert ask(clients.owner, chat, headers=headers).status_code == 202
+    assert ask(clients.other, theirs, headers=headers).status_code == 202
+    assert prompts(chat) == 1 and prompts(theirs) == 1
+    assert IdempotencyKey.objects.count() == 2
+
+
+def test_an_expired_key_starts_a_new_run_and_is_purged(api, chat, inline, settings):
+    inline.script(Reply("One."), Reply("Two."))
+    headers = key()
+    assert ask(api, chat, headers=headers).status_code == 202
+    day = IdempotencyKey.objects.get().created_at - timedelta(days=2)
+    IdempotencyKey.objects.update(created_at=day)
+    assert ask(api, chat, headers=headers).status_code == 202
+    assert prompts(chat) == 2 and chat.runs.count() == 2
+    assert IdempotencyKey.objects.get().created_at > day  # the old row made room
+    IdempotencyKey.objects.update(created_at=day)
+    call_command("llmchat_recover")
+    assert not IdempotencyKey.objects.exists()
+
+
+# -- POST chats/{id}/messages/, streamed -------------------------------------------------------
+def test_a_streamed_retry_without_events_answers_the_ended_run_as_json(api, chat, inline):
+    inline.script(Reply("Streamed."))
+    headers = key()
+    first = ask(api, chat, headers=headers, **SSE)
+    frames = sse_frames(b"".join(first.streaming_content).decode())
+    assert frames[-1]["event"] == "run_finished"
+    second = ask(api, chat, headers=headers, **SSE)
+    assert second.status_code == 200 and second["Content-Type"] == "application/json"
+    assert second.json()["run"]["status"] == "succeeded"
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+
+
+def test_a_streamed_retry_replays_the_runs_stream(api, chat, inline, events_url):
+    inline.script(Reply("Streamed here.", chunk_size=4))
+    headers = key()
+    first = ask(api, chat, headers=headers, **SSE)
+    original = sse_frames(b"".join(first.streaming_content).decode())
+    second = ask(api, chat, headers=headers, **SSE)
+    assert second.status_code == 200 and second["Content-Type"] == "text/event-stream"
+    replayed = sse_frames(b"".join(second.streaming_content).decode())
+    assert [(f["event"], f["id"]) for f in replayed] == [(f["event"], f["id"]) for f in original]
+    # Last-Event-ID: only what followed it
+    third = ask(api, chat, headers=headers, HTTP_LAST_EVENT_ID=original[1]["id"], **SSE)
+    rest = sse_frames(b"".join(third.streaming_content).decode())
+    assert [f["id"] for f in rest] == [f["id"] for f in original[2:]]
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+
+
+# -- POST ui/chat ------------------------------------------------------------------------------
+def test_a_retried_send_message_with_the_same_message_id_stores_one_prompt(
+    api, chat, inline, events_url
+):
+    inline.script(Reply("Bonjour !"))
+    message = user("Say hello")
+    first = chunks(post(api, chat.pk, message))
+    second = chunks(post(api, chat.pk, message))
+    assert [c["type"] for c in second] == [c["type"] for c in first]
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+    changed = post(api, chat.pk, {**message, "parts": [{"type": "text", "text": "Other"}]})
+    assert changed.status_code == 422
+
+
+def test_ui_chat_without_events_answers_the_run(api, chat, inline):
+    inline.script(Reply("Bonjour !"))
+    message = user("Say hello")
+    chunks(post(api, chat.pk, message))
+    again = post(api, chat.pk, message)
+    assert again.status_code == 200 and again.json()["run"]["status"] == "succeeded"
+    assert prompts(chat) == 1 and len(inline.requests) == 1
+
+
+# -- approve / deny / cancel -------------------------------------------------------------------
+def test_a_retried_approval_gets_the_first_202(
+    api,
+    paused,  # noqa: F811
+    fake_llm,
+    django_capture_on_commit_callbacks,
+):
+    headers = key()
+    first = api.post(url("tool-call-approve", pk=paused.pk, call_id="call_a"), **headers)
+    assert first.status_code == 202
+    second = api.post(url("tool-call-approve", pk=paused.pk, call_id="call_a"), **headers)
+    assert second.status_code == 202 and second.json() == first.json()
+    other = api.post(url("tool-call-deny", pk=paused.pk, call_id="call_a"), **headers)
+    assert other.status_code == 202 or other.status_code == 409  # its own scope: answered
+    fake_llm.script(Reply("Paid."))
+    headers = key()
+    with django_capture_on_commit_callbacks(execute=True):
+        last = api.post(url("tool-call-deny", pk=paused.pk, call_id="call_b"), **headers)
+    assert last.status_code == 202 and last.json()["resumed"] is True
+    again = api.post(url("tool-call-deny", pk=paused.pk, call_id="call_b"), **headers)
+    assert again.json() == last.json()
+    assert paused.runs.count() == 1 and len(fake_llm.requests) == 2
+    mismatch = api.post(url("tool-call-deny", pk=paused.pk, call_id="call_a"), **headers)
+    assert mismatch.status_code == 422
+
+
+def test_a_retried_cancel_gets_the_first_202(api, chat):
+    from django_llmchat import runs
+
+    runs.enqueue(chat, Message(chat=chat, role="user", content="Later."))
+    headers = key()
+    first = api.post(url("chat-cancel", pk=chat.pk), **headers)
+    assert first.status_code == 202, first.content
+    second = api.post(url("chat-cancel", pk=chat.pk), **headers)
+    assert second.status_code == 202 and second.json() == first.json()
+    assert api.post(url("chat-cancel", pk=chat.pk)).status_code == 409  # without a key
+
+
+# -- racing retries ----------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_racing_retries_make_one_run(django_user_model, fake_llm):
+    if connection.vendor == "sqlite":
+        pytest.skip("threads writing at once need a server database (SQLite: one writer)")
+    fake_llm.configure("openai", MODEL)
+    fake_llm.script(*[Reply("answered")] * 8)
+    racer = django_user_model.objects.create_user("racer", password="pw")
+    chat = Chat.objects.create(user=racer, provider="openai", model_id=MODEL)
+    headers = key()
+    n = 6
+    barrier = threading.Barrier(n)
+    outcomes: list = [None] * n
+
+    def one(i):
+        try:
+            client = APIClient()
+            client.force_authenticate(racer)
+            barrier.wait(30)
+            response = ask(client, chat, headers=headers)
+            outcomes[i] = (response.status_code, response.json())
+        except Exception as exc:
+            outcomes[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert wait_for_background_runs(60)
+    codes = sorted(o[0] for o in outcomes)
+    assert set(codes) <= {202, 409} and codes.count(202) >= 1, outcomes
+    assert all(o[1]["code"] == "idempotency_key_in_progress" for o in outcomes if o[0] == 409)
+    bodies = {str(o[1]["run"]["id"]) for o in outcomes if o[0] == 202}
+    assert len(bodies) == 1
+    assert prompts(chat) == 1 and Run.objects.filter(chat=chat).count() == 1
+    assert len(fake_llm.requests) == 1
