@@ -378,6 +378,9 @@ class UIMessageStream:
         if self.in_step:
             out.append({"type": "finish-step"})
             self.in_step = False
+        if event.status in (Run.CANCELLED, Run.INTERRUPTED):
+            # stopped: what was streamed is what was stored, and the message ends here
+            out.append({"type": "abort", "reason": event.status})
         metadata: dict[str, Any] = {"status": event.status}
         if event.run_id:
             metadata["runId"] = event.run_id

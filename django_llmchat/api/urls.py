@@ -16,6 +16,7 @@ from .views import (
     SchemaView,
     TokenView,
     ToolCallDecisionView,
+    UIChatStopView,
     UIChatStreamView,
     UIChatView,
 )
@@ -54,6 +55,7 @@ urlpatterns = [
     path(
         "ui/chat/<llmchat_client_id:id>/stream", UIChatStreamView.as_view(), name="ui-chat-stream"
     ),
+    path("ui/chat/<llmchat_client_id:id>/stop", UIChatStopView.as_view(), name="ui-chat-stop"),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
     path("schema/", SchemaView.as_view(), name="schema"),

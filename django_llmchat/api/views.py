@@ -858,6 +858,35 @@ class UIChatStreamView(LLMChatView):
         return ui.ui_response(ui.follow_chunks(chat, asynchronous=self.is_asgi()))
 
 
+class UIChatStopView(LLMChatView):
+    """``POST ui/chat/{id}/stop``: what the AI SDK's ``stop()`` should also call. The
+    chat's current run ends ``cancelled``; its stream (the one in the response, or a
+    resumed one) sends what the run stored, an ``abort`` chunk and its ``finish``."""
+
+    serializer_class = serializers.Serializer  # no body (OPTIONS describes it)
+
+    @document(
+        summary="Stop the run in progress (AI SDK stop)",
+        description="Ends the chat's current run `cancelled`: a running one stops between "
+        "chunks (the text streamed so far is stored as its reply), one queued or waiting "
+        "for a decision ends now. Answers with the run (its `cancel_requested` set; its "
+        "`status` turns `cancelled` when its process has stopped). `409` when the chat has "
+        "no run to stop, or its stop was already asked for.",
+        request=None,
+        responses={200: RunSerializer, 404: ERROR, 409: ERROR},
+    )
+    def post(self, request, id: str):
+        chat = ui.chat_for(request.user, id, create=False)
+        if chat is None:
+            raise Http404("No such chat.")
+        # the run current now, and only it: of requests racing, one stops it
+        current = chat.runs.unfinished().order_by("id").values_list("pk", flat=True).first()
+        if current is None or not runs.interrupt(chat.pk, "cancelled", run_id=current):
+            raise Conflict("The chat has no run to stop, or its stop was already asked for.")
+        run = Run.objects.with_totals().get(pk=current)
+        return Response(RunSerializer(run, context=self.get_serializer_context()).data)
+
+
 # -- the schema, readable -----------------------------------------------------------------------
 def _local_asset(path: str) -> str | None:
     """The static URL of a drf-spectacular-sidecar asset when that app is installed."""

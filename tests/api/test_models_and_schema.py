@@ -191,6 +191,7 @@ def test_schema_renders_and_validates():
         "/api/auth/token/",
         "/api/ui/chat",
         "/api/ui/chat/{id}/stream",
+        "/api/ui/chat/{id}/stop",
     }
     events = schema["paths"]["/api/chats/{id}/events/"]["get"]["responses"]["200"]["content"]
     assert list(events) == ["text/event-stream"]
