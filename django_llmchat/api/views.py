@@ -818,13 +818,19 @@ class UIChatView(LLMChatView):
                         ]
                     }
                 )
-            resumed = ui.decide_all(chat, decisions)
+            decided: list = []
+            resumed = ui.decide_all(chat, decisions, decided=decided)
             if resumed is None:
                 raise Conflict("Other tool calls of the run still wait for a decision.")
             stream = ui.UIMessageStream(
                 chat_id=chat.pk,
                 message_id=last.get("id") or None,
-                tool_ids={call_id: known for call_id, _, known in decisions},
+                known_calls=[(call.call_id, call.name, known) for call, known in decided],
+                run_calls=list(
+                    ToolCall.objects.filter(message__run=resumed)
+                    .order_by("id")
+                    .values_list("call_id", flat=True)
+                ),
             )
             run["resume"] = resumed
         else:

@@ -377,3 +377,67 @@ def test_stop_by_client_id_and_refusals(api, clients, chat, fake_llm):
     assert made.runs.get().status == Run.CANCELLED
     again = api.post(url("ui-chat-stop", id=str(made.pk)))
     assert again.status_code == 409 and again.json()["code"] == "conflict"
+
+
+@pytest.mark.parametrize("call_id", ["same", ""])
+def test_calls_sharing_an_id_get_a_tool_call_id_each(api, chat, fake_llm, call_id):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_lookup", {"city": "Paris"}, call_id=call_id),
+                ScriptedCall("api_lookup", {"city": "Rome"}, call_id=call_id),
+            ]
+        ),
+        Reply("Both big."),
+    )
+    got = chunks(post(api, chat.pk, user("How big are Paris and Rome?")))
+    available = [c for c in got if c["type"] == "tool-input-available"]
+    outputs = [c for c in got if c["type"] == "tool-output-available"]
+    ids = [c["toolCallId"] for c in available]
+    assert len(set(ids)) == 2 == len(ToolCall.objects.filter(chat=chat))
+    assert [c["toolCallId"] for c in outputs] == ids  # each result to its own call
+    starts = [c["toolCallId"] for c in got if c["type"] == "tool-input-start"]
+    assert starts == ids
+
+
+def test_approvals_of_calls_sharing_an_id_map_back_to_each_call(api, chat, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_transfer)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_transfer", {"amount": 1}, call_id="same"),
+                ScriptedCall("api_transfer", {"amount": 2}, call_id="same"),
+            ]
+        )
+    )
+    got = chunks(post(api, chat.pk, user("Pay 1 and 2")))
+    requests = [c for c in got if c["type"] == "tool-approval-request"]
+    available = [c for c in got if c["type"] == "tool-input-available"]
+    assert [r["toolCallId"] for r in requests] == [c["toolCallId"] for c in available]
+    assert [r["approvalId"] for r in requests] == ["same", "same#2"]
+    parts = [
+        {
+            "type": "tool-api_transfer",
+            "toolCallId": c["toolCallId"],
+            "state": "approval-responded",
+            "input": c["input"],
+            "approval": {"id": r["approvalId"], "approved": approved},
+        }
+        for c, r, approved in zip(available, requests, [False, True], strict=True)
+    ]
+    assistant = {"id": got[0]["messageId"], "role": "assistant", "parts": parts}
+    fake_llm.script(Reply("Paid 2."))
+    resumed = chunks(post(api, chat.pk, user("Pay 1 and 2"), assistant))
+    first, second = ToolCall.objects.filter(chat=chat).order_by("id")
+    assert (first.approval, second.approval) == ("denied", "approved")
+    denied = next(c for c in resumed if c["type"] == "tool-output-denied")
+    output = next(c for c in resumed if c["type"] == "tool-output-available")
+    assert denied["toolCallId"] == available[0]["toolCallId"]
+    assert output == {
+        "type": "tool-output-available",
+        "toolCallId": available[1]["toolCallId"],
+        "output": "moved 2",
+    }
