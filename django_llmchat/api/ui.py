@@ -102,7 +102,17 @@ class UIMessageStream:
 
     ``message_id`` is the UI message the chunks fill (``run-<run id>`` unless given: the
     client's assistant message when a run continues after approvals); ``tool_ids`` maps
-    stored call ids to the ``toolCallId`` a client already knows."""
+    stored call ids to the ``toolCallId`` a client already knows, ``known_calls`` lists
+    ``(call id, tool name, toolCallId)`` of those calls in their order (for call ids a
+    vendor repeated) and ``run_calls`` the call ids the run stored before this stream.
+
+    Every stored call gets its own ``toolCallId`` (a vendor may repeat an id, or give
+    none): the call's item id, else its call id when the run has no other call with it,
+    else ``<call id>-<n>`` (``call-<n>`` without an id). Its ``approvalId`` is the call
+    id, or ``<call id>#<n>`` for the run's n-th call with that id (n > 1), which
+    :func:`decide_all` maps back to exactly that call. Results and approval requests
+    name only a call id: they go to the run's calls with it in their order (by tool
+    name first)."""
 
     def __init__(
         self,
@@ -110,6 +120,8 @@ class UIMessageStream:
         chat_id: int | None = None,
         message_id: str | None = None,
         tool_ids: dict[str, str] | None = None,
+        known_calls: list[tuple[str, str, str]] | None = None,
+        run_calls: list[str] | None = None,
     ):
         self.chat_id = chat_id
         self.message_id = message_id
@@ -126,6 +138,14 @@ class UIMessageStream:
         self.items: dict[str, str] = {}  # a call's item id -> its toolCallId
         self.inputs: set[str] = set()  # toolCallIds whose tool-input-start was sent
         self.tool_ids: dict[str, str] = dict(tool_ids or {})  # call id -> toolCallId
+        # call id -> [(tool name, toolCallId, approvalId)] of calls still to be answered
+        self.waiting: dict[str, list[tuple[str, str, str]]] = {}
+        for call_id, name, known in known_calls or ():
+            self.waiting.setdefault(call_id, []).append((name, known, call_id))
+        self.call_counts: dict[str, int] = {}  # call id -> the run's calls with it
+        for call_id in run_calls or ():
+            self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
+        self.used: set[str] = set()  # toolCallIds given to calls
         self.finish_reason: str | None = None
         self.run_id: str | None = None
         self.tokens: dict[str, int] = {}
@@ -178,6 +198,30 @@ class UIMessageStream:
 
     def _tool_id(self, call_id: str) -> str:
         return self.tool_ids.get(call_id, call_id)
+
+    def _answered(self, call_id: str, name: str) -> tuple[str, str]:
+        """``(toolCallId, approvalId)`` of the next call with this id waiting for its
+        result or approval request (of this tool first)."""
+        queue = self.waiting.get(call_id)
+        if queue:
+            index = next((i for i, item in enumerate(queue) if item[0] == name), 0)
+            _, tool_call_id, approval_id = queue.pop(index)
+            return tool_call_id, approval_id
+        return self._tool_id(call_id), call_id
+
+    def _new_call(self, call_id: str, preferred: str | None) -> tuple[str, str]:
+        """``(toolCallId, approvalId)`` of a call the run just made."""
+        n = self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
+        approval_id = call_id if n == 1 and call_id else f"{call_id}#{n}"
+        if preferred:  # the id its deltas had, kept for it
+            return preferred, approval_id
+        candidates = [call_id] if call_id and n == 1 else []
+        candidates.append(f"{call_id or 'call'}-{n}")
+        tool_call_id = next((c for c in candidates if c not in self.used), None)
+        while tool_call_id is None or tool_call_id in self.used:
+            tool_call_id = self._next(f"{call_id or 'call'}-{n}")
+        self.used.add(tool_call_id)
+        return tool_call_id, approval_id
 
     # -- the translation
     def feed(self, event: StreamEvent) -> list[dict]:
@@ -249,7 +293,12 @@ class UIMessageStream:
             key = event.item_id or ""
             tool_call_id = self.items.get(key)
             if tool_call_id is None:
-                tool_call_id = self.items[key] = event.item_id or self._next("call")
+                fresh = event.item_id and event.item_id not in self.used
+                tool_call_id = event.item_id if fresh else self._next("call")
+                while tool_call_id in self.used:
+                    tool_call_id = self._next("call")
+                self.items[key] = tool_call_id
+                self.used.add(tool_call_id)  # this call's, whatever its ids turn out to be
             if tool_call_id not in self.inputs:
                 self.inputs.add(tool_call_id)
                 out.append(
@@ -270,8 +319,12 @@ class UIMessageStream:
             return out
         if isinstance(event, ToolCallDone):
             out = self._content() + self._close_parts()
-            tool_call_id = self.items.get(event.item_id or "") or event.call_id
+            streamed = self.items.pop(event.item_id or "", None)  # its deltas' toolCallId
+            tool_call_id, approval_id = self._new_call(event.call_id, streamed)
             self.tool_ids[event.call_id] = tool_call_id
+            self.waiting.setdefault(event.call_id, []).append(
+                (event.name, tool_call_id, approval_id)
+            )
             if tool_call_id not in self.inputs:
                 self.inputs.add(tool_call_id)
                 out.append(
@@ -292,16 +345,17 @@ class UIMessageStream:
             return out
         if isinstance(event, ToolApprovalRequest):
             out = self._content(tool_output=True)
+            tool_call_id, approval_id = self._answered(event.call_id, event.name)
             return out + [
                 {
                     "type": "tool-approval-request",
-                    "approvalId": event.call_id,
-                    "toolCallId": self._tool_id(event.call_id),
+                    "approvalId": approval_id,
+                    "toolCallId": tool_call_id,
                 }
             ]
         if isinstance(event, ToolResultDone):
             out = self._content(tool_output=True)
-            tool_call_id = self._tool_id(event.call_id)
+            tool_call_id, _ = self._answered(event.call_id, event.name)
             if event.error_type == "denied":
                 return out + [{"type": "tool-output-denied", "toolCallId": tool_call_id}]
             if event.error_type:
@@ -378,6 +432,9 @@ class UIMessageStream:
         if self.in_step:
             out.append({"type": "finish-step"})
             self.in_step = False
+        if event.status in (Run.CANCELLED, Run.INTERRUPTED):
+            # stopped: what was streamed is what was stored, and the message ends here
+            out.append({"type": "abort", "reason": event.status})
         metadata: dict[str, Any] = {"status": event.status}
         if event.run_id:
             metadata["runId"] = event.run_id
@@ -700,17 +757,44 @@ def approvals_of(message: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def decide_all(chat: Chat, decisions: list[tuple[str, str, str]]) -> Run | None:
-    """Record the decisions; the run to resume once none is left waiting."""
-    resumed = None
-    for call_id, decision, _ in decisions:
-        calls = list(ToolCall.objects.filter(chat=chat, call_id=call_id).order_by("id"))
-        call = next(
-            (c for c in calls if not c.approval and c.get_result() is None),
-            calls[0] if calls else None,
+def call_for(chat: Chat, approval_id: str) -> ToolCall | None:
+    """The stored call an ``approvalId`` names (see :class:`UIMessageStream`): the call id
+    alone is the first call with it of the run waiting for decisions (else the chat's
+    first call with it still unanswered), ``<call id>#<n>`` that run's n-th call with it."""
+    calls = list(ToolCall.objects.filter(chat=chat, call_id=approval_id).order_by("id"))
+    base, number = approval_id, 1
+    if not calls:
+        head, sep, tail = approval_id.rpartition("#")
+        if not sep or not (tail.isascii() and tail.isdigit()) or int(tail) < 2:
+            return None
+        base, number = head, int(tail)
+    waiting = chat.runs.filter(status=Run.AWAITING_APPROVAL).order_by("id").first()
+    if waiting is not None:
+        same = list(
+            ToolCall.objects.filter(chat=chat, call_id=base, message__run=waiting).order_by("id")
         )
+        if number <= len(same):
+            return same[number - 1]
+    if number > 1 or not calls:
+        return None
+    return next((c for c in calls if not c.approval and c.get_result() is None), calls[0])
+
+
+def decide_all(
+    chat: Chat,
+    decisions: list[tuple[str, str, str]],
+    *,
+    decided: list[tuple[ToolCall, str]] | None = None,
+) -> Run | None:
+    """Record the decisions; the run to resume once none is left waiting. ``decided``
+    receives ``(stored call, toolCallId)`` of each decision, in the calls' order."""
+    resumed = None
+    pairs: list[tuple[ToolCall, str]] = []
+    for call_id, decision, tool_call_id in decisions:
+        call = call_for(chat, call_id)
         if call is None:
             raise ValidationError({"messages": [f"the chat has no tool call {call_id!r}"]})
+        pairs.append((call, tool_call_id))
         try:
             found = runs.decide(chat.pk, call, decision)
         except runs.AlreadyDecided:
@@ -718,4 +802,6 @@ def decide_all(chat: Chat, decisions: list[tuple[str, str, str]]) -> Run | None:
         except ChatBusyError:
             raise Conflict("The chat is running; wait for it to pause.") from None
         resumed = found or resumed
+    if decided is not None:
+        decided.extend(sorted(pairs, key=lambda pair: pair[0].pk))
     return resumed

@@ -17,6 +17,7 @@ from .views import (
     TokenView,
     ToolCallDecisionView,
     UIChatMessagesView,
+    UIChatStopView,
     UIChatStreamView,
     UIChatView,
 )
@@ -60,6 +61,7 @@ urlpatterns = [
         UIChatMessagesView.as_view(),
         name="ui-chat-messages",
     ),
+    path("ui/chat/<llmchat_client_id:id>/stop", UIChatStopView.as_view(), name="ui-chat-stop"),
     path("models/", LLMModelViewSet.as_view({"get": "list"}), name="model-list"),
     path("models/<int:pk>/", LLMModelViewSet.as_view({"get": "retrieve"}), name="model-detail"),
     path("schema/", SchemaView.as_view(), name="schema"),

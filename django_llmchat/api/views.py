@@ -912,7 +912,8 @@ class UIChatView(LLMChatView):
                         ]
                     }
                 )
-            resumed = ui.decide_all(chat, decisions)
+            decided: list = []
+            resumed = ui.decide_all(chat, decisions, decided=decided)
             if resumed is None:
                 if idem is not None:
                     idem.forget()
@@ -920,7 +921,12 @@ class UIChatView(LLMChatView):
             stream = ui.UIMessageStream(
                 chat_id=chat.pk,
                 message_id=last.get("id") or None,
-                tool_ids={call_id: known for call_id, _, known in decisions},
+                known_calls=[(call.call_id, call.name, known) for call, known in decided],
+                run_calls=list(
+                    ToolCall.objects.filter(message__run=resumed)
+                    .order_by("id")
+                    .values_list("call_id", flat=True)
+                ),
             )
             run["resume"] = resumed
         else:
@@ -999,6 +1005,35 @@ class UIChatMessagesView(LLMChatView):
         if chat is None:
             raise Http404("No such chat.")
         return Response(ui_messages.ui_messages(chat, request))
+
+
+class UIChatStopView(LLMChatView):
+    """``POST ui/chat/{id}/stop``: what the AI SDK's ``stop()`` should also call. The
+    chat's current run ends ``cancelled``; its stream (the one in the response, or a
+    resumed one) sends what the run stored, an ``abort`` chunk and its ``finish``."""
+
+    serializer_class = serializers.Serializer  # no body (OPTIONS describes it)
+
+    @document(
+        summary="Stop the run in progress (AI SDK stop)",
+        description="Ends the chat's current run `cancelled`: a running one stops between "
+        "chunks (the text streamed so far is stored as its reply), one queued or waiting "
+        "for a decision ends now. Answers with the run (its `cancel_requested` set; its "
+        "`status` turns `cancelled` when its process has stopped). `409` when the chat has "
+        "no run to stop, or its stop was already asked for.",
+        request=None,
+        responses={200: RunSerializer, 404: ERROR, 409: ERROR},
+    )
+    def post(self, request, id: str):
+        chat = ui.chat_for(request.user, id, create=False)
+        if chat is None:
+            raise Http404("No such chat.")
+        # the run current now, and only it: of requests racing, one stops it
+        current = chat.runs.unfinished().order_by("id").values_list("pk", flat=True).first()
+        if current is None or not runs.interrupt(chat.pk, "cancelled", run_id=current):
+            raise Conflict("The chat has no run to stop, or its stop was already asked for.")
+        run = Run.objects.with_totals().get(pk=current)
+        return Response(RunSerializer(run, context=self.get_serializer_context()).data)
 
 
 # -- the schema, readable -----------------------------------------------------------------------

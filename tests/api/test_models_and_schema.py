@@ -192,6 +192,7 @@ def test_schema_renders_and_validates():
         "/api/ui/chat",
         "/api/ui/chat/{id}/stream",
         "/api/ui/chat/{id}/messages",
+        "/api/ui/chat/{id}/stop",
     }
     events = schema["paths"]["/api/chats/{id}/events/"]["get"]["responses"]["200"]["content"]
     assert list(events) == ["text/event-stream"]

@@ -327,3 +327,128 @@ def test_a_failed_run_ends_with_an_error_chunk(api, chat, fake_llm):
     assert len(errors) == 1 and "sk-secret" not in errors[0]["errorText"]
     assert got[-1]["type"] == "finish" and got[-1]["finishReason"] == "error"
     assert chat.runs.get().status == "failed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_ends_the_run_cancelled_and_its_stream_with_what_was_stored(api, chat, fake_llm):
+    from django_llmchat.models import Run
+    from django_llmchat.testing import Fault
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("x" * 400, chunk_size=4)))
+    response = post(api, chat.pk, user("Say a lot"))
+    stream = iter(response.streaming_content)
+    seen = ""
+    while '"text-delta"' not in seen:
+        seen += next(stream).decode()
+    stopped = api.post(url("ui-chat-stop", id=str(chat.pk)))
+    assert stopped.status_code == 200, stopped.content
+    body = stopped.json()
+    assert body["id"] == chat.runs.get().pk and body["cancel_requested"] is True
+    # the stream goes on to its end by itself: every delta the run stored, then the end
+    rest = seen + b"".join(stream).decode()
+    blocks = [b for b in rest.split("\n\n") if b]
+    assert blocks[-1] == "data: [DONE]"
+    got = [json.loads(b[6:]) for b in blocks[:-1]]
+    types = [c["type"] for c in got]
+    assert types[-3:] == ["finish-step", "abort", "finish"]
+    assert got[-2] == {"type": "abort", "reason": "cancelled"}
+    assert got[-1]["messageMetadata"]["status"] == "cancelled"
+    assert got[-1]["finishReason"] == "other"
+    run = chat.runs.get()
+    assert run.status == Run.CANCELLED and run.interrupt_reason == "cancelled"
+    reply = chat.messages.get(role="assistant")
+    streamed = "".join(c["delta"] for c in got if c["type"] == "text-delta")
+    assert reply.finish_reason == "cancelled" and reply.content == streamed
+    assert 0 < len(streamed) < 400
+    # nothing left to stop
+    assert api.post(url("ui-chat-stop", id=str(chat.pk))).status_code == 409
+
+
+def test_stop_by_client_id_and_refusals(api, clients, chat, fake_llm):
+    from django_llmchat.models import Run
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_transfer)
+    Chat.objects.filter(pk=chat.pk).update(client_id="stop-me")
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 5}, call_id="call_s")])
+    )
+    chunks(post(api, "stop-me", user("Pay 5")))
+    made = Chat.objects.get(client_id="stop-me")
+    assert made == chat
+    assert made.runs.get().status == Run.AWAITING_APPROVAL
+    # another user cannot reach it; a chat never made is a 404 too
+    assert clients.other.post(url("ui-chat-stop", id="stop-me")).status_code == 404
+    assert api.post(url("ui-chat-stop", id="never-made")).status_code == 404
+    assert clients.anon.post(url("ui-chat-stop", id="stop-me")).status_code in (401, 403)
+    response = api.post(url("ui-chat-stop", id="stop-me"))
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "cancelled"  # a waiting run ends at once
+    assert made.runs.get().status == Run.CANCELLED
+    again = api.post(url("ui-chat-stop", id=str(made.pk)))
+    assert again.status_code == 409 and again.json()["code"] == "conflict"
+
+
+@pytest.mark.parametrize("call_id", ["same", ""])
+def test_calls_sharing_an_id_get_a_tool_call_id_each(api, chat, fake_llm, call_id):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_lookup", {"city": "Paris"}, call_id=call_id),
+                ScriptedCall("api_lookup", {"city": "Rome"}, call_id=call_id),
+            ]
+        ),
+        Reply("Both big."),
+    )
+    got = chunks(post(api, chat.pk, user("How big are Paris and Rome?")))
+    available = [c for c in got if c["type"] == "tool-input-available"]
+    outputs = [c for c in got if c["type"] == "tool-output-available"]
+    ids = [c["toolCallId"] for c in available]
+    assert len(set(ids)) == 2 == len(ToolCall.objects.filter(chat=chat))
+    assert [c["toolCallId"] for c in outputs] == ids  # each result to its own call
+    starts = [c["toolCallId"] for c in got if c["type"] == "tool-input-start"]
+    assert starts == ids
+
+
+def test_approvals_of_calls_sharing_an_id_map_back_to_each_call(api, chat, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_transfer)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_transfer", {"amount": 1}, call_id="same"),
+                ScriptedCall("api_transfer", {"amount": 2}, call_id="same"),
+            ]
+        )
+    )
+    got = chunks(post(api, chat.pk, user("Pay 1 and 2")))
+    requests = [c for c in got if c["type"] == "tool-approval-request"]
+    available = [c for c in got if c["type"] == "tool-input-available"]
+    assert [r["toolCallId"] for r in requests] == [c["toolCallId"] for c in available]
+    assert [r["approvalId"] for r in requests] == ["same", "same#2"]
+    parts = [
+        {
+            "type": "tool-api_transfer",
+            "toolCallId": c["toolCallId"],
+            "state": "approval-responded",
+            "input": c["input"],
+            "approval": {"id": r["approvalId"], "approved": approved},
+        }
+        for c, r, approved in zip(available, requests, [False, True], strict=True)
+    ]
+    assistant = {"id": got[0]["messageId"], "role": "assistant", "parts": parts}
+    fake_llm.script(Reply("Paid 2."))
+    resumed = chunks(post(api, chat.pk, user("Pay 1 and 2"), assistant))
+    first, second = ToolCall.objects.filter(chat=chat).order_by("id")
+    assert (first.approval, second.approval) == ("denied", "approved")
+    denied = next(c for c in resumed if c["type"] == "tool-output-denied")
+    output = next(c for c in resumed if c["type"] == "tool-output-available")
+    assert denied["toolCallId"] == available[0]["toolCallId"]
+    assert output == {
+        "type": "tool-output-available",
+        "toolCallId": available[1]["toolCallId"],
+        "output": "moved 2",
+    }

@@ -31,34 +31,44 @@ def ends(chat_id: int, after: str, *, on_text=None, timeout: float = 30.0) -> li
     return seen
 
 
-def test_a_reply_that_succeeds(worker, llm):
+def settle(services, chat) -> None:
+    """Wait for the tasks of the chat's runs to end in the worker (nothing writes after
+    the test)."""
+    for task_id in chat.runs.exclude(task_id="").values_list("task_id", flat=True):
+        services.wait_task_ended(task_id)
+
+
+def test_a_reply_that_succeeds(worker, services, llm):
     llm.script("Done.")
     chat = Chat.objects.create()
     start = streams.last_id(chat.pk)
     chat.ask_later("Hi")
     (end,) = ends(chat.pk, start)
+    settle(services, chat)
     assert end.status == "succeeded" and end.run_id == str(chat.runs.get().pk)
 
 
-def test_a_reply_that_fails(worker, llm):
+def test_a_reply_that_fails(worker, services, llm):
     llm.script(Fault(status=400, body={"error": {"message": "bad request"}}))
     chat = Chat.objects.create()
     start = streams.last_id(chat.pk)
     chat.ask_later("Hi")
     (end,) = ends(chat.pk, start)
+    settle(services, chat)
     assert end.status == "failed" and end.error and "bad request" not in end.error
 
 
-def test_a_reply_cancelled_while_it_runs(worker, llm):
+def test_a_reply_cancelled_while_it_runs(worker, services, llm):
     llm.script(Fault(chunk_delay=0.05, reply=Reply(LONG, chunk_size=4)))
     chat = Chat.objects.create()
     start = streams.last_id(chat.pk)
     chat.ask_later("Talk")
     (end,) = ends(chat.pk, start, on_text=lambda: Chat.objects.get(pk=chat.pk).cancel())
+    settle(services, chat)
     assert end.status == "cancelled"
 
 
-def test_a_reply_interrupted_while_it_runs(worker, llm):
+def test_a_reply_interrupted_while_it_runs(worker, services, llm):
     llm.script(Fault(chunk_delay=0.05, reply=Reply(LONG, chunk_size=4)))
     chat = Chat.objects.create()
     start = streams.last_id(chat.pk)
@@ -66,15 +76,17 @@ def test_a_reply_interrupted_while_it_runs(worker, llm):
     (end,) = ends(
         chat.pk, start, on_text=lambda: Chat.objects.get(pk=chat.pk).interrupt("new topic")
     )
+    settle(services, chat)
     assert end.status == "interrupted"
 
 
-def test_a_reply_waiting_for_an_approval(worker, llm):
+def test_a_reply_waiting_for_an_approval(worker, services, llm):
     llm.script(Reply(tool_calls=[Call("guarded_step", {"n": 1}, call_id="g1")]))
     chat = Chat.objects.create(tools=["guarded_step"])
     start = streams.last_id(chat.pk)
     chat.ask_later("Go")
     (end,) = ends(chat.pk, start)
+    settle(services, chat)
     assert end.status == "awaiting_approval"
     # and cancelled while it waits: nobody works on it, the end still reaches followers
     after = streams.last_id(chat.pk)

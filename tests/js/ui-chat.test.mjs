@@ -368,3 +368,80 @@ test("a reloaded chat equals the streamed one: ids, parts, metadata", async () =
   const missing = await fetch(`${BASE}/api/ui/chat/never-made/messages`, { headers });
   assert.equal(missing.status, 404);
 });
+
+const stopUrl = (id) => `${BASE}/api/ui/chat/${id}/stop`;
+const LONG = "Tell me a long story about stopping a reply half way through, " +
+  "with every detail you can think of, please, and then some more of it";
+
+test("stop: the route cancels the run, the stream ends with what was stored", async () => {
+  const { id } = await newChat([]);
+  const errors = [];
+  const log = [];
+  const chat = new Chat({ id: String(id), transport: transport({ fetch: recordingFetch(log) }),
+                          onError: (e) => errors.push(e) });
+  const sent = chat.sendMessage({ text: LONG });
+  await until(() => chat.messages.length === 2 && text(chat.messages.at(-1)).length > 0,
+    "some streamed text");
+  // only the route: the stream is left to end by itself, so the client reads every
+  // delta the server sent (and stored) and then the end
+  const stopped = await fetch(stopUrl(id), { method: "POST", headers });
+  assert.equal(stopped.status, 200, await stopped.clone().text());
+  const run = await stopped.json();
+  assert.equal(run.cancel_requested, true);
+  await sent;
+  assert.deepEqual(errors, []);
+  assert.equal(chat.status, "ready");
+  const reply = chat.messages.at(-1);
+  assert.equal(reply.metadata.status, "cancelled");
+  assert.equal(reply.metadata.runId, String(run.id));
+  await until(() => log[0].chunks.at(-1) === "[DONE]", "the recorded stream's end");
+  const chunks = log[0].chunks.map((c) => (c === "[DONE]" ? c : JSON.parse(c).type));
+  assert.deepEqual(chunks.slice(-3), ["abort", "finish", "[DONE]"]);
+  const messages = await stored(id);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant"]);
+  assert.equal(messages[1].finish_reason, "cancelled");
+  assert.equal(messages[1].content, text(reply), "the stored reply is the one shown");
+  assert.ok(text(reply).length > 0);
+  const runs = await api(`chats/${id}/runs/`);
+  assert.equal(runs.results.find((r) => r.id === run.id).status, "cancelled");
+  // nothing left to stop: a 409
+  const again = await fetch(stopUrl(id), { method: "POST", headers });
+  assert.equal(again.status, 409);
+});
+
+test("stop as useChat should: the route and chat.stop(); the next message is answered", async () => {
+  const { id } = await newChat([]);
+  const errors = [];
+  const chat = new Chat({ id: String(id), transport: transport(),
+                          onError: (e) => errors.push(e) });
+  const stop = () => {
+    const done = fetch(stopUrl(id), { method: "POST", headers });
+    chat.stop();
+    return done;
+  };
+  const sent = chat.sendMessage({ text: LONG });
+  await until(() => chat.messages.length === 2 && text(chat.messages.at(-1)).length > 0,
+    "some streamed text");
+  const shown = () => text(chat.messages[1]);
+  const stopped = await stop();
+  assert.equal(stopped.status, 200);
+  const oldRun = (await stopped.json()).id;
+  await sent;
+  assert.equal(chat.status, "ready");
+  const partial = shown();
+  await chat.sendMessage({ text: "Short one" });
+  assert.deepEqual(errors, []);
+  assert.equal(chat.status, "ready");
+  assert.equal(chat.messages.at(-1).metadata.status, "succeeded");
+  const runs = (await api(`chats/${id}/runs/`)).results;
+  const old = runs.find((r) => r.id === oldRun);
+  const next = runs.find((r) => r.id !== oldRun);
+  assert.equal(old.status, "cancelled");
+  assert.ok(new Date(old.finished_at) <= new Date(next.started_at),
+    `the old run ended (${old.finished_at}) before the new one started (${next.started_at})`);
+  const messages = await stored(id);
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "user", "assistant"]);
+  // the client stopped reading at once: it shows a prefix of what was stored
+  assert.ok(messages[1].content.startsWith(partial), `${partial} / ${messages[1].content}`);
+  assert.equal(messages[1].finish_reason, "cancelled");
+});
