@@ -271,7 +271,7 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
         "total_cost_display",
         "duration_display",
     )
-    list_filter = ("status", "provider", "model_id", "operation")
+    list_filter = ("status", "estimated", "provider", "model_id", "operation")
     search_fields = ("model_id", "error")
     list_select_related = ("chat",)
     raw_id_fields = ("chat", "message", "run")
@@ -305,7 +305,8 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="in", ordering="input_tokens")
     def input_display(self, obj: Usage) -> str:
-        return _count(obj.input_tokens)
+        shown = _count(obj.input_tokens)
+        return f"~{shown} (estimated)" if obj.estimated and obj.input_tokens is not None else shown
 
     @admin.display(description="out", ordering="output_tokens")
     def output_display(self, obj: Usage) -> str:
@@ -319,7 +320,8 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="cost (USD)", ordering="total_cost")
     def total_cost_display(self, obj: Usage) -> str:
-        return _money(obj.total_cost)
+        shown = _money(obj.total_cost)
+        return f"~{shown} (estimated)" if obj.estimated and obj.total_cost is not None else shown
 
     @admin.display(description="time", ordering="duration_ms")
     def duration_display(self, obj: Usage) -> str:

@@ -110,6 +110,28 @@ def test_usage_and_model_admin_pages(admin_client):
     assert "$2/M" in html and "$8/M" in html
 
 
+def test_a_lost_attempt_shows_its_estimate_as_an_estimate(admin_client):
+    from decimal import Decimal
+
+    from django_llmchat.models import Usage
+
+    chat = Chat.objects.create(title="lost")
+    Usage.objects.create(
+        chat=chat,
+        provider="openai",
+        model_id="gpt-4.1-mini",
+        status=Usage.LOST,
+        estimated=True,
+        input_tokens=1234,
+        total_cost=Decimal("0.0004936"),
+    )
+    url = reverse("admin:django_llmchat_usage_changelist")
+    html = admin_client.get(url).content.decode()
+    assert "lost" in html and html.count("(estimated)") == 2
+    filtered = admin_client.get(url, {"estimated__exact": "1"})
+    assert filtered.status_code == 200 and "(estimated)" in filtered.content.decode()
+
+
 def test_a_run_that_did_not_succeed_shows_where_it_stopped(admin_client):
     from django_llmchat.models import Run
 
