@@ -295,6 +295,13 @@ ERROR = OpenApiResponse(
 )
 
 
+KEY_REFUSED = OpenApiResponse(
+    response=OpenApiTypes.OBJECT,
+    description="An `Idempotency-Key` that is not 1 to 255 printable ASCII characters: "
+    '`{"Idempotency-Key": ["<reason>"]}`.',
+)
+
+
 def refused(rules: str) -> OpenApiResponse:
     """A 400 that also answers requests the schema allows but a rule refuses."""
     return OpenApiResponse(
@@ -413,6 +420,7 @@ class ChatViewSet(
                 "CancelAccepted",
                 {"status": serializers.CharField(), "cancel_requested": serializers.BooleanField()},
             ),
+            400: KEY_REFUSED,
             409: IDEMPOTENCY_CONFLICT,
             422: IDEMPOTENCY_REUSED,
         },
@@ -674,6 +682,7 @@ class ToolCallDecisionView(LLMChatView):
                 },
             ),
             (200, "text/event-stream"): SSE_RESPONSE,
+            400: KEY_REFUSED,
             404: ERROR,
             409: IDEMPOTENCY_CONFLICT,
             422: IDEMPOTENCY_REUSED,
