@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from django.db import connections, transaction
@@ -42,7 +41,6 @@ from .events import (
     GuardrailModification,
     GuardrailTripwire,
     Interrupt,
-    RunFinished,
     SkillActivation,
     StepFinished,
     StreamEvent,
@@ -60,6 +58,7 @@ from .models.llm_model import model_limits
 from .prepared import database_of
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
+from .session import Blocked, RunSession
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .tools import Tool, ToolResult, get_tool
 from .transcript import (
@@ -75,7 +74,7 @@ from .transcript import (
     usage_row,
     write_attempts,
 )
-from .values import Cost, Tokens
+from .values import Cost, Tokens, usd_text
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -250,11 +249,26 @@ class Runner:
         self.run_row = run
         self.execution = runs.wait_for_turn(run)
 
+    def take(self, execution: runs.Execution) -> None:
+        """Work on a run claimed elsewhere (a worker's :func:`~django_llmchat.runs.claim`)."""
+        self.execution, self.run_row = execution, execution.run
+
     # -- the loop -------------------------------------------------------------------------
-    def run(self, *, stream: bool = True, pre_events: list[StreamEvent] | None = None):
-        """Generator of events; ``self.result`` holds the outcome when it ends."""
+    def run(
+        self,
+        *,
+        stream: bool = True,
+        pre_events: list[StreamEvent] | None = None,
+        retry_on: Any = None,
+    ):
+        """Generator of the loop's events; ``self.result`` holds the outcome when it ends.
+        ``retry_on(exc)``: whether a run failing with ``exc`` goes back to the queue (a
+        task retries it) rather than ending ``failed``. Drivers iterate a
+        :class:`~django_llmchat.session.RunSession`, which frames these events."""
         if self.execution is None:
             raise RuntimeError("Runner.run() needs a run: call begin() or resume() first")
+        if retry_on is not None:
+            self.retry_on = retry_on
         for event in self._run(stream=stream, pre_events=pre_events or []):
             if self.keep_events:
                 self.result.events.append(event)
@@ -455,7 +469,7 @@ class Runner:
             step=execution.run.steps,
             finish_reason="other",
             token_usage=sum((row.tokens for row in usages), Tokens()),
-            cost=_usd(sum((row.cost for row in usages), Cost()).total),
+            cost=usd_text(sum((row.cost for row in usages), Cost()).total),
         )
 
     def _open_attempt(
@@ -701,7 +715,7 @@ class Runner:
             step=execution.run.steps,
             finish_reason=response.finish_reason,
             token_usage=response.tokens,
-            cost=_usd(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
+            cost=usd_text(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
         )
         return message, calls
 
@@ -808,30 +822,16 @@ class Runner:
     def ask(self, prompt: str | None, attachments: list[tuple]):
         """Run the loop with whole answers; the final assistant Message (``None`` when a
         guardrail blocked the prompt)."""
-        for _ in self.events(prompt, attachments, stream=False):
+        for _ in RunSession(self, prompt, attachments, stream=False, totals=False):
             pass
         return self.result.message
 
     def events(self, prompt, attachments, *, stream: bool, resume: Run | None = None):
-        """The run's events; nothing is stored or marked before the first ``next()``, and
-        closing or dropping the iterator ends the run ``cancelled``. ``chat.last_run`` is
-        the run."""
-        chat = self.chat
-        try:
-            if resume is not None:
-                self.resume(resume)
-                pre = []
-            else:
-                pre = self.begin(prompt, attachments)
-        except Blocked as exc:
-            self._blocked_run(exc.event)
-            yield exc.event
-            return
-        chat.last_run = self.run_row
-        try:
-            yield from self.run(stream=stream, pre_events=pre)
-        finally:
-            self._remember()
+        """The run's :class:`~django_llmchat.session.RunSession`: ``RunStarted``, the
+        loop's events, one ``RunFinished``; an error ending the run is raised after it.
+        Nothing is stored or marked before the first ``next()``, and closing or dropping
+        the iterator ends the run ``cancelled``. ``chat.last_run`` is the run."""
+        return RunSession(self, prompt, attachments, stream=stream, resume=resume)
 
     def ask_later(self, prompt: str, attachments: list[tuple]):
         """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
@@ -865,7 +865,7 @@ class Runner:
             raise ArgumentError(f"tool call {call_id!r} has already been answered")
         run = runs.decide(chat.pk, waiting[0], approval)
         if run is not None and resume:
-            for _ in self.events(None, [], stream=False, resume=run):
+            for _ in RunSession(self, stream=False, resume=run, totals=False):
                 pass
             return self.result.message
         return None
@@ -902,46 +902,6 @@ class Runner:
         self.chat.last_run = run
 
 
-def _usd(value) -> str | None:
-    """A USD amount as a plain decimal string, without trailing zeros (``None``: unknown)."""
-    if value is None:
-        return None
-    return format(Decimal(value).normalize(), "f")
-
-
-def run_finished(
-    run_id: int | str, status: str, error: str | None = None, error_type: str | None = None
-) -> RunFinished:
-    """The ``RunFinished`` event of run ``run_id``, with the last message it stored and
-    its token and USD totals over every attempt (two queries); the safe error and its
-    type are the run's when not given (a run stopped by a spending limit says so)."""
-    run = Run.objects.filter(pk=run_id).with_totals().first() if run_id else None
-    if run is None:
-        return RunFinished(
-            run_id=str(run_id or ""), status=status, error=error, error_type=error_type
-        )
-    if error is None and run.error:
-        error, error_type = run.error, error_type or run.error_type or None
-    elif error is not None and error_type is None:
-        error_type = run.error_type or None
-    last = (
-        Message.objects.filter(run_id=run.pk)
-        .exclude(role="user")
-        .order_by("-position", "-id")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    return RunFinished(
-        run_id=str(run.pk),
-        status=status,
-        error=error,
-        error_type=error_type,
-        message_id=last,
-        token_usage=run.tokens,
-        cost=_usd(run.cost().total),
-    )
-
-
 def _none_if_empty(tokens):
     return None if tokens.is_empty else tokens
 
@@ -974,14 +934,6 @@ def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage
                 ordered.append(result)
                 placed.add(id(result))
     return ordered
-
-
-class Blocked(Exception):
-    """A before-guardrail blocked the prompt."""
-
-    def __init__(self, event: GuardrailTripwire):
-        self.event = event
-        super().__init__(event.reason or "blocked")
 
 
 def _in_thread(func, *args):

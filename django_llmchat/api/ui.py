@@ -49,7 +49,7 @@ from ..models import Chat, Run, ToolCall
 from .errors import Conflict, invalid
 from .ids import CLIENT_ID_PATTERN, is_call_id
 from .serializers import StrictCharField
-from .sse import InlineRun, error_payload
+from .sse import InlineRun
 
 __all__ = [
     "UI_STREAM_HEADERS",
@@ -495,26 +495,15 @@ class UIRun(InlineRun):
         self.ui = ui
         super().__init__(chat, **kwargs)
 
-    def _frames_sync(self) -> Iterator[str]:
-        ui = self.ui
-        events = self._events()
-        try:
-            for event in events:
-                self._id(event)
-                for item in ui.feed(event):
-                    yield chunk(item)
-        except Exception as exc:
-            logger.exception("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
-            self._error = error_payload(exc)
-            for item in ui.error(self._error["message"]):
-                yield chunk(item)
-        finally:
-            events.close()
-        finished = self._finished()
-        self._done = True
-        self._id(finished)
-        for item in ui.feed(finished):
+    def encode(self, event: StreamEvent) -> Iterator[str]:
+        for item in self.ui.feed(event):
             yield chunk(item)
+
+    def encode_error(self, payload: dict[str, Any]) -> Iterator[str]:
+        for item in self.ui.error(payload["message"]):
+            yield chunk(item)
+
+    def trailer(self) -> Iterator[str]:
         yield DONE
 
 
