@@ -422,13 +422,17 @@ class Runner(ProviderAttempts, ToolRunning):
         """Record a decision on a waiting tool call; when none is left waiting (and
         ``resume``), run the rest here and return the final Message."""
         chat = self.chat
-        calls = list(ToolCall.objects.filter(chat=chat, call_id=call_id).select_related("result"))
+        calls = list(
+            ToolCall.objects.filter(chat=chat, call_id=call_id)
+            .select_related("result")
+            .order_by("id")
+        )
         if not calls:
             raise ArgumentError(f"chat {chat.pk} has no tool call {call_id!r}")
-        waiting = [c for c in calls if not c.approval and c.get_result() is None]
-        if not waiting:
+        waiting = ToolCall.first_waiting(calls)
+        if waiting is None:
             raise ArgumentError(f"tool call {call_id!r} has already been answered")
-        run = runs.decide(chat.pk, waiting[0], approval)
+        run = runs.decide(chat.pk, waiting, approval)
         if run is not None and resume:
             for _ in RunSession(self, stream=False, resume=run, totals=False):
                 pass

@@ -36,6 +36,18 @@ class AbstractToolCall(models.Model):
         except type(self).result.RelatedObjectDoesNotExist:
             return None
 
+    @property
+    def is_waiting(self) -> bool:
+        """Neither decided (approved, denied) nor answered yet."""
+        return not self.approval and self.get_result() is None
+
+    @staticmethod
+    def first_waiting(calls):
+        """The call a decision on a vendor id is for: of ``calls`` (the chat's calls
+        with that id, oldest first; vendors repeat or omit ids), the first still waiting,
+        ``None`` when none is."""
+        return next((call for call in calls if call.is_waiting), None)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.call_id, "name": self.name, "arguments": self.arguments}
         if self.thought_signature:
