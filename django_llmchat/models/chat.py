@@ -219,9 +219,6 @@ class AbstractChat(models.Model):
         if chat_updates:
             type(self).objects.filter(pk=self.pk).update(**chat_updates)
 
-    def touch(self) -> None:
-        type(self).objects.filter(pk=self.pk).update(updated_at=models.functions.Now())
-
     # -- configuration (each saves and returns the chat, so calls chain) ------------------
     def with_instructions(self, text: str | None, *, append: bool = False):
         """Set the system instructions: replace them (default), ``append=True`` to add one
