@@ -213,6 +213,95 @@ def test_a_retried_cancel_gets_the_first_202(api, chat):
     assert api.post(url("chat-cancel", pk=chat.pk)).status_code == 409  # without a key
 
 
+# -- a key whose first request died before answering ------------------------------------------
+def crashed(row: IdempotencyKey, *, ago: float = 0) -> None:
+    """The row as a first request that died before its answer left it: in progress."""
+    IdempotencyKey.objects.filter(pk=row.pk).update(
+        response_status=None,
+        response_body=None,
+        created_at=row.created_at - timedelta(seconds=ago),
+    )
+
+
+def test_a_key_whose_run_ended_answers_it_though_its_request_died(
+    api, chat, inline, django_capture_on_commit_callbacks
+):
+    inline.script(Reply("Hello."))
+    headers = key()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = ask(api, chat, headers=headers)
+    assert first.status_code == 202
+    crashed(IdempotencyKey.objects.get())  # just now: the lease is not over
+    second = ask(api, chat, headers=headers)
+    assert second.status_code == 202, second.content
+    assert second["Idempotent-Replayed"] == "true"
+    body = second.json()
+    assert body["message"] == first.json()["message"]
+    assert body["run"]["id"] == first.json()["run"]["id"]
+    assert body["run"]["status"] == "succeeded"
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+    # stored: later retries get the same answer
+    assert IdempotencyKey.objects.get().response_status == 202
+    assert ask(api, chat, headers=headers).json() == body
+
+
+def test_a_key_whose_run_goes_on_is_in_progress_until_the_lease_ends(api, chat, settings):
+    from django_llmchat import runs
+    from django_llmchat.api.idempotency import request_hash
+
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_LEASE": 30}
+    # the first request admitted its run (queued: no worker took it yet), then died
+    prompt = Message(chat=chat, role="user", content="Hi")
+    run, _ = runs.enqueue(chat, prompt)
+    body = {"content": "Hi", "attachments": [], "sse": False}
+    row = IdempotencyKey.objects.create(
+        user=chat.user,
+        scope="messages",
+        key="crashed-1",
+        chat=chat,
+        run=run,
+        request_hash=request_hash("messages", chat.pk, body),
+    )
+    headers = {"HTTP_IDEMPOTENCY_KEY": "crashed-1"}
+    early = ask(api, chat, headers=headers)
+    assert early.status_code == 409
+    assert early.json()["code"] == "idempotency_key_in_progress"
+    crashed(row, ago=31)  # the lease is over: nobody will answer it
+    late = ask(api, chat, headers=headers)
+    assert late.status_code == 202, late.content
+    assert late.json()["run"]["id"] == run.pk or str(late.json()["run"]["id"]) == str(run.pk)
+    assert late.json()["run"]["status"] == "queued"
+    assert late.json()["message"]["id"] == run.prompt_id
+    assert prompts(chat) == 1 and chat.runs.count() == 1
+
+
+def test_a_key_with_nothing_left_of_its_request_is_dropped_after_the_lease(
+    api, chat, inline, settings, django_capture_on_commit_callbacks
+):
+    from django_llmchat.api.idempotency import request_hash
+
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_LEASE": 30}
+    inline.script(Reply("Fresh."))
+    body = {"content": "Hi", "attachments": [], "sse": False}
+    row = IdempotencyKey.objects.create(
+        user=chat.user,
+        scope="messages",
+        key="crashed-2",
+        chat=chat,
+        request_hash=request_hash("messages", chat.pk, body),
+    )
+    headers = {"HTTP_IDEMPOTENCY_KEY": "crashed-2"}
+    assert ask(api, chat, headers=headers).status_code == 409  # its holder may still answer
+    assert prompts(chat) == 0
+    crashed(row, ago=31)
+    with django_capture_on_commit_callbacks(execute=True):
+        fresh = ask(api, chat, headers=headers)
+    assert fresh.status_code == 202, fresh.content
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+    again = ask(api, chat, headers=headers)
+    assert again.json() == fresh.json() and prompts(chat) == 1
+
+
 # -- racing retries ----------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 def test_racing_retries_make_one_run(django_user_model, fake_llm):
