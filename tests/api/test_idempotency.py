@@ -152,6 +152,62 @@ def test_a_streamed_retry_replays_the_runs_stream(api, chat, inline, events_url)
     assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_retry_replays_the_runs_stream_under_asgi(owner, inline, events_url):
+    """Under ASGI the replay is read in a worker thread (an async response): the same
+    frames, and after ``Last-Event-ID`` only what followed; one prompt, one run."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+    from rest_framework.authtoken.models import Token
+
+    inline.script(Reply("Streamed here.", chunk_size=4), Reply("Bonjour !", chunk_size=3))
+    chat = Chat.objects.create(user=owner, model_id=MODEL, provider="openai")
+    token = Token.objects.create(user=owner).key
+    sent = {"Authorization": f"Token {token}", "Idempotency-Key": uuid.uuid4().hex}
+
+    async def post(path, body, **headers):
+        response = await AsyncClient().post(
+            path, body, content_type="application/json", headers={**sent, **headers}
+        )
+        assert response.status_code == 200, response.content
+        assert response.is_async
+        body = b"".join([chunk async for chunk in response.streaming_content]).decode()
+        return response, body
+
+    def ask_sse(**headers):
+        path = url("chat-messages", pk=chat.pk)
+        return async_to_sync(post)(path, {"content": "Hi"}, Accept="text/event-stream", **headers)
+
+    first, body = ask_sse()
+    original = sse_frames(body)
+    assert original[-1]["event"] == "run_finished"
+    second, body = ask_sse()
+    assert second["Idempotent-Replayed"] == "true"
+    replayed = sse_frames(body)
+    assert [(f["event"], f["id"]) for f in replayed] == [(f["event"], f["id"]) for f in original]
+    third, body = ask_sse(**{"Last-Event-ID": original[2]["id"]})
+    assert [f["id"] for f in sse_frames(body)] == [f["id"] for f in original[3:]]
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+
+    # ui/chat: the UI message stream replayed the same way
+    message = {
+        "id": f"asgi-{uuid.uuid4().hex}",
+        "role": "user",
+        "parts": [{"type": "text", "text": "Again"}],
+    }
+    body = {"id": str(chat.pk), "messages": [message], "trigger": "submit-message"}
+    ui_first, streamed = async_to_sync(post)(url("ui-chat"), body)
+    ui_second, again = async_to_sync(post)(url("ui-chat"), body)
+    assert ui_second["Idempotent-Replayed"] == "true"
+    kinds = [b[6:] for b in streamed.split("\n\n") if b.startswith("data: ")]
+    replayed_kinds = [b[6:] for b in again.split("\n\n") if b.startswith("data: ")]
+    assert replayed_kinds[-1] == "[DONE]"
+    assert [c for c in replayed_kinds if "text-delta" in c] == [
+        c for c in kinds if "text-delta" in c
+    ]
+    assert prompts(chat) == 2 and chat.runs.count() == 2 and len(inline.requests) == 2
+
+
 # -- POST ui/chat ------------------------------------------------------------------------------
 def test_a_retried_send_message_with_the_same_message_id_stores_one_prompt(
     api, chat, inline, events_url
