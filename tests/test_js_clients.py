@@ -1,11 +1,14 @@
 """The API driven by real JavaScript clients, in Node: the AI SDK's ``Chat`` and
-``DefaultChatTransport`` (``tests/js/ui-chat.test.mjs``) and a client typed by
-openapi-typescript, compiled with ``tsc --noEmit`` (``tests/js/client.ts``).
+``DefaultChatTransport`` (``tests/js/ui-chat.test.mjs``), a network that fails under each
+server, with fetch-event-source's retry and the SDK's resume as docs/frontends.md writes
+them (``tests/js/retry-resume.test.mjs``), and a client typed by openapi-typescript,
+compiled with ``tsc --noEmit`` (``tests/js/client.ts``).
 
 The packages install from ``tests/js/package-lock.json`` (``npm ci``) when missing. The
-server is ``manage.py runserver`` on a free port with a SQLite file, the demo model's
-replies (a loopback fake provider) and live events on Redis. Without ``node`` and
-``npm`` the tests are skipped, except under ``CI=true``, where that is a failure.
+servers are ``manage.py runserver`` (WSGI) and uvicorn (ASGI) on free ports, each with a
+SQLite file, the demo model's replies (a loopback fake provider) and live events on Redis.
+Without ``node`` and ``npm`` the tests are skipped, except under ``CI=true``, where that
+is a failure.
 """
 
 from __future__ import annotations

@@ -198,3 +198,36 @@ test("a reloaded denied call is output-denied with the approval the SDK's schema
   assert.equal(again.status, "ready");
   assert.equal(again.messages.at(-1).metadata.status, "succeeded");
 });
+
+test("stop() through wholeStreams stays an abort: nothing resumes, the next message is answered", async () => {
+  const { id } = await newChat([]);
+  const wholeStreams = new Function("fetch",
+    `${docsBlock("async function wholeStreams")}\nreturn wholeStreams;`)(fetch);
+  const errors = [];
+  const finished = [];
+  const chat = new Chat({
+    id: String(id),
+    transport: transport({ fetch: wholeStreams }),
+    onError: (e) => errors.push(e),
+    onFinish: (event) => {
+      finished.push(event);
+      if (event.isDisconnect) chat.resumeStream();
+    },
+  });
+  const sent = chat.sendMessage({ text: LONG });
+  await until(() => chat.messages.length === 2 && text(chat.messages.at(-1)).length > 0,
+    "some streamed text");
+  // as the docs' stop: the route, then the SDK's stop()
+  const stopped = fetch(`${BASE}/api/ui/chat/${id}/stop`, { method: "POST", headers });
+  chat.stop();
+  assert.equal((await stopped).status, 200);
+  await sent;
+  assert.deepEqual(errors, []);
+  assert.equal(finished.length, 1);
+  assert.equal(finished[0].isAbort, true);
+  assert.equal(finished[0].isDisconnect, false);
+  assert.equal(chat.status, "ready");
+  await chat.sendMessage({ text: "Short one" });
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.at(-1).metadata.status, "succeeded");
+});
