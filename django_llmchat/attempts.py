@@ -11,7 +11,7 @@ import json
 import logging
 import time
 
-from . import runs
+from . import runs, telemetry
 from .errors import (
     ContextLengthExceededError,
     IncompleteStreamError,
@@ -129,7 +129,17 @@ class ProviderAttempts:
             run_id=self.execution.pk if self.execution is not None else None,
         )
         row.duration_ms, row.operation = None, operation
-        return open_attempt(row)
+        opened = open_attempt(row)
+        opened.span = telemetry.start_attempt(self, request, provider, model_id, operation)
+        return opened
+
+    @staticmethod
+    def _close_attempt(pending: Usage | None, row: Usage, response=None) -> Usage:
+        """``row``, the ended attempt, as the close of its ``pending`` row (and of its
+        span)."""
+        closed = closed_attempt(pending, row)
+        telemetry.end_attempt(getattr(pending, "span", None), closed, response)
+        return closed
 
     def _compact(self, covered, until_id, previous, budget):
         """Write and store a summary of ``covered`` (the messages up to ``until_id``,
@@ -162,7 +172,7 @@ class ProviderAttempts:
                     run_id=execution.pk,
                 )
                 failed.operation = "summary"
-                record_failed_attempts([closed_attempt(pending, failed)])
+                record_failed_attempts([self._close_attempt(pending, failed)])
             if ours:
                 raise
             logger.warning(
@@ -180,7 +190,7 @@ class ProviderAttempts:
             run_id=execution.pk,
         )
         usage.operation = "summary"
-        closed_attempt(pending, usage)
+        self._close_attempt(pending, usage, response)
         return save_summary(
             chat,
             content=content,
@@ -203,7 +213,7 @@ class ProviderAttempts:
 
         pending = [self._open_attempt(request, chat.provider, chat.model_id)]
 
-        def attempt(status: str, *, tokens=None, error: str = "") -> Usage:
+        def attempt(status: str, *, tokens=None, error: str = "", response=None) -> Usage:
             """The Usage row of the attempt that just ended, its cost frozen now (written
             over the attempt's pending row)."""
             row = usage_row(
@@ -217,7 +227,7 @@ class ProviderAttempts:
                 error=error,
                 run_id=execution.pk,
             )
-            return closed_attempt(pending[0], row)
+            return self._close_attempt(pending[0], row, response)
 
         def on_retry(error: ProviderError, number: int) -> None:
             ended = attempt(Usage.FAILED, error=str(error))
@@ -285,7 +295,7 @@ class ProviderAttempts:
                     f"{chat.provider} returned content that is not valid JSON for the "
                     f"chat's schema: {exc}"
                 ) from exc
-        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens)
+        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens, response=response)
         self.last_tokens = response.tokens
         # after-guardrails
         modified: list[StreamEvent] = []

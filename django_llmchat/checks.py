@@ -223,6 +223,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
         )
     errors.extend(_check_limits(merged))
     errors.extend(_check_token_throttles(merged))
+    errors.extend(_check_telemetry(merged))
+    return errors
+
+
+def _check_telemetry(merged: dict[str, Any]) -> list:
+    """``OPENTELEMETRY`` and ``OPENTELEMETRY_CONTENT``: booleans; on, the API installed."""
+    errors = []
+    for key in ("OPENTELEMETRY", "OPENTELEMETRY_CONTENT"):
+        if not isinstance(merged[key], bool):
+            errors.append(
+                Error(
+                    f"LLMCHAT[{key!r}] must be True or False, got {merged[key]!r}.",
+                    hint="See the Observability page of the documentation.",
+                    id="llmchat.E031",
+                )
+            )
+    if merged["OPENTELEMETRY"] is True:
+        try:
+            import opentelemetry.trace  # noqa: F401
+        except ImportError:
+            errors.append(
+                Error(
+                    "LLMCHAT['OPENTELEMETRY'] is True but opentelemetry-api is not installed.",
+                    hint="pip install 'django-llmchat[otel]' (or set it to False).",
+                    id="llmchat.E030",
+                )
+            )
     return errors
 
 

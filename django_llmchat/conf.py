@@ -53,6 +53,11 @@ DEFAULTS: dict[str, Any] = {
     # within this window gets the first request's outcome; older keys are ignored and
     # purged by the periodic recovery (and ``manage.py llmchat_recover``).
     "IDEMPOTENCY_TTL": 86400.0,
+    # OpenTelemetry spans (GenAI semantic conventions) of runs, provider attempts and tool
+    # runs, on the global tracer provider (needs the extra [otel]); content (messages, tool
+    # arguments and results) only with OPENTELEMETRY_CONTENT.
+    "OPENTELEMETRY": False,
+    "OPENTELEMETRY_CONTENT": False,
     # A client that disconnects from an inline SSE reply: False (default) lets the run
     # finish and be stored; True cancels it (its usage row is kept either way).
     "CANCEL_ON_DISCONNECT": False,

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import telemetry
 from .errors import ChatBusyError, RunLostError, safe_error
 from .events import GuardrailTripwire, RunFinished, RunStarted, StreamEvent
 from .models import Message, Run
@@ -86,6 +87,7 @@ class RunSession:
         self._runner = runner
         self._build_runner = build_runner
         self.totals = totals
+        self.trace_parent = telemetry.current_context()  # the run's span is its child
         self.prompt = prompt
         self.attachments = attachments or []
         self.regenerate = regenerate
@@ -217,6 +219,14 @@ class RunSession:
             runner._remember()
 
     def _loop(self, runner) -> Iterator[StreamEvent]:
+        span = telemetry.start_run(runner, self.trace_parent)
+        try:
+            yield from self._told(runner)
+        finally:
+            error_type = safe_error(self.error)[0] if self.error is not None else None
+            telemetry.end_run(span, self.status or ("lost" if self.lost else None), error_type)
+
+    def _told(self, runner) -> Iterator[StreamEvent]:
         run = runner.run_row
         events = runner.run(stream=self.stream, pre_events=self._pre, retry_on=self.retry_on)
         try:
@@ -252,10 +262,13 @@ class RunSession:
     def _closed_early(self, runner) -> None:
         """The consumer left before the end: the loop ended the run ``cancelled``; the
         terminal event never went out, so it goes to the followers here."""
-        if self.publish is None or self.finished is not None:
+        if self.finished is not None:
             return
         execution = runner.execution
         status = (execution.outcome if execution is not None else None) or Run.CANCELLED
+        self.status = status
+        if self.publish is None:
+            return
         try:
             self._end(status)
         except Exception:  # the run's end is stored; followers fall back on their timeout

@@ -30,7 +30,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 
-from . import runs, streams
+from . import runs, streams, telemetry
 from .conf import settings
 from .errors import ProviderError
 from .events import StreamEvent
@@ -232,9 +232,10 @@ def run_in_process(chat_id: int, run_id: int | None = None) -> str | None:
         return None
 
 
-def _in_thread(chat_id: int, run_id: int | None) -> None:
+def _in_thread(chat_id: int, run_id: int | None, trace_context=None) -> None:
     try:
-        run_in_process(chat_id, run_id)
+        with telemetry.with_context(trace_context):
+            run_in_process(chat_id, run_id)
     finally:
         connections.close_all()  # this thread's connections
         with _threads_mutex:
@@ -263,6 +264,11 @@ class ChatTask(Task):
     def apply_async(self, args=None, kwargs=None, *rest, **options):
         mode = in_process_mode(self.app)
         if mode is None:
+            # the worker's run continues the trace of the code that queued it
+            headers = dict(options.get("headers") or {})
+            telemetry.inject(headers)
+            if headers:
+                options["headers"] = headers
             return super().apply_async(args, kwargs, *rest, **options)
         chat_id, run_id = _call_args(*(args or ()), **(kwargs or {}))
         task_id = options.get("task_id") or uuid.uuid4().hex
@@ -270,7 +276,10 @@ class ChatTask(Task):
             outcome = run_in_process(chat_id, run_id)
             return EagerResult(task_id, outcome, "SUCCESS", name=self.name)
         thread = threading.Thread(
-            target=_in_thread, args=(chat_id, run_id), name=f"llmchat-chat-{chat_id}", daemon=True
+            target=_in_thread,
+            args=(chat_id, run_id, telemetry.current_context()),
+            name=f"llmchat-chat-{chat_id}",
+            daemon=True,
         )
         with _threads_mutex:
             _threads.add(thread)
@@ -300,7 +309,8 @@ def complete_chat(
     close_old_connections()
     try:
         chat_id, run_id = _call_args(chat_id, run_id, reply_to)
-        outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
+        with telemetry.with_context(telemetry.extract(self.request)):
+            outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
     except RetryLater as later:
         raise self.retry(
             args=(chat_id,),

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import connections
 
+from . import telemetry
 from .conf import settings
 from .errors import InterruptError
 from .events import Interrupt, SkillActivation, ToolApprovalRequest, ToolResultDone
@@ -98,9 +99,15 @@ class ToolRunning:
         done: list[tuple[ToolCall, ToolResult]] = []
 
         def run_one(call: ToolCall, tool: Tool | None) -> ToolResult:
-            if tool is None:
-                return ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
-            return tool.run(call.arguments or {}, self.context, timeout=timeout)
+            ran: list[ToolResult] = []
+            with telemetry.tool_span(self, call, lambda: ran[0] if ran else None):
+                if tool is None:
+                    ran.append(
+                        ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
+                    )
+                else:
+                    ran.append(tool.run(call.arguments or {}, self.context, timeout=timeout))
+            return ran[0]
 
         concurrent = [(c, t) for c, t in runnable if t is not None and t.concurrent]
         serial = [(c, t) for c, t in runnable if not (t is not None and t.concurrent)]
