@@ -150,7 +150,7 @@ from .schema_settings import SCHEMA_SETTINGS  # noqa: E402 - re-exported
 class ProviderFieldSchema(OpenApiSerializerFieldExtension):
     """The configured providers' names as an enum, read when the schema is generated."""
 
-    target_class = "django_llmchat.api.serializers.ProviderField"
+    target_class = "django_llmchat.api.fields.ProviderField"
 
     def map_serializer_field(self, auto_schema, direction):
         from ..inputs import configured_providers
@@ -163,7 +163,7 @@ class ProviderFieldSchema(OpenApiSerializerFieldExtension):
 class ToolNameFieldSchema(OpenApiSerializerFieldExtension):
     """Registered tool names as an enum (a plain string when none is registered)."""
 
-    target_class = "django_llmchat.api.serializers.ToolNameField"
+    target_class = "django_llmchat.api.fields.ToolNameField"
 
     def map_serializer_field(self, auto_schema, direction):
         from ..tools import registered_tools

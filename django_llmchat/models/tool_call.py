@@ -36,6 +36,17 @@ class AbstractToolCall(models.Model):
         except type(self).result.RelatedObjectDoesNotExist:
             return None
 
+    @property
+    def is_waiting(self) -> bool:
+        """Neither decided nor answered yet."""
+        return not self.approval and self.get_result() is None
+
+    @staticmethod
+    def first_waiting(calls):
+        """Of stored calls sharing a call id (vendors may repeat one), the first still
+        waiting for a decision or a result, else the first."""
+        return next((call for call in calls if call.is_waiting), calls[0])
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.call_id, "name": self.name, "arguments": self.arguments}
         if self.thought_signature:
