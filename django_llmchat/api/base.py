@@ -144,4 +144,3 @@ def interrupt_current(chat: Chat) -> int | None:
     if current is None or not runs.interrupt(chat.pk, "cancelled", run_id=current):
         return None
     return current
-

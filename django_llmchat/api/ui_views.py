@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from ..models import Chat, Run, ToolCall
 from . import ui_messages
 from .base import LLMChatView, admit, interrupt_current, once, stream_position
-from .errors import Conflict
+from .errors import Conflict, text_refusal
 from .idempotency import (
     IDEMPOTENCY_CONFLICT,
     IDEMPOTENCY_PARAMETER,
@@ -35,7 +35,25 @@ from .ui_stream import UIMessageStream
 __all__ = ["UIChatMessagesView", "UIChatStopView", "UIChatStreamView", "UIChatView"]
 
 
-class UIChatView(LLMChatView):
+TEXT_REFUSALS = {"x-llmchat-text-refusals": True}  # for the schema: see document_refusals
+REFUSALS_AS_TEXT = (
+    " A refusal is plain text (`text/plain; charset=utf-8`: its message, which the AI "
+    "SDK shows as `chat.error.message`) with its status and headers, or the API's JSON "
+    "error with `Accept: application/json`."
+)
+
+
+class TransportView(LLMChatView):
+    """A route the AI SDK's transport calls. It throws ``new Error(await
+    response.text())`` on a refusal, so the body it shows is the refusal's message:
+    plain text, unless the client's ``Accept`` asks for JSON."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        return text_refusal(request, response)
+
+
+class UIChatView(TransportView):
     """``POST ui/chat``: the Vercel AI SDK's ``DefaultChatTransport`` (``useChat``) as it
     is. Answers with the UI message stream protocol v1."""
 
@@ -51,8 +69,9 @@ class UIChatView(LLMChatView):
             "to tool approvals), `trigger` (`submit-message`, `regenerate-message`: the "
             "last reply is replaced by a new run) and `messageId`. The answer streams UI "
             "message chunks (`data: <JSON>` frames, then `data: [DONE]`) with the header "
-            "`x-vercel-ai-ui-message-stream: v1`."
+            "`x-vercel-ai-ui-message-stream: v1`." + REFUSALS_AS_TEXT
         ),
+        extensions=TEXT_REFUSALS,
         request=UIChatSerializer,
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
@@ -133,7 +152,7 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-class UIChatStreamView(LLMChatView):
+class UIChatStreamView(TransportView):
     """``GET ui/chat/{id}/stream``: the transport's ``reconnectToStream``."""
 
     serializer_class = serializers.Serializer
@@ -144,7 +163,8 @@ class UIChatStreamView(LLMChatView):
         "(`204` when no run is in progress, or without `LLMCHAT['EVENTS_URL']`). A run "
         "waiting for a decision on its tool calls is replayed from the stored messages, "
         "ending with its `tool-approval-request` chunks (with or without "
-        "`EVENTS_URL`): the client shows the approval request again.",
+        "`EVENTS_URL`): the client shows the approval request again." + REFUSALS_AS_TEXT,
+        extensions=TEXT_REFUSALS,
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
             204: OpenApiResponse(description="No run to resume."),
