@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, dataclass_transform
 
 __all__ = [
     "AbortChunk",
@@ -38,13 +38,19 @@ def _camel(name: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
-@dataclass(frozen=True)
+@dataclass_transform(frozen_default=True)
 class Chunk:
-    """A UI message chunk. A subclass names its ``type`` and declares its fields;
-    ``optional`` names those left out when ``None``."""
+    """A UI message chunk (a frozen dataclass). A subclass names its ``type`` (and the
+    fields left out when ``None``, ``optional``) as class keywords and declares its
+    fields."""
 
     type: ClassVar[str]
     optional: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, *, type: str, optional: tuple[str, ...] = (), **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls.type, cls.optional = type, frozenset(optional)
+        dataclass(frozen=True)(cls)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -57,85 +63,60 @@ class Chunk:
 
 
 # -- the message and its steps
-@dataclass(frozen=True)
-class StartChunk(Chunk):
-    type = "start"
-    optional = frozenset({"message_metadata"})
+class StartChunk(Chunk, type="start", optional=("message_metadata",)):
     message_id: str
     message_metadata: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class StartStepChunk(Chunk):
-    type = "start-step"
+class StartStepChunk(Chunk, type="start-step"):
+    """No fields."""
 
 
-@dataclass(frozen=True)
-class FinishStepChunk(Chunk):
-    type = "finish-step"
+class FinishStepChunk(Chunk, type="finish-step"):
+    """No fields."""
 
 
-@dataclass(frozen=True)
-class MessageMetadataChunk(Chunk):
-    type = "message-metadata"
+class MessageMetadataChunk(Chunk, type="message-metadata"):
     message_metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class FinishChunk(Chunk):
-    type = "finish"
+class FinishChunk(Chunk, type="finish"):
     finish_reason: str
     message_metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class ErrorChunk(Chunk):
-    type = "error"
+class ErrorChunk(Chunk, type="error"):
     error_text: str
 
 
-@dataclass(frozen=True)
-class AbortChunk(Chunk):
-    type = "abort"
+class AbortChunk(Chunk, type="abort"):
     reason: str
 
 
 # -- text and reasoning parts: start, deltas, end
-@dataclass(frozen=True)
-class TextStartChunk(Chunk):
-    type = "text-start"
+class TextStartChunk(Chunk, type="text-start"):
     id: str
 
 
-@dataclass(frozen=True)
-class TextDeltaChunk(Chunk):
-    type = "text-delta"
+class TextDeltaChunk(Chunk, type="text-delta"):
     id: str
     delta: str
 
 
-@dataclass(frozen=True)
-class TextEndChunk(Chunk):
-    type = "text-end"
+class TextEndChunk(Chunk, type="text-end"):
     id: str
 
 
-@dataclass(frozen=True)
-class ReasoningStartChunk(Chunk):
-    type = "reasoning-start"
+class ReasoningStartChunk(Chunk, type="reasoning-start"):
     id: str
 
 
-@dataclass(frozen=True)
-class ReasoningDeltaChunk(Chunk):
-    type = "reasoning-delta"
+class ReasoningDeltaChunk(Chunk, type="reasoning-delta"):
     id: str
     delta: str
 
 
-@dataclass(frozen=True)
-class ReasoningEndChunk(Chunk):
-    type = "reasoning-end"
+class ReasoningEndChunk(Chunk, type="reasoning-end"):
     id: str
 
 
@@ -154,65 +135,47 @@ REASONING = PartKind("reasoning", ReasoningStartChunk, ReasoningDeltaChunk, Reas
 
 
 # -- tool calls
-@dataclass(frozen=True)
-class ToolInputStartChunk(Chunk):
-    type = "tool-input-start"
+class ToolInputStartChunk(Chunk, type="tool-input-start"):
     tool_call_id: str
     tool_name: str
 
 
-@dataclass(frozen=True)
-class ToolInputDeltaChunk(Chunk):
-    type = "tool-input-delta"
+class ToolInputDeltaChunk(Chunk, type="tool-input-delta"):
     tool_call_id: str
     input_text_delta: str
 
 
-@dataclass(frozen=True)
-class ToolInputAvailableChunk(Chunk):
-    type = "tool-input-available"
+class ToolInputAvailableChunk(Chunk, type="tool-input-available"):
     tool_call_id: str
     tool_name: str
     input: Any
 
 
-@dataclass(frozen=True)
-class ToolApprovalRequestChunk(Chunk):
-    type = "tool-approval-request"
+class ToolApprovalRequestChunk(Chunk, type="tool-approval-request"):
     approval_id: str
     tool_call_id: str
 
 
-@dataclass(frozen=True)
-class ToolOutputAvailableChunk(Chunk):
-    type = "tool-output-available"
+class ToolOutputAvailableChunk(Chunk, type="tool-output-available"):
     tool_call_id: str
     output: Any
 
 
-@dataclass(frozen=True)
-class ToolOutputErrorChunk(Chunk):
-    type = "tool-output-error"
+class ToolOutputErrorChunk(Chunk, type="tool-output-error"):
     tool_call_id: str
     error_text: str
 
 
-@dataclass(frozen=True)
-class ToolOutputDeniedChunk(Chunk):
-    type = "tool-output-denied"
+class ToolOutputDeniedChunk(Chunk, type="tool-output-denied"):
     tool_call_id: str
 
 
 # -- sources
-@dataclass(frozen=True)
-class SourceUrlChunk(Chunk):
-    type = "source-url"
-    optional = frozenset({"title"})
+class SourceUrlChunk(Chunk, type="source-url", optional=("title",)):
     source_id: str
     url: str
     title: str | None = None
 
 
-CHUNK_TYPES: dict[str, type[Chunk]] = {
-    cls.type: cls for cls in Chunk.__subclasses__()
-}  # every chunk the stream sends, by its ``type``
+# every chunk the stream sends, by its ``type``
+CHUNK_TYPES: dict[str, type[Chunk]] = {cls.type: cls for cls in Chunk.__subclasses__()}
