@@ -282,35 +282,12 @@ def _is_run_end(event: StreamEvent | None) -> bool:
     return isinstance(event, RunFinished) and event.status != "retrying"
 
 
-def _run_start_cursor(entries_pages) -> str:
-    """Where the run in progress (or the next one) begins: right after the latest final
-    ``RunFinished``; ``"0-0"`` when the stream holds none."""
-    for page in entries_pages:
-        for entry_id, fields in page:
-            if fields.get("type") == "run_finished" and _is_run_end(decode(fields)):
-                return entry_id
-    return "0-0"
-
-
-def _pages(redis_client, key: str) -> Iterator[list]:
-    upper = "+"
-    while True:
-        page = redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
-        if not page:
-            return
-        yield page
-        if len(page) < _SCAN_PAGE:
-            return
-        upper = "(" + page[-1][0]
-
-
-def _start(redis_client, key: str, after: str | None) -> str:
-    if after is None:
-        return _run_start_cursor(_pages(redis_client, key))
-    if after == "$":
-        entries = redis_client.xrevrange(key, "+", "-", count=1)
-        return entries[0][0] if entries else "0-0"
-    return after
+def _run_start_cursor(page) -> str | None:
+    """Right after the latest final ``RunFinished`` in ``page`` (newest first), if any."""
+    for entry_id, fields in page:
+        if fields.get("type") == "run_finished" and _is_run_end(decode(fields)):
+            return entry_id
+    return None
 
 
 def _check_block(block_ms: int) -> int:
@@ -321,6 +298,54 @@ def _check_block(block_ms: int) -> int:
             f"block_ms must be below {int(SOCKET_TIMEOUT * 1000)} (the socket timeout)"
         )
     return int(block_ms)
+
+
+def _follow_protocol(
+    key: str,
+    last_id: str | None,
+    block_ms: int,
+    stop_at_run_end: bool,
+    timeout: float | None,
+    heartbeat: bool,
+):
+    """Following a stream, without I/O: a generator of the Redis commands to run, each
+    ``(method, args, kwargs)`` and sent its answer, and of ``("emit", item)`` for each
+    item to hand out. :func:`follow` and :func:`afollow` only run the commands."""
+    if last_id is None:  # the start of the run in progress: scan back, newest first
+        cursor, upper = "0-0", "+"
+        while True:
+            page = yield ("xrevrange", (key, upper, "-"), {"count": _SCAN_PAGE})
+            found = _run_start_cursor(page or [])
+            if found is not None or len(page or []) < _SCAN_PAGE:
+                cursor = found or "0-0"
+                break
+            upper = "(" + page[-1][0]
+    elif last_id == "$":
+        entries = yield ("xrevrange", (key, "+", "-"), {"count": 1})
+        cursor = entries[0][0] if entries else "0-0"
+    else:
+        cursor = last_id
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        block = block_ms
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            block = max(1, min(block, int(left * 1000)))
+        response = yield ("xread", ({key: cursor},), {"count": _READ_COUNT, "block": block})
+        if not response:
+            if heartbeat:
+                yield ("emit", (None, None), None)
+            continue
+        for entry_id, fields in response[0][1]:
+            cursor = entry_id
+            event = decode(fields)
+            if event is None:
+                continue
+            yield ("emit", (entry_id, event), None)
+            if stop_at_run_end and _is_run_end(event):
+                return
 
 
 def follow(
@@ -344,29 +369,20 @@ def follow(
     """
     block_ms = _check_block(block_ms)
     redis_client = client()
-    key = stream_key(chat_id)
-    cursor = _start(redis_client, key, last_id)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    steps = _follow_protocol(
+        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
+    )
+    answer = None
     while True:
-        block = block_ms
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            block = max(1, min(block, int(left * 1000)))
-        response = redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
-        if not response:
-            if heartbeat:
-                yield None, None
-            continue
-        for entry_id, fields in response[0][1]:
-            cursor = entry_id
-            event = decode(fields)
-            if event is None:
-                continue
-            yield entry_id, event
-            if stop_at_run_end and _is_run_end(event):
-                return
+        try:
+            method, args, kwargs = steps.send(answer)
+        except StopIteration:
+            return
+        if method == "emit":
+            answer = None
+            yield args
+        else:
+            answer = getattr(redis_client, method)(*args, **kwargs)
 
 
 async def afollow(
@@ -380,45 +396,21 @@ async def afollow(
 ) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
     block_ms = _check_block(block_ms)
-    url = _url()
-    redis_client = _redis().asyncio.Redis.from_url(url, **CLIENT_OPTIONS)
-    key = stream_key(chat_id)
+    redis_client = _redis().asyncio.Redis.from_url(_url(), **CLIENT_OPTIONS)
+    steps = _follow_protocol(
+        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
+    )
+    answer = None
     try:
-        if last_id is None:
-            cursor = "0-0"
-            upper = "+"
-            while True:
-                page = await redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
-                found = _run_start_cursor([page]) if page else "0-0"
-                if found != "0-0" or len(page) < _SCAN_PAGE:
-                    cursor = found
-                    break
-                upper = "(" + page[-1][0]
-        elif last_id == "$":
-            entries = await redis_client.xrevrange(key, "+", "-", count=1)
-            cursor = entries[0][0] if entries else "0-0"
-        else:
-            cursor = last_id
-        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            block = block_ms
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                block = max(1, min(block, int(left * 1000)))
-            response = await redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
-            if not response:
-                if heartbeat:
-                    yield None, None
-                continue
-            for entry_id, fields in response[0][1]:
-                cursor = entry_id
-                event = decode(fields)
-                if event is None:
-                    continue
-                yield entry_id, event
-                if stop_at_run_end and _is_run_end(event):
-                    return
+            try:
+                method, args, kwargs = steps.send(answer)
+            except StopIteration:
+                return
+            if method == "emit":
+                answer = None
+                yield args
+            else:
+                answer = await getattr(redis_client, method)(*args, **kwargs)
     finally:
         await redis_client.aclose()

@@ -32,11 +32,12 @@ from django.db import DatabaseError, close_old_connections, connections
 
 from . import runs, streams
 from .conf import settings
-from .errors import ProviderError, RunLostError, safe_error
-from .events import RunFinished, RunStarted, StreamEvent
+from .errors import ProviderError
+from .events import StreamEvent
 from .models import Chat, Run
 from .models.idempotency import purge_expired_keys
-from .runner import Runner, run_finished
+from .runner import Runner
+from .session import RETRYING, RunSession
 
 logger = logging.getLogger("django_llmchat.tasks")
 
@@ -101,21 +102,9 @@ def _retry_delay(exc: BaseException, attempt: int) -> float | None:
 
 
 def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> str:
-    """Work on one claimed run, publishing its events; returns its final status, raises
-    :class:`RetryLater` when a retryable error gave the run back to the queue."""
-    run = execution.run
-    run_id = str(run.pk)
-    publish(RunStarted(run_id=run_id, message_id=run.prompt_id))
-    try:
-        chat = Chat.objects.get(pk=execution.chat_id)
-        runner = Runner(chat)
-    except Exception as exc:  # the run cannot be resumed here (its agent or tools are gone)
-        error_type, error = safe_error(exc)
-        logger.exception("run %s of chat %s cannot start", run.pk, execution.chat_id)
-        execution.finish(runs.Run.FAILED, error_type=error_type, error=error)
-        publish(run_finished(run_id, "failed", error, error_type))
-        return "failed"
-    runner.execution, runner.run_row = execution, run
+    """Work on one claimed run, publishing its session's events; returns its final
+    status, raises :class:`RetryLater` when a retryable error gave the run back to the
+    queue."""
     delay: list[float] = []
 
     def retry_on(exc: BaseException) -> bool:
@@ -124,28 +113,24 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
             delay.append(found)
         return found is not None
 
-    runner.retry_on = retry_on
-    try:
-        for event in runner.run(stream=True):
-            publish(event)
-    except RunLostError:
-        logger.warning("run %s of chat %s was taken over by another worker", run.pk, run.chat_id)
+    session = RunSession(
+        build_runner=lambda: Runner(Chat.objects.get(pk=execution.chat_id)),
+        execution=execution,
+        retry_on=retry_on,
+        publish=publish,
+        raise_errors=False,
+    )
+    for _event in session:
+        pass
+    run = execution.run
+    if session.lost:
         return "lost"
-    except Exception as exc:
-        status = execution.outcome or "failed"
-        error_type, error = safe_error(exc)
-        if status == runs.Run.QUEUED and delay:
-            publish(
-                RunFinished(run_id=run_id, status="retrying", error=error, error_type=error_type)
-            )
-            logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, exc, delay[0])
-            raise RetryLater(delay[0], retries + 1, exc) from exc
-        publish(run_finished(run_id, status, error, error_type))
-        logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, exc)
-        return status
-    status = execution.outcome or run.status
-    publish(run_finished(run_id, status))
-    return status
+    if session.status == RETRYING:
+        logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, session.error, delay[0])
+        raise RetryLater(delay[0], retries + 1, session.error) from session.error
+    if session.error is not None:
+        logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, session.error)
+    return session.status
 
 
 def run_chat(

@@ -22,8 +22,9 @@ from django.http import HttpResponse, StreamingHttpResponse
 
 from .. import streams
 from ..conf import settings
+from ..events import StreamEvent
 from ..models import Chat, Run
-from .sse import InlineRun, error_payload
+from .sse import InlineRun
 from .ui_chats import call_for, chat_for, decide_all
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of, prompt_of
 
@@ -74,26 +75,15 @@ class UIRun(InlineRun):
         self.ui = ui
         super().__init__(chat, **kwargs)
 
-    def _frames_sync(self) -> Iterator[str]:
-        ui = self.ui
-        events = self._events()
-        try:
-            for event in events:
-                self._id(event)
-                for item in ui.feed(event):
-                    yield chunk(item)
-        except Exception as exc:
-            logger.exception("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
-            self._error = error_payload(exc)
-            for item in ui.error(self._error["message"]):
-                yield chunk(item)
-        finally:
-            events.close()
-        finished = self._finished()
-        self._done = True
-        self._id(finished)
-        for item in ui.feed(finished):
+    def encode(self, event: StreamEvent) -> Iterator[str]:
+        for item in self.ui.feed(event):
             yield chunk(item)
+
+    def encode_error(self, payload: dict[str, Any]) -> Iterator[str]:
+        for item in self.ui.error(payload["message"]):
+            yield chunk(item)
+
+    def trailer(self) -> Iterator[str]:
         yield DONE
 
 

@@ -149,9 +149,9 @@ class _Reply:
 
 
 def _usd(value) -> str | None:
-    from ..runner import _usd as usd
+    from ..values import usd_text
 
-    return usd(value)
+    return usd_text(value)
 
 
 def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:
