@@ -147,7 +147,9 @@ def rest_inline(chat):
 def ui_post(chat, body):
     """``POST ui/chat`` as the chat's user: the status and the streamed text (or the JSON
     refusal)."""
-    response = client_for(chat.user).post(url("ui-chat"), body, format="json")
+    response = client_for(chat.user).post(
+        url("ui-chat"), body, format="json", HTTP_ACCEPT="application/json"
+    )
     if not response.streaming:
         return response.status_code, response.json()
     text = b"".join(response.streaming_content).decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import httpx
@@ -92,12 +92,6 @@ class ProviderStream:
             body=data[:2000],
             retryable=True,
         )
-
-    def _feed(self, parser: StreamParser, name: str | None, data: str) -> Iterable[StreamEvent]:
-        try:
-            return parser.feed(name, data)
-        except json.JSONDecodeError as exc:
-            raise self._bad_json(exc, data) from None
 
     def _ending(self, parser: StreamParser) -> Iterator[StreamEvent]:
         """What follows the last frame: end-of-stream events, the check, TextDone."""

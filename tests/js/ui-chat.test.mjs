@@ -194,10 +194,30 @@ test("bad input is a 400 naming the field; another user's chat is not reachable"
     body: JSON.stringify({ id: "x", messages: [], trigger: "nope" }),
   });
   assert.equal(response.status, 400);
-  const body = await response.json();
+  // a refusal is its message as text: what the transport puts in chat.error.message
+  assert.equal(response.headers.get("content-type"), "text/plain; charset=utf-8");
+  assert.match(await response.text(), /^trigger: /);
+  const asJson = await fetch(`${BASE}/api/ui/chat`, {
+    method: "POST",
+    headers: { ...headers, "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify({ id: "x", messages: [], trigger: "nope" }),
+  });
+  const body = await asJson.json();
   assert.ok("trigger" in body, JSON.stringify(body));
   const missing = await fetch(`${BASE}/api/ui/chat/never-made/stream`, { headers });
   assert.equal(missing.status, 404);
+  assert.equal(await missing.text(), "No such chat.");
+  // the SDK's own error: the refusal's message, not a JSON body
+  const errors = [];
+  const refused = new Chat({ id: "x", transport: transport(), onError: (e) => errors.push(e) });
+  await refused.sendMessage({
+    parts: [{ type: "file", url: "https://example.com/a.png", mediaType: "image/png" }],
+  });
+  assert.equal(refused.status, "error");
+  assert.equal(
+    refused.error.message,
+    "messages: part 0: a file part's url must be a base64 data: URL",
+  );
   const anonymous = await fetch(`${BASE}/api/ui/chat`, { method: "POST", body: "{}" });
   assert.equal(anonymous.status, 401);
 });
