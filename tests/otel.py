@@ -24,9 +24,11 @@ def install() -> tuple[InMemorySpanExporter, InMemoryMetricReader]:
     with _lock:
         if not _installed:
             exporter = InMemorySpanExporter()
-            provider = TracerProvider()
+            provider = trace.get_tracer_provider()
+            if not isinstance(provider, TracerProvider):  # the global one is set once
+                provider = TracerProvider()
+                trace.set_tracer_provider(provider)
             provider.add_span_processor(SimpleSpanProcessor(exporter))
-            trace.set_tracer_provider(provider)
             reader = InMemoryMetricReader()
             metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
             _installed.update(exporter=exporter, reader=reader)

@@ -45,7 +45,7 @@ def otel(fake_llm, spans):
 
 
 @tool
-def lookup(city: str) -> str:
+def city_weather(city: str) -> str:
     """Looks a city up"""
     with trace.get_tracer("tests").start_as_current_span("geocoder"):
         return f"{city}: 21 C"
@@ -90,17 +90,17 @@ def test_a_reply_is_a_run_span_with_a_chat_span_inside(otel, spans, fake_llm):
 
 
 def test_a_tool_run_nests_in_the_run_and_the_tools_own_spans_in_it(otel, spans, fake_llm):
-    fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Oslo"}, call_id="c1")]), "Warm.")
-    chat = Chat.objects.create(provider="openai", model_id=MODEL).with_tools(lookup)
+    fake_llm.script(Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm.")
+    chat = Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather)
     chat.ask("Weather?")
     finished = spans.get_finished_spans()
     found = by_name(spans)
-    run, tool_span = found["invoke_agent"], found["execute_tool lookup"]
+    run, tool_span = found["invoke_agent"], found["execute_tool city_weather"]
     assert [s.name for s in finished].count(f"chat {MODEL}") == 2
     assert tool_span.parent.span_id == run.context.span_id
     assert found["geocoder"].parent.span_id == tool_span.context.span_id
     attributes = dict(tool_span.attributes)
-    assert attributes["gen_ai.tool.name"] == "lookup"
+    assert attributes["gen_ai.tool.name"] == "city_weather"
     assert attributes["gen_ai.tool.call.id"] == "c1"
     assert "gen_ai.tool.call.arguments" not in attributes
 
@@ -129,13 +129,13 @@ def test_a_failed_run_marks_its_span(otel, spans, fake_llm):
 
 def test_content_only_when_asked(otel, spans, fake_llm):
     otel(OPENTELEMETRY_CONTENT=True)
-    fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Oslo"}, call_id="c1")]), "Warm.")
-    Chat.objects.create(provider="openai", model_id=MODEL).with_tools(lookup).ask("Weather?")
+    fake_llm.script(Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm.")
+    Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather).ask("Weather?")
     found = by_name(spans)
     call = [s for s in spans.get_finished_spans() if s.name == f"chat {MODEL}"][0]
     messages = json.loads(dict(call.attributes)["gen_ai.input.messages"])
     assert messages[-1] == {"role": "user", "parts": [{"type": "text", "content": "Weather?"}]}
-    tool_attributes = dict(found["execute_tool lookup"].attributes)
+    tool_attributes = dict(found["execute_tool city_weather"].attributes)
     assert json.loads(tool_attributes["gen_ai.tool.call.arguments"]) == {"city": "Oslo"}
     assert tool_attributes["gen_ai.tool.call.result"] == "Oslo: 21 C"
 
