@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import telemetry
+from . import signals, telemetry
 from .errors import ChatBusyError, RunLostError, safe_error
 from .events import GuardrailTripwire, RunFinished, RunStarted, StreamEvent
 from .models import Message, Run
@@ -172,6 +172,8 @@ class RunSession:
     def _end(self, status: str, *, publish: bool = True, **known: Any) -> StreamEvent:
         self.status = status
         run = self.run
+        if status == Run.FAILED and run is not None and run.pk is not None:
+            self._tell_failed(run.pk, run.chat_id, known.get("error"), known.get("error_type"))
         if run is None or run.pk is None or not self.totals:
             error, error_type = known.get("error"), known.get("error_type")
             if error is None and run is not None and run.error:
@@ -183,6 +185,16 @@ class RunSession:
             event = run_finished(run.pk, status, known.get("error"), known.get("error_type"))
         self.finished = event
         return self._emit(event, publish=publish)
+
+    @staticmethod
+    def _tell_failed(run_id: int, chat_id: int, error, error_type) -> None:
+        if error is None:  # the run's own (a guardrail's block, a limit)
+            error, error_type = Run.objects.filter(pk=run_id).values_list(
+                "error", "error_type"
+            ).first() or (None, None)
+        signals.send_after_commit(
+            signals.run_failed, run_id=run_id, chat_id=chat_id, error_type=error_type, error=error
+        )
 
     def _run_id(self) -> str:
         run = self.run
@@ -236,6 +248,9 @@ class RunSession:
         except RunLostError:
             self.lost = True
             logger.warning("run %s was taken over by another process", self._run_id())
+            signals.send_after_commit(
+                signals.run_lost, run_id=run.pk, chat_id=run.chat_id, worker=run.worker
+            )
             if self.raise_errors:
                 raise
             return
@@ -290,6 +305,7 @@ class RunSession:
         error_type, error = safe_error(exc)
         logger.exception("run %s of chat %s cannot start", execution.pk, execution.chat_id)
         execution.finish(Run.FAILED, error_type=error_type, error=error)
+        self._tell_failed(execution.pk, execution.chat_id, error, error_type)
         run_id = str(execution.pk)
         yield self._emit(RunStarted(run_id=run_id, message_id=execution.run.prompt_id))
         self.status = Run.FAILED
