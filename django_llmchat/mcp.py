@@ -80,7 +80,9 @@ def entry_errors(name: Any, entry: Any) -> list[str]:
             f"'server' (an in-process server), got {given or 'none'}"
         )
     url = entry.get("url")
-    if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("http://", "https://"))
+    ):
         problems.append(f"{where}['url'] must be an http:// or https:// URL")
     command = entry.get("command")
     if command is not None and not (
@@ -457,7 +459,9 @@ class MCPTool(Tool):
         except TimeoutError:
             return ToolResult.error("timeout_error", f"{self.name} did not finish within {limit} s")
         except Exception as exc:
-            logger.warning("MCP tool %s of %s failed: %s", self.name, self.server, type(exc).__name__)
+            logger.warning(
+                "MCP tool %s of %s failed: %s", self.name, self.server, type(exc).__name__
+            )
             return ToolResult.error("execution_error", _failure(self.server, exc))
         return _tool_result(result)
 

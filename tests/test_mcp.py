@@ -326,9 +326,7 @@ def test_over_streamable_http_with_per_user_credentials(fake_llm, http_files):
     # nothing the library stores carries them
     stored = json.dumps(
         [list(Chat.objects.values()), list(ToolCall.objects.values())], default=str
-    ) + json.dumps(
-        list(Message.objects.exclude(role="tool").values("content", "raw")), default=str
-    )
+    ) + json.dumps(list(Message.objects.exclude(role="tool").values("content", "raw")), default=str)
     assert "secret-of" not in stored
     assert all(c.tools == ["mcp:files"] for c in Chat.objects.all())
 
