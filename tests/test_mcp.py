@@ -88,13 +88,16 @@ def free_port() -> int:
 class LoopbackMCP:
     """An SDK server's streamable HTTP app served by uvicorn on 127.0.0.1."""
 
-    def __init__(self, server: MCPServer):
+    def __init__(self, server):
         import uvicorn
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         config = uvicorn.Config(
-            server.streamable_http_app(), host="127.0.0.1", port=self.port, log_level="error"
+            server.streamable_http_app() if isinstance(server, MCPServer) else server,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="error",
         )
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
@@ -373,6 +376,30 @@ def test_a_server_gone_after_its_listing_gives_a_clear_error_result(fake_llm):
         "message": "MCP server 'flaky' is unavailable (ConnectError)",
     }
     assert "s3cret" not in content and str(flaky.port) not in content
+
+
+def test_a_server_refusing_the_credentials_gives_a_clear_error_result(fake_llm):
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def unauthorized(request):
+        return PlainTextResponse("bad token", status_code=401)
+
+    app = Starlette(routes=[Route("/mcp", unauthorized, methods=["GET", "POST", "DELETE"])])
+    guarded = LoopbackMCP(app).start()
+    try:
+        configure(fake_llm, guarded={"url": guarded.url, "headers": {"Authorization": "Bearer x"}})
+        listed = llm_mcp.Listed("read_file", "", {"type": "object"})
+        tool = llm_mcp.MCPTool("guarded", listed, name="read_file")
+        assert tool.run({}).content["error"] == {
+            "type": "execution_error",
+            "message": "MCP server 'guarded' refused the request: "
+            "Server returned an error response",
+        }
+        assert get_tools("mcp:guarded") == []
+    finally:
+        guarded.stop()
 
 
 def test_a_failing_credentials_callable_is_an_error_without_its_message(fake_llm, http_files):
