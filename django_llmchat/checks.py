@@ -224,6 +224,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors.extend(_check_limits(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
+    errors.extend(_check_mcp_servers(merged))
     return errors
 
 
@@ -248,6 +249,34 @@ def _check_telemetry(merged: dict[str, Any]) -> list:
                     "LLMCHAT['OPENTELEMETRY'] is True but opentelemetry-api is not installed.",
                     hint="pip install 'django-llmchat[otel]' (or set it to False).",
                     id="llmchat.E030",
+                )
+            )
+    return errors
+
+
+def _check_mcp_servers(merged: dict[str, Any]) -> list:
+    """``MCP_SERVERS``: each entry's transport, credentials and options; the SDK installed
+    when any server is configured."""
+    from .mcp import setting_errors
+
+    servers = merged["MCP_SERVERS"]
+    errors: list = [
+        Error(
+            f"{problem}.",
+            hint="See the MCP page of the documentation for the keys of a server entry.",
+            id="llmchat.E040",
+        )
+        for problem in setting_errors(servers)
+    ]
+    if isinstance(servers, dict) and servers:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            errors.append(
+                Error(
+                    "LLMCHAT['MCP_SERVERS'] is set but the MCP SDK is not installed.",
+                    hint='Install the extra: pip install "django-llmchat[mcp]".',
+                    id="llmchat.E041",
                 )
             )
     return errors

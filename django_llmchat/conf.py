@@ -23,6 +23,11 @@ DEFAULTS: dict[str, Any] = {
     "TOOL_TIMEOUT": 60.0,
     # Dotted paths of modules whose @tool functions should be importable by name.
     "TOOL_MODULES": [],
+    # MCP servers whose tools chats and agents may take ("mcp:<name>"), by name: {"<name>":
+    # {"url": ... | "command": [...] | "server": ..., "headers"/"env": dict or callable,
+    # "tools", "prefix", "requires_approval", "timeout", "list_timeout", "cache_ttl",
+    # "concurrent"}} (see docs/mcp.md). Needs the [mcp] extra.
+    "MCP_SERVERS": {},
     # Retries of a provider call on retryable errors, and the longest wait honoured (s).
     "MAX_RETRIES": 2,
     "MAX_RETRY_WAIT": 60.0,

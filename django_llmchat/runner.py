@@ -40,7 +40,7 @@ from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
 from .session import Blocked, RunSession
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .toolrun import ToolRunning
-from .tools import Tool, get_tool
+from .tools import Tool, get_tools
 from .transcript import last_reported_step, load_history, provider_message
 
 logger = logging.getLogger("django_llmchat.runner")
@@ -81,8 +81,7 @@ class Runner(ProviderAttempts, ToolRunning):
         self.guardrails = [as_guardrail(g) for g in (self.agent.guardrails if self.agent else [])]
         self.tools: dict[str, Tool] = {}
         for item in list(chat.tools or []) + list(self.agent.tools if self.agent else []):
-            found = get_tool(item)
-            if found is not None:
+            for found in get_tools(item, chat=chat, context=self.context):
                 self.tools[found.name] = found
         skills = self.agent.skills if self.agent else []
         if skills:

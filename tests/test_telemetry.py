@@ -90,7 +90,9 @@ def test_a_reply_is_a_run_span_with_a_chat_span_inside(otel, spans, fake_llm):
 
 
 def test_a_tool_run_nests_in_the_run_and_the_tools_own_spans_in_it(otel, spans, fake_llm):
-    fake_llm.script(Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm.")
+    fake_llm.script(
+        Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
     chat = Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather)
     chat.ask("Weather?")
     finished = spans.get_finished_spans()
@@ -129,7 +131,9 @@ def test_a_failed_run_marks_its_span(otel, spans, fake_llm):
 
 def test_content_only_when_asked(otel, spans, fake_llm):
     otel(OPENTELEMETRY_CONTENT=True)
-    fake_llm.script(Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm.")
+    fake_llm.script(
+        Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
     Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather).ask("Weather?")
     found = by_name(spans)
     call = [s for s in spans.get_finished_spans() if s.name == f"chat {MODEL}"][0]

@@ -75,7 +75,7 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
     '`LLMCHAT["IDEMPOTENCY_TTL"]` seconds gets the first request\'s outcome (a streamed '
     "run is replayed) and starts nothing. The same key with another request is a 422; "
     "while the first request is still answering, a 409 (once its run ended, or after "
-    '`LLMCHAT["RUN_LEASE"]` seconds with nobody answering it, the retry is answered).",
+    '`LLMCHAT["RUN_LEASE"]` seconds with nobody answering it, the retry is answered).',
     pattern=r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$",
 )
 IDEMPOTENCY_REUSED = OpenApiResponse(
