@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.core.paginator import InvalidPage, Paginator
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest
@@ -272,20 +273,28 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
         "duration_display",
     )
     list_filter = ("status", "estimated", "provider", "model_id", "operation")
-    search_fields = ("model_id", "error")
+    search_fields = ("model_id", "error", "chat__title", "chat_title")
     list_select_related = ("chat",)
     raw_id_fields = ("chat", "message", "run")
     date_hierarchy = "created_at"
     change_list_template = "admin/django_llmchat/usage/change_list.html"
-    actions = None  # rows are removed with their chat, not one by one
+    actions = None  # the ledger: rows outlive their chat and user, never deleted one by one
 
     @admin.display(description="created", ordering="created_at")
     def when(self, obj: Usage) -> str:
         return date_format(localtime(obj.created_at), "Y-m-d H:i")
 
     def get_readonly_fields(self, request, obj=None):
-        # Usage rows are an audit trail: frozen once written.
-        return _column_fields(self.model)
+        # Usage rows are an audit trail: frozen once written. A deleted chat or user shows
+        # by the id and title its rows kept.
+        fields = _column_fields(self.model)
+        return [
+            "chat_label" if name == "chat" else "user_label" if name == "user" else name
+            for name in fields
+        ]
+
+    def get_fields(self, request, obj=None):
+        return self.get_readonly_fields(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -295,7 +304,21 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="chat", ordering="chat")
     def chat_display(self, obj: Usage) -> str:
-        return _short(str(obj.chat), 24)
+        return _short(obj.chat_label, 24)
+
+    @admin.display(description="chat")
+    def chat_label(self, obj: Usage) -> str:
+        if obj.chat_exists:
+            url = reverse("admin:django_llmchat_chat_change", args=[obj.chat_id])
+            return format_html('<a href="{}">{}</a>', url, str(obj.chat))
+        return obj.chat_label
+
+    @admin.display(description="user")
+    def user_label(self, obj: Usage) -> str:
+        if obj.user_id is None:
+            return "—"
+        user = get_user_model()._default_manager.filter(pk=obj.user_id).first()
+        return str(user) if user is not None else f"deleted user {obj.user_id}"
 
     @admin.display(description="model", ordering="model_id")
     def model_display(self, obj: Usage) -> str:
