@@ -10,14 +10,14 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.paginator import InvalidPage, Paginator
 from django.db.models import QuerySet, Sum
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.defaultfilters import floatformat, truncatechars
 from django.urls import path, reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from .models import Chat, Limit, LLMModel, Run, Usage, UsageDashboard
+from .models import Chat, Limit, LLMModel, Message, Run, Usage, UsageDashboard
 from .models.limit import LIMIT_FIELDS
 from .values import Cost, Tokens
 
@@ -135,8 +135,55 @@ class _Styled:
         css = {"all": ("django_llmchat/admin.css",)}
 
 
+class ChatForm(forms.ModelForm):
+    """The chat's settings, with the provider and the model checked as the REST API checks
+    them (:func:`django_llmchat.inputs.check_choice`): a provider that is not configured,
+    or a model ``LLMCHAT["ALLOWED_MODELS"]`` does not allow, is a form error, not a failed
+    next message."""
+
+    class Meta:
+        model = Chat
+        fields = "__all__"
+
+    def clean(self) -> dict[str, Any]:
+        from .inputs import InputError, check_choice, check_model_id, check_provider
+
+        data = super().clean()
+        changed = [name for name in ("provider", "model_id") if name in self.changed_data]
+        if self.instance.pk is None:
+            changed = [name for name in ("provider", "model_id") if name in data]
+        if not changed or self.errors.get("provider") or self.errors.get("model_id"):
+            return data
+        values = {name: data.get(name) for name in changed}
+        try:
+            if "provider" in values:
+                check_provider(values["provider"])
+            if "model_id" in values:
+                check_model_id(values["model_id"])
+            check_choice(values, self.instance if self.instance.pk else None)
+        except InputError as exc:
+            field = exc.field if exc.field in self.fields else None
+            raise forms.ValidationError(
+                {field: list(exc.reasons)} if field else exc.reason
+            ) from None
+        return data
+
+
+LEDGER_NOTE = (
+    "The usage rows of {what} stay: the usage ledger keeps each attempt's tokens and cost "
+    "with the chat's id and title and the user's id, so the spending limits and the usage "
+    "dashboard still count them. The messages, tool calls, runs and attachment files go."
+)
+
+
 @admin.register(Chat)
 class ChatAdmin(_Styled, admin.ModelAdmin):
+    form = ChatForm
+    delete_confirmation_template = "admin/django_llmchat/chat/delete_confirmation.html"
+    delete_selected_confirmation_template = (
+        "admin/django_llmchat/chat/delete_selected_confirmation.html"
+    )
+    actions = ["export_users_data", "erase_users_data"]
     list_display = (
         "short_title",
         "user",
@@ -151,7 +198,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     search_fields = ("title", "messages__content")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
-    readonly_fields = ("status", "active_run", "created_at", "updated_at")
+    readonly_fields = ("status", "active_run", "anonymised_at", "created_at", "updated_at")
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
     # collapsed: the transcript below is what the page is for
@@ -159,7 +206,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         (
             "Settings",
             {
-                "fields": ("title", "user", ("provider", "model_id"), "agent"),
+                "fields": ("title", "user", ("provider", "model_id"), "agent", "retention_days"),
                 "classes": ("collapse",),
             },
         ),
@@ -173,7 +220,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         (
             "Run",
             {
-                "fields": ("status", "active_run", "created_at", "updated_at"),
+                "fields": ("status", "active_run", "anonymised_at", "created_at", "updated_at"),
                 "classes": ("collapse",),
             },
         ),
@@ -216,6 +263,124 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
                 build_transcript(chat), request.GET.get("transcript_page")
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        extra_context = dict(extra_context or {})
+        extra_context["ledger_note"] = LEDGER_NOTE.format(what="this chat")
+        rows = Usage.objects.filter(chat_id=object_id) if str(object_id).isdigit() else None
+        if rows is not None:
+            extra_context["ledger_rows"] = rows.count()
+            extra_context["ledger_cost"] = _money(rows.aggregate(c=Sum("total_cost"))["c"])
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: Chat) -> None:
+        from .lifecycle import purge_chats
+
+        purge_chats(Chat.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from .lifecycle import purge_chats
+
+        purge_chats(queryset)
+
+    @admin.action(description="Export the data of the selected chats' users (JSON)")
+    def export_users_data(self, request: HttpRequest, queryset: QuerySet):
+        return export_users_response(_users_of(queryset))
+
+    @admin.action(description="Erase the data of the selected chats' users", permissions=["delete"])
+    def erase_users_data(self, request: HttpRequest, queryset: QuerySet):
+        return erase_users_view(self, request, _users_of(queryset), queryset)
+
+
+def _users_of(chats: QuerySet) -> QuerySet:
+    from django.contrib.auth import get_user_model
+
+    ids = chats.exclude(user__isnull=True).values("user_id")
+    return get_user_model()._default_manager.filter(pk__in=ids).order_by("pk")
+
+
+def export_users_response(users) -> HttpResponse:
+    """A JSON download of :func:`django_llmchat.lifecycle.export_users` for ``users``."""
+    import json
+
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    from .lifecycle import export_users
+
+    users = list(users)
+    data = export_users(users)
+    name = users[0].get_username() if len(users) == 1 else f"{len(users)}-users"
+    response = HttpResponse(
+        json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False, indent=2),
+        content_type="application/json",
+    )
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    response["Content-Disposition"] = f'attachment; filename="llmchat-export-{safe}.json"'
+    return response
+
+
+def erase_users_view(modeladmin, request: HttpRequest, users, queryset: QuerySet):
+    """The confirmation page of an erasure (``users``), then the erasure itself."""
+    from django.contrib import messages
+    from django.contrib.admin import helpers
+    from django.template.response import TemplateResponse
+
+    from .lifecycle import ErasureRefused, erase_user
+
+    if not request.user.has_perm("django_llmchat.delete_chat"):
+        modeladmin.message_user(
+            request, "Erasing needs the permission to delete chats.", messages.ERROR
+        )
+        return None
+    users = list(users)
+    if request.POST.get("post") == "yes":
+        for user in users:
+            try:
+                erasure = erase_user(user)
+            except ErasureRefused as exc:
+                modeladmin.message_user(request, str(exc), messages.ERROR)
+                continue
+            modeladmin.message_user(
+                request,
+                f"Erased {erasure.chats} chats of {user.get_username()}; "
+                f"{erasure.usage_rows} usage rows anonymised.",
+                messages.SUCCESS,
+            )
+        return None
+    rows = []
+    for user in users:
+        chats = Chat.objects.filter(user_id=user.pk)
+        rows.append(
+            {
+                "user": user,
+                "chats": chats.count(),
+                "messages": Message.objects.filter(chat__user_id=user.pk).count(),
+                "usage_rows": Usage.objects.filter(user_id=user.pk).count(),
+            }
+        )
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Erase the users' data?",
+        "opts": modeladmin.model._meta,
+        "rows": rows,
+        "queryset": queryset,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "action": request.POST.get("action"),
+    }
+    return TemplateResponse(request, "admin/django_llmchat/erase_confirmation.html", context)
+
+
+@admin.action(description="Export their LLM chats (JSON)")
+def export_llmchat_data(modeladmin, request: HttpRequest, queryset: QuerySet):
+    """An action for the project's User admin: download the selected users' data."""
+    return export_users_response(queryset.order_by("pk"))
+
+
+@admin.action(description="Erase their LLM chats (usage rows anonymised)")
+def erase_llmchat_data(modeladmin, request: HttpRequest, queryset: QuerySet):
+    """An action for the project's User admin: erase the selected users' data (after a
+    confirmation page)."""
+    return erase_users_view(modeladmin, request, queryset.order_by("pk"), queryset)
 
 
 @admin.register(Run)

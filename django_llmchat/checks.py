@@ -222,6 +222,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     errors.extend(_check_limits(merged))
+    errors.extend(_check_retention(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -439,4 +440,33 @@ def _check_limits(merged: dict[str, Any]) -> list:
                 id="llmchat.E022",
             )
         )
+    return errors
+
+
+def _check_retention(merged: dict[str, Any]) -> list:
+    """``RETENTION``: None or {"days", "action"}; ``RETENTION_FOR``: a callable."""
+    from .retention import validate_setting
+
+    errors = [
+        Error(problem, hint="See the Data lifecycle page of the documentation.", id="llmchat.E050")
+        for problem in validate_setting(merged["RETENTION"])
+    ]
+    resolver = merged["RETENTION_FOR"]
+    if resolver is not None and not callable(resolver):
+        from django.utils.module_loading import import_string
+
+        try:
+            found = import_string(resolver) if isinstance(resolver, str) else None
+        except ImportError:
+            found = None
+        if not callable(found):
+            errors.append(
+                Error(
+                    f"LLMCHAT['RETENTION_FOR'] is not a callable or an importable dotted "
+                    f"path: {resolver!r}.",
+                    hint='Give a function (user) -> {"days": ..., "action": ...} or None, or '
+                    "its dotted path.",
+                    id="llmchat.E051",
+                )
+            )
     return errors

@@ -85,6 +85,14 @@ DEFAULTS: dict[str, Any] = {
     # or tenant, between the two.
     "LIMITS": None,
     "LIMITS_FOR": None,
+    # Retention of transcripts (django_llmchat.retention): None keeps them for ever; else
+    # {"days": 90, "action": "delete" | "anonymise"}: a chat whose last change is older
+    # than that is deleted or emptied by the periodic task
+    # django_llmchat.tasks.apply_retention (or ``manage.py llmchat_retention``); its usage
+    # rows stay. ``chat.retention_days`` overrides the days per chat; RETENTION_FOR (a
+    # callable or dotted path, user -> {"days", "action"} or None) per user.
+    "RETENTION": None,
+    "RETENTION_FOR": None,
     # REST API: the models the API accepts (None: any model of a configured provider),
     # as "provider/model_id" or "provider/*".
     "ALLOWED_MODELS": None,

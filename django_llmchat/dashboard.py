@@ -230,7 +230,11 @@ def usage_summary(
             **_clean(row),
         }
         for row in rows.values("chat")
-        .annotate(live=Max("chat__created_at"), live_title=Max("chat__title"), kept_title=Max("chat_title"))
+        .annotate(
+            live=Max("chat__created_at"),
+            live_title=Max("chat__title"),
+            kept_title=Max("chat_title"),
+        )
         .annotate(**_sums())
         .order_by(F("cost").desc(nulls_last=True), "-chat")[:top]
     ]

@@ -338,3 +338,17 @@ def recover_runs() -> int:
         return found
     finally:
         close_old_connections()
+
+
+@shared_task(name="django_llmchat.tasks.apply_retention", ignore_result=True)
+def apply_retention() -> int:
+    """Delete or anonymise the chats past ``LLMCHAT["RETENTION"]`` (their usage rows
+    stay): schedule it with Celery beat, e.g. daily. Returns how many chats it changed."""
+    from .retention import apply_retention as apply
+
+    close_old_connections()
+    try:
+        _, done = apply()
+        return sum(done.values())
+    finally:
+        close_old_connections()

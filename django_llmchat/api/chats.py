@@ -96,6 +96,12 @@ class ChatViewSet(
     def perform_create(self, serializer):
         serializer.save(user=self.request.user)
 
+    def perform_destroy(self, instance):
+        from ..lifecycle import purge_chats
+
+        # its attachment files and event stream go too; its usage rows stay (the ledger)
+        purge_chats(Chat.objects.filter(pk=instance.pk))
+
     def perform_update(self, serializer):
         chat: Chat = serializer.instance
         fields = list(serializer.validated_data)

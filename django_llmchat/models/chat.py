@@ -6,9 +6,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.db import connections, models, transaction
-from django.db.models.signals import pre_delete
 from django.db.models import Count, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
 
 from ..aio import stream_in_thread
