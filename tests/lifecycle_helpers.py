@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
 from django_llmchat import streams
@@ -24,9 +23,9 @@ def weather_lookup(city: str) -> str:
     return f"{city}: sunny"
 
 
-@pytest.fixture
-def events(fake_llm):
-    """``fake_llm`` configured with a real Redis for the event streams (own key prefix)."""
+def redis_events():
+    """The settings of a real Redis for the event streams, with a key prefix of its own
+    (its keys deleted after): the body of a test module's ``events`` fixture."""
     url = require_service("REDIS_URL")
     prefix = f"llmchat-test-{uuid.uuid4().hex[:8]}"
     settings = {"EVENTS_URL": url, "EVENTS_KEY_PREFIX": prefix}

@@ -15,9 +15,14 @@ from django.utils import timezone
 from django_llmchat import retention, tasks
 from django_llmchat.checks import check_settings
 from django_llmchat.models import Chat, IdempotencyKey, Message, Run, ToolCall, Usage
-from tests.lifecycle_helpers import events, files_of, make_chat, stream_exists  # noqa: F401
+from tests.lifecycle_helpers import files_of, make_chat, redis_events, stream_exists
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def events():
+    yield from redis_events()
 
 
 @pytest.fixture
