@@ -17,6 +17,7 @@ NUMBERS = {
     "MAX_RETRY_WAIT": ((int, float), 0),
     "EVENTS_MAXLEN": (int, 1),
     "EVENTS_TTL": (int, 1),
+    "EVENTS_PUBLISH_TIMEOUT": ((int, float), 0.01),
     "MAX_CONTENT_LENGTH": (int, 1),
     "MAX_ATTACHMENTS": (int, 0),
     "MAX_ATTACHMENT_SIZE": (int, 1),

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_TTL": 24 * 3600,
     # Prefix of the Redis keys of the event streams (``<prefix>:chat:<id>:events``).
     "EVENTS_KEY_PREFIX": "llmchat",
+    # Seconds a publish to Redis may take; past it (or on any Redis error) publishing is
+    # skipped for 10 s, so a hung Redis never stalls a reply.
+    "EVENTS_PUBLISH_TIMEOUT": 1.0,
     # Run tasks in-process when no Celery broker is configured: True runs them in a
     # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,
