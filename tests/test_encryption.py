@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 
 from django_llmchat.models import Chat, Message, ToolCall
 from django_llmchat.models.protected import MARKER
-from django_llmchat.testing import Reply, ToolCall as WireCall
+from django_llmchat.testing import Reply
+from django_llmchat.testing import ToolCall as WireCall
 from django_llmchat.tools import tool
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,8 @@ from django_llmchat.providers.types import (
     ProviderRequest,
     ToolCallData,
 )
-from django_llmchat.testing import Reply, ToolCall as WireCall
+from django_llmchat.testing import Reply
+from django_llmchat.testing import ToolCall as WireCall
 from django_llmchat.tools import tool
 from django_llmchat.values import Thinking
 

@@ -39,9 +39,9 @@ class Command(BaseCommand):
             while True:
                 with transaction.atomic():
                     rows = list(
-                        model.objects.filter(pk__gt=last).order_by("pk").only("pk", *fields)[
-                            :batch_size
-                        ]
+                        model.objects.filter(pk__gt=last)
+                        .order_by("pk")
+                        .only("pk", *fields)[:batch_size]
                     )
                     if not rows:
                         break
