@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_js_clients import JS, live_api, node_packages, servers  # noqa: F401
+from tests import test_js_clients
+
+JS = test_js_clients.JS
+# the live server of the JavaScript client tests (a module of its own here)
+node_packages = test_js_clients.node_packages
+servers = test_js_clients.servers
+live_api = test_js_clients.live_api
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
