@@ -128,14 +128,11 @@ def rotate(value: Any) -> Any:
 
 
 def _chat_of(instance: Any) -> Any:
-    # the chat the row belongs to, when it is loaded (no query for a hook's argument)
-    state = getattr(instance, "_state", None)
-    cached = state.fields_cache if state is not None else {}
-    if "chat" in cached:
-        return cached["chat"]
-    message = cached.get("message")
-    if message is not None:
-        return message._state.fields_cache.get("chat")
+    # the chat the row belongs to (messages and tool calls both have one), when it is
+    # loaded: no query for a hook's argument
+    field = getattr(getattr(type(instance), "chat", None), "field", None)
+    if field is not None and field.is_cached(instance):
+        return instance.chat
     return None
 
 
