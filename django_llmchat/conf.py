@@ -88,6 +88,17 @@ DEFAULTS: dict[str, Any] = {
     # or tenant, between the two.
     "LIMITS": None,
     "LIMITS_FOR": None,
+    # Redaction (see docs/privacy.md): a callable or its dotted path, ``redact(text, *,
+    # field, chat=None) -> str``, applied at the egress to every text a request sends
+    # (messages, tool arguments and results, text attachments) on every wire protocol;
+    # REDACT_STORED also applies it before messages and tool calls are stored.
+    "REDACT": None,
+    "REDACT_STORED": False,
+    # Encryption at rest (needs the extra [encryption]): Fernet keys, the first encrypts,
+    # every one decrypts (rotation; ``manage.py llmchat_rotate_keys`` re-encrypts with the
+    # first). Message content, reasoning and raw vendor bodies and tool call arguments are
+    # stored encrypted; [] stores them in plain text (encrypted rows still need their key).
+    "ENCRYPTION_KEYS": [],
     # REST API: the models the API accepts (None: any model of a configured provider),
     # as "provider/model_id" or "provider/*".
     "ALLOWED_MODELS": None,
