@@ -156,6 +156,7 @@ class ProviderAttempts:
                 self.provider if provider_name == chat.provider else get_provider(provider_name)
             )
             request = summary_request(options, model_id, covered, previous, budget)
+            request.chat = chat  # what LLMCHAT["REDACT"] is told of
             pending = self._open_attempt(request, provider_name, model_id, operation="summary")
             response = provider.complete(request)
             content = check_summary_response(provider_name, response.content)
