@@ -11,7 +11,7 @@ import json
 import logging
 import time
 
-from . import runs, telemetry
+from . import dbconn, runs, telemetry
 from .errors import (
     ContextLengthExceededError,
     IncompleteStreamError,
@@ -156,6 +156,7 @@ class ProviderAttempts:
                 self.provider if provider_name == chat.provider else get_provider(provider_name)
             )
             request = summary_request(options, model_id, covered, previous, budget)
+            request.chat = chat  # what LLMCHAT["REDACT"] is told of
             pending = self._open_attempt(request, provider_name, model_id, operation="summary")
             response = provider.complete(request)
             content = check_summary_response(provider_name, response.content)
@@ -236,6 +237,7 @@ class ProviderAttempts:
             clock["started"], clock["first_token"] = time.monotonic(), None
             pending[0] = self._open_attempt(request, chat.provider, chat.model_id)
 
+        dbconn.release()  # nothing to ask the database while the model works
         try:
             if stream:
                 provider_stream = provider.stream(request, on_retry=on_retry)
@@ -244,7 +246,8 @@ class ProviderAttempts:
                     for event in events:
                         if clock["first_token"] is None:
                             clock["first_token"] = time.monotonic()
-                        execution.poll()
+                        if execution.poll():
+                            dbconn.release()
                         if isinstance(event, TextDone) and self.guardrails:
                             continue  # re-emitted after the after-guardrails
                         if held is not None:

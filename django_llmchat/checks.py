@@ -17,6 +17,7 @@ NUMBERS = {
     "MAX_RETRY_WAIT": ((int, float), 0),
     "EVENTS_MAXLEN": (int, 1),
     "EVENTS_TTL": (int, 1),
+    "EVENTS_PUBLISH_TIMEOUT": ((int, float), 0.01),
     "MAX_CONTENT_LENGTH": (int, 1),
     "MAX_ATTACHMENTS": (int, 0),
     "MAX_ATTACHMENT_SIZE": (int, 1),
@@ -77,6 +78,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     errors += _check_idempotency_ttl(merged)
+    errors += _check_privacy(merged)
     known = _known_providers()
     providers = merged["PROVIDERS"]
     if not isinstance(providers, dict):
@@ -278,6 +280,66 @@ def _check_mcp_servers(merged: dict[str, Any]) -> list:
                     "LLMCHAT['MCP_SERVERS'] is set but the MCP SDK is not installed.",
                     hint='Install the extra: pip install "django-llmchat[mcp]".',
                     id="llmchat.E041",
+                )
+            )
+    return errors
+
+
+def _check_privacy(merged: dict[str, Any]) -> list:
+    """``REDACT`` names a callable; ``ENCRYPTION_KEYS`` are Fernet keys (never shown)."""
+    from .models.protected import _fernet
+    from .providers.redact import load_redactor
+
+    errors: list = []
+    try:
+        load_redactor(merged["REDACT"])
+    except Exception as exc:
+        errors.append(
+            Error(
+                f"LLMCHAT['REDACT'] is not usable: {type(exc).__name__}: {exc}.",
+                hint="Give a callable redact(text, *, field, chat=None) -> str, or its "
+                "dotted path, or None.",
+                id="llmchat.E060",
+            )
+        )
+    if not isinstance(merged["REDACT_STORED"], bool):
+        errors.append(
+            Error(
+                f"LLMCHAT['REDACT_STORED'] is {merged['REDACT_STORED']!r}.",
+                hint="Use True (LLMCHAT['REDACT'] also runs before storing) or False.",
+                id="llmchat.E061",
+            )
+        )
+    elif merged["REDACT_STORED"] and merged["REDACT"] is None:
+        errors.append(
+            Error(
+                "LLMCHAT['REDACT_STORED'] is True but LLMCHAT['REDACT'] is not set.",
+                hint="Set LLMCHAT['REDACT'] to the redaction hook, or REDACT_STORED to False.",
+                id="llmchat.E061",
+            )
+        )
+    keys = merged["ENCRYPTION_KEYS"]
+    if isinstance(keys, str | bytes):
+        keys = [keys]
+    if not isinstance(keys, list | tuple):
+        errors.append(
+            Error(
+                f"LLMCHAT['ENCRYPTION_KEYS'] must be a list of Fernet keys, got "
+                f"{type(keys).__name__}.",
+                hint="For example LLMCHAT['ENCRYPTION_KEYS'] = [os.environ['LLMCHAT_KEY']].",
+                id="llmchat.E062",
+            )
+        )
+    elif keys:
+        try:
+            _fernet(tuple(keys))
+        except Exception as exc:  # the message names the key's index, never the key
+            errors.append(
+                Error(
+                    str(exc),
+                    hint="Generate one with: python -c 'from cryptography.fernet import "
+                    "Fernet; print(Fernet.generate_key().decode())'.",
+                    id="llmchat.E062",
                 )
             )
     return errors

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_TTL": 24 * 3600,
     # Prefix of the Redis keys of the event streams (``<prefix>:chat:<id>:events``).
     "EVENTS_KEY_PREFIX": "llmchat",
+    # Seconds a publish to Redis may take; past it (or on any Redis error) publishing is
+    # skipped for 10 s, so a hung Redis never stalls a reply.
+    "EVENTS_PUBLISH_TIMEOUT": 1.0,
     # Run tasks in-process when no Celery broker is configured: True runs them in a
     # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,
@@ -93,6 +96,17 @@ DEFAULTS: dict[str, Any] = {
     # callable or dotted path, user -> {"days", "action"} or None) per user.
     "RETENTION": None,
     "RETENTION_FOR": None,
+    # Redaction (see docs/privacy.md): a callable or its dotted path, ``redact(text, *,
+    # field, chat=None) -> str``, applied at the egress to every text a request sends
+    # (messages, tool arguments and results, text attachments) on every wire protocol;
+    # REDACT_STORED also applies it before messages and tool calls are stored.
+    "REDACT": None,
+    "REDACT_STORED": False,
+    # Encryption at rest (needs the extra [encryption]): Fernet keys, the first encrypts,
+    # every one decrypts (rotation; ``manage.py llmchat_rotate_keys`` re-encrypts with the
+    # first). Message content, reasoning and raw vendor bodies and tool call arguments are
+    # stored encrypted; [] stores them in plain text (encrypted rows still need their key).
+    "ENCRYPTION_KEYS": [],
     # REST API: the models the API accepts (None: any model of a configured provider),
     # as "provider/model_id" or "provider/*".
     "ALLOWED_MODELS": None,

@@ -157,6 +157,7 @@ class Runner(ProviderAttempts, ToolRunning):
             tools=specs,
             params=params,
             schema=self.chat.schema,
+            chat=self.chat,
         )
 
     # -- starting -------------------------------------------------------------------------

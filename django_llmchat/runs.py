@@ -642,15 +642,15 @@ class Execution:
         )
 
     # -- while working
-    def poll(self, force: bool = False) -> None:
+    def poll(self, force: bool = False) -> bool:
         """Raise :class:`CancelRequested` when a stop was asked for and
         :class:`RunLostError` when the run is no longer this process's; reads the run at
-        most every ``CANCEL_POLL_SECONDS`` unless ``force``."""
+        most every ``CANCEL_POLL_SECONDS`` unless ``force``. Returns whether it read."""
         if self.lost:
             raise self._lost()
         now = time.monotonic()
         if not force and now - self._last_poll < CANCEL_POLL_SECONDS:
-            return
+            return False
         self._last_poll = now
         rows = _POLL.rows(self.pk)
         if not rows:
@@ -660,6 +660,7 @@ class Execution:
             raise self._lost()
         if cancel:
             raise CancelRequested(reason or None)
+        return True
 
     def renew(self) -> bool:
         """Extend the lease; ``False`` (and the execution marked lost) when the run is no

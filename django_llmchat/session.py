@@ -30,6 +30,7 @@ from . import signals, telemetry
 from .errors import ChatBusyError, RunLostError, safe_error
 from .events import GuardrailTripwire, RunFinished, RunStarted, StreamEvent
 from .models import Message, Run
+from .streams import EventsUnavailable
 from .values import usd_text
 
 __all__ = ["Blocked", "RunSession", "run_finished"]
@@ -166,7 +167,8 @@ class RunSession:
             try:
                 self.last_id = self.publish(event)
             except Exception as exc:  # the reply goes on without followers
-                logger.warning("could not publish an event of run %s: %s", self._run_id(), exc)
+                if not isinstance(exc, EventsUnavailable):  # that one is logged once
+                    logger.warning("could not publish an event of run %s: %s", self._run_id(), exc)
         return event
 
     def _end(self, status: str, *, publish: bool = True, **known: Any) -> StreamEvent:

@@ -11,6 +11,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -305,3 +306,25 @@ def test_the_chat_admin_checks_provider_and_model_as_the_api(
     staff.post(change, {**form, "provider": "anthropic", "model_id": "claude-sonnet-4-5"})
     chat.refresh_from_db()
     assert (chat.provider, chat.model_id) == ("anthropic", "claude-sonnet-4-5")
+
+
+def test_export_anonymise_and_erase_with_encryption_at_rest(fake_llm, alice, bob):
+    from cryptography.fernet import Fernet
+
+    from django_llmchat.models import ToolCall
+
+    configure(fake_llm, ENCRYPTION_KEYS=[Fernet.generate_key().decode()])
+    chat = make_chat(fake_llm, alice)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT content FROM llmchat_message WHERE chat_id = %s", [chat.pk])
+        assert all("Paris" not in (row[0] or "") for row in cursor.fetchall())  # ciphertext
+    exported = lifecycle.export_user(alice)["users"][0]["chats"][0]["messages"]
+    assert exported[0]["content"] == "Weather in Paris?"
+    assert list(exported[1]["tool_calls"].values())[0]["arguments"] == {"city": "Paris"}
+
+    lifecycle.anonymise_chats(Chat.objects.filter(pk=chat.pk))
+    assert set(Message.objects.filter(chat=chat).values_list("content", flat=True)) == {""}
+    assert [tc.arguments for tc in ToolCall.objects.filter(chat=chat)] == [{}]
+
+    make_chat(fake_llm, bob)
+    assert lifecycle.erase_user(bob).chats == 1

@@ -13,6 +13,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from .. import dbconn
 from ..conf import settings
 from ..models import Chat, Run
 from .base import LLMChatView, interrupt_current
@@ -199,6 +200,7 @@ class ChatViewSet(
         frames = follow_frames(
             chat.pk, last_id, until_end=scope == "run", asynchronous=self.is_asgi()
         )
+        dbconn.release()  # following waits on Redis, not on the database
         return sse_response(frames)
 
     def get_renderers(self):

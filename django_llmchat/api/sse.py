@@ -18,7 +18,7 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
-from .. import errors, streams
+from .. import dbconn, errors, streams
 from ..conf import settings
 from ..events import StreamEvent, to_sse
 from ..models import Chat
@@ -276,6 +276,7 @@ def follow_frames(chat_id: int, last_id: str | None, *, until_end: bool, asynchr
         return aframes()
 
     def frames():
+        dbconn.release()  # what the request's middleware took back since the view
         yield comment("connected")
         try:
             for event_id, event in streams.follow(chat_id, **options):

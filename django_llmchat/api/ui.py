@@ -20,7 +20,7 @@ from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 
-from .. import streams
+from .. import dbconn, streams
 from ..conf import settings
 from ..events import StreamEvent
 from ..models import Chat, Run
@@ -101,7 +101,12 @@ def no_stream() -> HttpResponse:
 
 # -- following a run from the chat's event stream ----------------------------------------------
 def _live(chat_id: int) -> bool:
-    return Run.objects.filter(chat_id=chat_id, status__in=(Run.QUEUED, Run.RUNNING)).exists()
+    """Whether the chat has a run queued or running (the connection given back after:
+    a follower waits on Redis)."""
+    try:
+        return Run.objects.filter(chat_id=chat_id, status__in=(Run.QUEUED, Run.RUNNING)).exists()
+    finally:
+        dbconn.release()
 
 
 def follow_chunks(chat: Chat, *, asynchronous: bool):

@@ -5,6 +5,8 @@ from typing import Any
 
 from django.db import models
 
+from .protected import ProtectedJSONField
+
 
 class AbstractToolCall(models.Model):
     """A tool call an assistant message requested. Its result is the ``tool`` message
@@ -14,7 +16,7 @@ class AbstractToolCall(models.Model):
 
     call_id = models.CharField(max_length=255)
     name = models.CharField(max_length=255)
-    arguments = models.JSONField(default=dict, blank=True)
+    arguments = ProtectedJSONField(default=dict, blank=True, redact_as="tool_arguments")
     thought_signature = models.TextField(blank=True)
     approval = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -80,7 +80,7 @@ class ProviderStream:
     def _prepare(self) -> tuple[str, bytes]:
         provider, request = self.provider, self.request
         url = provider.url(request, stream=True)
-        return url, provider.encode_payload(provider.build_payload(request, stream=True))
+        return url, provider.request_body(request, stream=True)
 
     def _decoder(self) -> SSEDecoder:
         return SSEDecoder() if self.provider.stream_framing == "sse" else NDJSONDecoder()

@@ -109,6 +109,7 @@ def test_the_routes_a_client_calls_itself_stay_json(clients, chat):
         assert response.status_code == 404 and response["Content-Type"] == "application/json"
 
 
+@pytest.mark.django_db(transaction=True)  # closing the response closes the connections
 def test_an_answer_that_is_no_refusal_is_untouched(api, chat, fake_llm):
     assert api.get(url("ui-chat-stream", id=str(chat.pk))).status_code == 204
     fake_llm.configure("openai", "gpt-4.1-mini")
