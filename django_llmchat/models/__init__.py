@@ -1,5 +1,6 @@
 from .attachment import AbstractAttachment, Attachment
 from .chat import AbstractChat, Chat
+from .feedback import AbstractFeedback, Feedback
 from .idempotency import AbstractIdempotencyKey, IdempotencyKey
 from .limit import AbstractLimit, Limit
 from .llm_model import AbstractLLMModel, LLMModel
@@ -11,6 +12,7 @@ from .usage import AbstractUsage, Usage, UsageDashboard
 __all__ = [
     "AbstractAttachment",
     "AbstractChat",
+    "AbstractFeedback",
     "AbstractIdempotencyKey",
     "AbstractLimit",
     "AbstractLLMModel",
@@ -20,6 +22,7 @@ __all__ = [
     "AbstractUsage",
     "Attachment",
     "Chat",
+    "Feedback",
     "IdempotencyKey",
     "LLMModel",
     "Limit",

@@ -193,6 +193,30 @@ class AbstractMessage(models.Model):
         """The tool messages answering this message's tool calls."""
         return type(self).objects.filter(parent_tool_call__message=self).order_by("position", "id")
 
+    # -- feedback ---------------------------------------------------------------------------
+    def rate(self, rating: int, comment: str = "", *, user: Any = None):
+        """Store ``user``'s feedback on this reply: ``rating`` ``1`` (thumbs up) or ``-1``
+        (thumbs down) and an optional ``comment``; a repeat by the same user updates it.
+        Returns the ``Feedback`` row; :class:`~django_llmchat.errors.ArgumentError` for a
+        message that is no stored assistant reply, another rating or a comment over
+        ``Feedback.COMMENT_MAX_LENGTH`` characters."""
+        from .feedback import Feedback
+
+        return Feedback.objects.rate(self, rating, comment, user=user)
+
+    def unrate(self, *, user: Any = None) -> bool:
+        """Delete ``user``'s feedback on this reply: whether there was one."""
+        from .feedback import Feedback
+
+        return Feedback.objects.withdraw(self, user) if self.pk else False
+
+    def feedback_of(self, user: Any = None):
+        """``user``'s ``Feedback`` on this reply (``user=None``: the one given without a
+        user), or ``None``. All of it: the ``feedback`` related manager."""
+        from .feedback import Feedback
+
+        return Feedback.objects.of(self, user) if self.pk else None
+
     # -- structured output ----------------------------------------------------------------
     @property
     def parsed(self) -> Any:
