@@ -32,7 +32,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .errors import LLMChatError
-from .models import Attachment, Chat, IdempotencyKey, Message, Run, ToolCall, Usage
+from .models import Attachment, Chat, Feedback, IdempotencyKey, Message, Run, ToolCall, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,8 @@ def anonymise_chats(chats: QuerySet) -> Removed:
                 raw=None,
             )
             ToolCall.objects.filter(chat_id__in=chunk).update(arguments={}, thought_signature="")
+            # the ratings stay (as the token counts do), without their words and users
+            Feedback.objects.filter(message__chat_id__in=chunk).update(comment="", user=None)
             # a key's stored answer holds the messages it answered with
             keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
             removed.idempotency_keys += keys
@@ -309,15 +311,23 @@ def _user_entry(user: Any, files: bool) -> dict[str, Any]:
         "user": {"id": user.pk, "username": user.get_username()},
         "chats": [_chat(chat, files) for chat in chats],
         "usage": [_usage(row) for row in usage],
+        "feedback": [
+            {**row.to_dict(), "chat_id": row.message.chat_id}
+            for row in Feedback.objects.filter(user_id=user.pk)
+            .select_related("message")
+            .only("rating", "comment", "user_id", "created_at", "updated_at", "message__chat_id")
+            .order_by("id")
+        ],
     }
 
 
 def export_users(users: Iterable[Any], *, files: bool = False) -> dict[str, Any]:
     """Everything stored for ``users``, as a JSON-ready dict: ``{"format", "version",
-    "exported_at", "users": [{"user", "chats", "usage"}]}``. Each chat carries its
+    "exported_at", "users": [{"user", "chats", "usage", "feedback"}]}``. Each chat carries its
     settings, messages (with their tool calls and attachments' metadata, the files
     themselves base64-encoded with ``files``) and runs; ``usage`` is every usage row of
-    the user, those of deleted chats included."""
+    the user, those of deleted chats included; ``feedback`` every rating the user gave
+    (with its reply's ``message`` and ``chat_id``)."""
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
@@ -361,6 +371,8 @@ def erase_user(user: Any) -> Erasure:
         erasure.chat_ids = removed.chat_ids
         keys, _ = IdempotencyKey.objects.filter(user_id=user.pk).delete()
         erasure.idempotency_keys += keys
+        # their feedback on chats not theirs (staff may rate every chat)
+        Feedback.objects.filter(user_id=user.pk).delete()
         rows = Q(user_id=user.pk)
         for chunk in _chunks(removed.chat_ids):
             rows |= Q(chat_id__in=chunk)

@@ -6,6 +6,7 @@ from django.urls import path, re_path, register_converter
 
 from .chats import ChatViewSet, RunViewSet
 from .errors import not_found
+from .feedback import FeedbackView
 from .ids import CallIdConverter, ClientIdConverter
 from .messages import MessageListCreateView, ToolCallDecisionView
 from .registry import LLMModelViewSet
@@ -28,6 +29,11 @@ urlpatterns = [
     path("chats/", chat_list, name="chat-list"),
     path("chats/<int:pk>/", chat_detail, name="chat-detail"),
     path("chats/<int:pk>/messages/", MessageListCreateView.as_view(), name="chat-messages"),
+    path(
+        "chats/<int:pk>/messages/<int:message_id>/feedback/",
+        FeedbackView.as_view(),
+        name="message-feedback",
+    ),
     path("chats/<int:pk>/events/", ChatViewSet.as_view({"get": "events"}), name="chat-events"),
     path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
     path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),

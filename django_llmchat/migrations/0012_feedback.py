@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
                 'ordering': ('message_id', 'id'),
                 'abstract': False,
                 'indexes': [models.Index(condition=models.Q(('user__isnull', False)), fields=['user'], name='llmchat_feedback_user_idx'), models.Index(fields=['rating'], name='llmchat_feedback_rating_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('rating__in', (1, -1))), name='llmchat_feedback_rating_ck'), models.UniqueConstraint(fields=('message', 'user'), name='llmchat_feedback_one_per_user'), models.UniqueConstraint(condition=models.Q(('user__isnull', True)), fields=('message',), name='llmchat_feedback_one_anonymous')],
+                'constraints': [models.CheckConstraint(condition=models.Q(('rating__in', (1, -1))), name='llmchat_feedback_rating_ck'), models.UniqueConstraint(fields=('message', 'user'), name='llmchat_feedback_one_per_user')],
             },
         ),
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import models
+from django.db import models, transaction
 
 from ..errors import ArgumentError
 from .protected import ProtectedTextField
@@ -19,24 +19,33 @@ COMMENT_MAX_LENGTH = 2000
 is a text column, so the bound is not the schema's)."""
 
 
+def _refused(field: str, reason: str) -> ArgumentError:
+    error = ArgumentError(f"{field} {reason}")
+    error.field = field  # the REST API's 400 names it
+    return error
+
+
 def check_feedback(message: Any, rating: Any, comment: Any) -> str:
-    """Refuse a rating on anything but an assistant reply, a rating other than +1/-1, or a
-    comment that is no string or too long (:class:`~django_llmchat.errors.ArgumentError`
-    naming the argument); the comment, stripped."""
+    """Refuse a rating on anything but a stored assistant reply, a rating other than +1
+    or -1, or a comment that is no string, holds a NUL character or is too long
+    (:class:`~django_llmchat.errors.ArgumentError` naming the argument; its ``field``
+    says which). Returns the comment, stripped."""
     if getattr(message, "pk", None) is None:
-        raise ArgumentError("message: only a stored message takes feedback")
+        raise _refused("message", "must be a stored message")
     if message.role != "assistant":
-        raise ArgumentError(f"message: only assistant replies take feedback, not {message.role}")
-    if isinstance(rating, bool) or rating not in RATINGS:
-        raise ArgumentError(f"rating must be 1 or -1, got {rating!r}")
+        raise _refused("message", f"must be an assistant reply, not a {message.role} message")
+    if isinstance(rating, bool) or not isinstance(rating, int) or rating not in RATINGS:
+        raise _refused("rating", f"must be 1 or -1, got {rating!r}")
     if comment is None:
         comment = ""
     if not isinstance(comment, str):
-        raise ArgumentError(f"comment must be a string, got {type(comment).__name__}")
+        raise _refused("comment", f"must be a string, got {type(comment).__name__}")
+    if "\x00" in comment:
+        raise _refused("comment", "must not contain null characters")
     comment = comment.strip()
     if len(comment) > COMMENT_MAX_LENGTH:
-        raise ArgumentError(
-            f"comment must be at most {COMMENT_MAX_LENGTH} characters, got {len(comment)}"
+        raise _refused(
+            "comment", f"must be at most {COMMENT_MAX_LENGTH} characters, got {len(comment)}"
         )
     return comment
 
@@ -45,10 +54,26 @@ class FeedbackQuerySet(models.QuerySet):
     def rate(self, message: Any, rating: int, comment: str = "", *, user: Any = None):
         """Store ``user``'s feedback on ``message`` (an assistant reply): created, or the
         earlier one of the same user updated. ``user=None`` is feedback without a user
-        (one per message too). Returns the row."""
+        (``rate()`` keeps one per message too). Returns the row."""
         comment = check_feedback(message, rating, comment)
         user_id = getattr(user, "pk", user)
         values = {"rating": int(rating), "comment": comment}
+        if user_id is None:
+            # no unique index without a user (an anonymised chat keeps its ratings, each
+            # unlinked from its user): the oldest one is the one to update
+            with transaction.atomic():
+                row = (
+                    self.select_for_update()
+                    .filter(message=message, user__isnull=True)
+                    .order_by("id")
+                    .first()
+                )
+                if row is None:
+                    return self.create(message=message, user=None, **values)
+                for name, value in values.items():
+                    setattr(row, name, value)
+                row.save(update_fields=[*values, "updated_at"])
+                return row
         # race-safe: get_or_create under it reads the winner's row after an IntegrityError
         row, _created = self.update_or_create(message=message, user_id=user_id, defaults=values)
         return row
@@ -56,7 +81,8 @@ class FeedbackQuerySet(models.QuerySet):
     def of(self, message: Any, user: Any = None):
         """``user``'s feedback on ``message`` (``user=None``: the feedback without a user),
         or ``None``."""
-        return self.filter(message=message, user_id=getattr(user, "pk", user)).first()
+        user_id = getattr(user, "pk", user)
+        return self.filter(message=message, user_id=user_id).order_by("id").first()
 
     def withdraw(self, message: Any, user: Any = None) -> bool:
         """Delete ``user``'s feedback on ``message``: whether there was one."""
@@ -134,12 +160,6 @@ class Feedback(AbstractFeedback):
             ),
             models.UniqueConstraint(
                 fields=["message", "user"], name="llmchat_feedback_one_per_user"
-            ),
-            # NULLs are distinct in a unique index: one feedback without a user, too
-            models.UniqueConstraint(
-                fields=["message"],
-                condition=models.Q(user__isnull=True),
-                name="llmchat_feedback_one_anonymous",
             ),
         ]
         indexes = [
