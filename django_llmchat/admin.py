@@ -9,15 +9,15 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.paginator import InvalidPage, Paginator
-from django.db.models import QuerySet, Sum
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet, Sum
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.defaultfilters import floatformat, truncatechars
 from django.urls import path, reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from .models import Chat, Limit, LLMModel, Message, Run, Usage, UsageDashboard
+from .models import Chat, Feedback, Limit, LLMModel, Message, Run, Usage, UsageDashboard
 from .models.limit import LIMIT_FIELDS
 from .values import Cost, Tokens
 
@@ -48,7 +48,8 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
     """The chat's messages arranged for display: each tool call with its result beneath.
 
     Runs a constant number of queries whatever the transcript length."""
-    messages = list(chat.transcript())
+    feedback = Feedback.objects.select_related("user").order_by("id")
+    messages = list(chat.transcript().prefetch_related(Prefetch("feedback", queryset=feedback)))
     model_ids = {m.model_id for m in messages if m.model_id}
     registry = {}
     if model_ids:
@@ -101,6 +102,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
                 "cost": cost,
                 "cost_display": _money(cost.total) if cost.total is not None else "",
                 "attachments": list(m.attachments.all()),
+                "feedback": list(m.feedback.all()),
             }
         )
         entries.extend({"run": run} for run in marks.get(m.pk, ()))
@@ -169,6 +171,24 @@ class ChatForm(forms.ModelForm):
         return data
 
 
+class FeedbackFilter(admin.SimpleListFilter):
+    """Chats by the ratings of their replies."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request, model_admin):
+        return (("1", "a reply rated 👍"), ("-1", "a reply rated 👎"), ("any", "any rated reply"))
+
+    def queryset(self, request, queryset):
+        rated = Feedback.objects.filter(message__chat=OuterRef("pk"))
+        if self.value() in ("1", "-1"):
+            return queryset.filter(Exists(rated.filter(rating=int(self.value()))))
+        if self.value() == "any":
+            return queryset.filter(Exists(rated))
+        return queryset
+
+
 LEDGER_NOTE = (
     "The usage rows of {what} stay: the usage ledger keeps each attempt's tokens and cost "
     "with the chat's id and title and the user's id, so the spending limits and the usage "
@@ -183,7 +203,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     delete_selected_confirmation_template = (
         "admin/django_llmchat/chat/delete_selected_confirmation.html"
     )
-    actions = ["export_users_data", "erase_users_data"]
+    actions = ["export_finetune", "export_users_data", "erase_users_data"]
     list_display = (
         "short_title",
         "user",
@@ -194,7 +214,13 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         "status",
         "updated",
     )
-    list_filter = ("provider", "model_id", "status", ("updated_at", admin.DateFieldListFilter))
+    list_filter = (
+        "provider",
+        "model_id",
+        "status",
+        ("updated_at", admin.DateFieldListFilter),
+        FeedbackFilter,
+    )
     search_fields = ("title", "messages__content")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
@@ -282,6 +308,18 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         from .lifecycle import purge_chats
 
         purge_chats(queryset)
+
+    @admin.action(description="Export as fine-tuning JSONL")
+    def export_finetune(self, request: HttpRequest, queryset: QuerySet):
+        """The selected chats as OpenAI chat fine-tuning JSONL (see
+        :mod:`django_llmchat.export`), streamed as a download."""
+        from .export import filter_chats, finetune_lines
+
+        chosen = filter_chats(chat_ids=list(queryset.values_list("pk", flat=True)))
+        lines = (line + "\n" for line in finetune_lines(chosen))
+        response = StreamingHttpResponse(lines, content_type="application/jsonl; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="llmchat-finetune.jsonl"'
+        return response
 
     @admin.action(description="Export the data of the selected chats' users (JSON)")
     def export_users_data(self, request: HttpRequest, queryset: QuerySet):
@@ -381,6 +419,46 @@ def erase_llmchat_data(modeladmin, request: HttpRequest, queryset: QuerySet):
     """An action for the project's User admin: erase the selected users' data (after a
     confirmation page)."""
     return erase_users_view(modeladmin, request, queryset.order_by("pk"), queryset)
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(_Styled, admin.ModelAdmin):
+    """Every rating of a reply, with its comment: filter by rating, open the chat at the
+    reply. Read-only: feedback is the users' (``Message.rate()``, the REST route)."""
+
+    list_display = ("thumb", "comment_short", "reply", "chat_link", "user", "updated_at")
+    list_filter = ("rating", ("updated_at", admin.DateFieldListFilter))
+    search_fields = ("comment", "message__chat__title")
+    list_select_related = ("user", "message", "message__chat")
+    date_hierarchy = "updated_at"
+    ordering = ("-updated_at", "-id")
+
+    def get_readonly_fields(self, request, obj=None):
+        return _column_fields(self.model)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="rating", ordering="rating")
+    def thumb(self, obj: Feedback) -> str:
+        return "👍 +1" if obj.rating == 1 else "👎 -1"
+
+    @admin.display(description="comment")
+    def comment_short(self, obj: Feedback) -> str:
+        return _short(obj.comment, 60)
+
+    @admin.display(description="reply")
+    def reply(self, obj: Feedback) -> str:
+        return _short(obj.message.content, 48) or f"#{obj.message_id}"
+
+    @admin.display(description="chat", ordering="message__chat_id")
+    def chat_link(self, obj: Feedback) -> str:
+        chat = obj.message.chat
+        url = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+        return format_html('<a href="{}#message-{}">{}</a>', url, obj.message_id, _short(str(chat)))
 
 
 @admin.register(Run)
