@@ -1,0 +1,216 @@
+"""The fine-tuning export (django_llmchat.export, manage.py llmchat_export_finetune, the
+chat admin's action): each line is one example in OpenAI's chat fine-tuning format."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.urls import reverse
+
+from django_llmchat.export import filter_chats, finetune_example, finetune_lines
+from django_llmchat.models import Chat, Message
+from django_llmchat.models import ToolCall as StoredToolCall
+from django_llmchat.testing import FakeProviderServer, Reply, ToolCall
+from django_llmchat.tools import tool
+
+pytestmark = pytest.mark.django_db
+
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+def check_line(line: str) -> dict:
+    """``line`` parses and follows OpenAI's chat fine-tuning format: known keys, roles, a
+    system message first if any, every tool call answered by the tool messages right after
+    it (and only then), arguments as JSON strings, weight 0/1 on assistant messages only,
+    an assistant message last."""
+    example = json.loads(line)
+    assert "\n" not in line
+    assert set(example) <= {"messages", "tools", "parallel_tool_calls"}
+    messages = example["messages"]
+    assert messages and messages[-1]["role"] == "assistant"
+    waiting: list[str] = []  # call ids the next tool messages answer, in order
+    for index, m in enumerate(messages):
+        assert m["role"] in ROLES
+        if m["role"] == "system":
+            assert index == 0 and isinstance(m["content"], str)
+        if waiting:
+            assert m["role"] == "tool", f"call(s) {waiting} left unanswered"
+        if m["role"] == "tool":
+            assert set(m) == {"role", "tool_call_id", "content"}
+            assert waiting and m["tool_call_id"] == waiting.pop(0)
+            assert isinstance(m["content"], str)
+            continue
+        if "weight" in m:
+            assert m["role"] == "assistant" and m["weight"] in (0, 1)
+        if m["role"] == "assistant":
+            assert set(m) <= {"role", "content", "tool_calls", "weight"}
+            assert "content" in m or "tool_calls" in m
+            for call in m.get("tool_calls", ()):
+                assert set(call) == {"id", "type", "function"} and call["type"] == "function"
+                assert set(call["function"]) == {"name", "arguments"}
+                assert isinstance(call["function"]["arguments"], str)
+                json.loads(call["function"]["arguments"])
+                waiting.append(call["id"])
+            assert len(set(waiting)) == len(waiting)
+        else:
+            assert set(m) == {"role", "content"} and isinstance(m["content"], str)
+    assert not waiting
+    for definition in example.get("tools", ()):
+        assert definition["type"] == "function"
+        assert {"name", "parameters"} <= set(definition["function"])
+    return example
+
+
+@tool
+def forecast(city: str) -> str:
+    """Gets tomorrow's weather for a city"""
+    return f"rain in {city}"
+
+
+@tool(requires_approval=True)
+def book_flight(city: str) -> str:
+    """Books a flight to a city"""
+    return f"booked {city}"
+
+
+@pytest.fixture
+def server():
+    server = FakeProviderServer().start()
+    with override_settings(LLMCHAT=server.llmchat_settings("openai", "gpt-4.1-mini")):
+        yield server
+    server.stop()
+
+
+def test_a_run_with_tool_calls_and_a_denied_call_exports_in_the_format(server, django_user_model):
+    ann = django_user_model.objects.create_user("ann")
+    chat = Chat.objects.create(user=ann, provider="openai", model_id="gpt-4.1-mini")
+    chat.with_instructions("You plan trips.").with_tools(forecast, book_flight)
+    server.script(
+        Reply(
+            tool_calls=[
+                ToolCall("forecast", {"city": "Oslo"}, call_id="call_f"),
+                ToolCall("book_flight", {"city": "Oslo"}, call_id="call_b"),
+            ]
+        ),
+        Reply("Rain in Oslo; I did not book the flight."),
+    )
+    list(chat.stream("Weather in Oslo, and book me a flight"))
+    assert chat.deny("call_b").content == "Rain in Oslo; I did not book the flight."
+    server.script(Reply("Take an umbrella."))
+    chat.ask("Anything else?").rate(-1, comment="obvious", user=ann)
+
+    lines = list(finetune_lines(Chat.objects.filter(pk=chat.pk)))
+    assert len(lines) == 1
+    example = check_line(lines[0])
+    roles = [m["role"] for m in example["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
+    system, _, calls, forecast_result, denied, answer, _, disliked = example["messages"]
+    assert system == {"role": "system", "content": "You plan trips."}
+    assert [c["function"] for c in calls["tool_calls"]] == [
+        {"name": "forecast", "arguments": '{"city":"Oslo"}'},
+        {"name": "book_flight", "arguments": '{"city":"Oslo"}'},
+    ]
+    assert "content" not in calls  # a call-only reply: no empty content
+    assert forecast_result == {"role": "tool", "tool_call_id": "call_f", "content": "rain in Oslo"}
+    assert denied["tool_call_id"] == "call_b"
+    assert json.loads(denied["content"])["error"]["type"] == "denied"
+    assert "weight" not in answer and "weight" not in calls
+    assert disliked == {"role": "assistant", "content": "Take an umbrella.", "weight": 0}
+    tools = {t["function"]["name"]: t["function"] for t in example["tools"]}
+    assert tools["forecast"]["description"] == "Gets tomorrow's weather for a city"
+    assert tools["book_flight"]["parameters"]["required"] == ["city"]
+
+
+def _chat(user=None, title="", turns=(("Hi", "Hello!"),)):
+    chat = Chat.objects.create(user=user, title=title, provider="openai", model_id="m")
+    replies = []
+    for prompt, answer in turns:
+        chat.add_message(role="user", content=prompt)
+        replies.append(chat.add_message(role="assistant", content=answer))
+    return chat, replies
+
+
+def test_a_thumbs_down_gives_its_whole_turn_weight_zero():
+    chat, _ = _chat(turns=(("Book it", "Done."),))
+    chat.add_message(role="user", content="And the hotel?")
+    calling = Message.objects.create(chat=chat, role="assistant", content="Checking.")
+    call = StoredToolCall.objects.create(message=calling, call_id="c1", name="look", arguments={})
+    Message.objects.create(chat=chat, role="tool", content="ok", parent_tool_call=call)
+    final = chat.add_message(role="assistant", content="Booked.")
+    final.rate(-1)
+    example = check_line(next(finetune_lines([chat])))
+    weights = [m.get("weight") for m in example["messages"] if m["role"] == "assistant"]
+    assert weights == [None, 0, 0]  # the earlier turn's reply is still learnt
+
+
+def test_what_the_example_leaves_out():
+    chat, _ = _chat(turns=(("Q1", "A1"),))
+    # an unanswered prompt at the end, a call still waiting, a summary: not in the example
+    waiting = chat.add_message(role="assistant", content="")
+    StoredToolCall.objects.create(message=waiting, call_id="w", name="pay", arguments={})
+    chat.add_message(role="user", content="Still there?")
+    example = check_line(next(finetune_lines([chat])))
+    assert [m["content"] for m in example["messages"]] == ["Q1", "A1"]
+    empty, _ = _chat(turns=())
+    empty.add_message(role="user", content="No reply yet")
+    assert list(finetune_lines([empty])) == []
+    assert finetune_example([]) is None
+
+
+def test_raw_arguments_that_never_parsed_go_back_as_they_came():
+    chat, _ = _chat(turns=(("Q", "A"),))
+    calling = chat.add_message(role="assistant", content="")
+    call = StoredToolCall.objects.create(
+        message=calling, call_id="r", name="look", arguments={"_raw": '{"city": "Os'}
+    )
+    Message.objects.create(chat=chat, role="tool", content="bad json", parent_tool_call=call)
+    chat.add_message(role="assistant", content="Sorry.")
+    example = json.loads(next(finetune_lines([chat])))
+    calls = [m for m in example["messages"] if m.get("tool_calls")]
+    assert calls[0]["tool_calls"][0]["function"]["arguments"] == '{"city": "Os'
+
+
+def test_filters_and_the_command(django_user_model, tmp_path):
+    ann = django_user_model.objects.create_user("ann")
+    bob = django_user_model.objects.create_user("bob")
+    liked, (reply,) = _chat(ann, "liked")
+    reply.rate(1, user=ann)
+    _chat(ann, "plain")
+    theirs, _ = _chat(bob, "bob's")
+    assert [c.title for c in filter_chats(users=[ann])] == ["liked", "plain"]
+    assert [c.title for c in filter_chats(rating=1)] == ["liked"]
+    assert list(filter_chats(rating=-1)) == []
+    assert [c.title for c in filter_chats(chat_ids=[theirs.pk])] == ["bob's"]
+
+    out = StringIO()
+    call_command("llmchat_export_finetune", "--user", "ann", "--rating", "1", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and check_line(lines[0])["messages"][-1]["content"] == "Hello!"
+
+    target = tmp_path / "train.jsonl"
+    err = StringIO()
+    call_command(
+        "llmchat_export_finetune", "--chat", str(theirs.pk), "-o", str(target), stderr=err
+    )
+    assert [check_line(line) for line in target.read_text().splitlines()]
+    assert "Wrote 1 conversation to" in err.getvalue()
+    with pytest.raises(CommandError, match="No user"):
+        call_command("llmchat_export_finetune", "--user", "nobody")
+
+
+def test_the_admin_action_downloads_the_selected_chats(admin_client):
+    first, _ = _chat(title="first")
+    _chat(title="second")
+    response = admin_client.post(
+        reverse("admin:django_llmchat_chat_changelist"),
+        {"action": "export_finetune", "_selected_action": [first.pk]},
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/jsonl")
+    assert "llmchat-finetune.jsonl" in response["Content-Disposition"]
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert [check_line(line)["messages"][0]["content"] for line in lines] == ["Hi"]
