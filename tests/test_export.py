@@ -107,7 +107,10 @@ def test_a_run_with_tool_calls_and_a_denied_call_exports_in_the_format(server, d
     assert len(lines) == 1
     example = check_line(lines[0])
     roles = [m["role"] for m in example["messages"]]
-    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant"] + [
+        "user",
+        "assistant",
+    ]
     system, _, calls, forecast_result, denied, answer, _, disliked = example["messages"]
     assert system == {"role": "system", "content": "You plan trips."}
     assert [c["function"] for c in calls["tool_calls"]] == [
@@ -193,9 +196,7 @@ def test_filters_and_the_command(django_user_model, tmp_path):
 
     target = tmp_path / "train.jsonl"
     err = StringIO()
-    call_command(
-        "llmchat_export_finetune", "--chat", str(theirs.pk), "-o", str(target), stderr=err
-    )
+    call_command("llmchat_export_finetune", "--chat", str(theirs.pk), "-o", str(target), stderr=err)
     assert [check_line(line) for line in target.read_text().splitlines()]
     assert "Wrote 1 conversation to" in err.getvalue()
     with pytest.raises(CommandError, match="No user"):
