@@ -108,3 +108,12 @@ def test_documented_in_the_schema(api):
     assert request["properties"]["comment"]["maxLength"] == 2000
     assert request["required"] == ["rating"]
     assert {"200", "201", "400", "404"} <= set(path["post"]["responses"])
+
+
+def test_the_answer_matches_the_schema(api, reply):
+    from .test_responses_match_schema import check
+
+    schema = api.get(url("schema") + "?format=json").json()
+    body = api.post(feedback_url(reply), {"rating": 1, "comment": "ok"}, format="json").json()
+    check(schema, "Feedback", body)
+    check(schema, "Feedback", api.get(feedback_url(reply)).json())
