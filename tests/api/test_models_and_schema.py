@@ -154,6 +154,7 @@ def test_schema_states_the_rules_it_can(clients):
         ("/api/chats/", "post"),
         ("/api/auth/token/", "post"),
         ("/api/ui/chat", "post"),
+        ("/api/chats/{id}/messages/{message_id}/feedback/", "post"),
     ]:
         text = schema["paths"][path][method]["responses"]["400"]["description"]
         assert "although the schema allows them" in text, (path, method)
@@ -181,6 +182,7 @@ def test_schema_renders_and_validates():
         "/api/chats/{id}/cancel/",
         "/api/chats/{id}/events/",
         "/api/chats/{id}/messages/",
+        "/api/chats/{id}/messages/{message_id}/feedback/",
         "/api/chats/{id}/tool-calls/{call_id}/approve/",
         "/api/chats/{id}/tool-calls/{call_id}/deny/",
         "/api/chats/{id}/usage/",
