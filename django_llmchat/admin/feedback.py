@@ -1,0 +1,72 @@
+"""Feedback on replies: every rating with its comment, and the chat list's filter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Exists, OuterRef
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from ..models import Feedback
+from .base import _column_fields, _short, _Styled
+
+
+class FeedbackFilter(admin.SimpleListFilter):
+    """Chats by the ratings of their replies."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request, model_admin):
+        return (("1", "a reply rated 👍"), ("-1", "a reply rated 👎"), ("any", "any rated reply"))
+
+    def queryset(self, request, queryset):
+        rated = Feedback.objects.filter(message__chat=OuterRef("pk"))
+        if self.value() in ("1", "-1"):
+            return queryset.filter(Exists(rated.filter(rating=int(self.value()))))
+        if self.value() == "any":
+            return queryset.filter(Exists(rated))
+        return queryset
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(_Styled, admin.ModelAdmin):
+    """Every rating of a reply, with its comment: filter by rating, open the chat at the
+    reply. Read-only: feedback is the users' (``Message.rate()``, the REST route)."""
+
+    list_display = ("thumb", "comment_short", "reply", "chat_link", "user", "updated_at")
+    list_filter = ("rating", ("updated_at", admin.DateFieldListFilter))
+    search_fields = ("comment", "message__chat__title")
+    list_select_related = ("user", "message", "message__chat")
+    date_hierarchy = "updated_at"
+    ordering = ("-updated_at", "-id")
+
+    def get_readonly_fields(self, request, obj=None):
+        return _column_fields(self.model)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="rating", ordering="rating")
+    def thumb(self, obj: Feedback) -> str:
+        return "👍 +1" if obj.rating == 1 else "👎 -1"
+
+    @admin.display(description="comment")
+    def comment_short(self, obj: Feedback) -> str:
+        return _short(obj.comment, 60)
+
+    @admin.display(description="reply")
+    def reply(self, obj: Feedback) -> str:
+        return _short(obj.message.content, 48) or f"#{obj.message_id}"
+
+    @admin.display(description="chat", ordering="message__chat_id")
+    def chat_link(self, obj: Feedback) -> str:
+        chat = obj.message.chat
+        url = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+        return format_html('<a href="{}#message-{}">{}</a>', url, obj.message_id, _short(str(chat)))
