@@ -22,3 +22,14 @@ def _compile_again():
                 value._compiled.clear()
     limits._QUERIES.clear()
     limits.forget()
+
+
+def pytest_collection_modifyitems(items):
+    """The suite's own order (mutmut passes the tests as a set, or fastest first): tests
+    that wait on threads writing to the in-memory SQLite database are written against the
+    tests run before them in their file, not any others."""
+    position = {}
+    for item in items:
+        path, line, _ = item.reportinfo()
+        position[item] = (str(path), line or 0, item.nodeid)
+    items.sort(key=position.__getitem__)
