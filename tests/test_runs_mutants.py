@@ -1134,3 +1134,124 @@ def test_each_process_has_one_keeper():
     finally:
         runs._keeper_instance = found
         found.pid = os.getpid()
+
+
+# -- the survivors of the claim, the fence and admission (tests/mutation) ---------------------
+@pytest.fixture
+def told(monkeypatch):
+    """What the module tells a chat's followers (``_tell_followers``), recorded."""
+    calls: list[tuple] = []
+    monkeypatch.setattr(runs, "_tell_followers", lambda *args: calls.append(args))
+    return calls
+
+
+def test_giving_up_a_run_tells_its_followers_logs_and_ends_its_pending_attempts(
+    chat, told, caplog
+):
+    """A run given up after RUN_MAX_ATTEMPTS lost workers: its attempts still pending end
+    ``lost``, its followers are told it failed (``worker_lost``), its prompt reads after
+    the chat's last message, and an error is logged with the run, the chat and the count."""
+    from django_llmchat.models import Usage
+
+    prompt = chat.add_message(role="user", content="Q")
+    dead = taken_run(chat, prompt, lease=-1, attempt=MAX_ATTEMPTS)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    last = chat.add_message(role="assistant", content="A")
+    far = last.position + 10**12  # later than the clock's position
+    Message.objects.filter(pk=last.pk).update(position=far)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    with caplog.at_level("ERROR", logger=runs.logger.name):
+        assert runs.claim(chat.pk).state == runs.NOTHING
+    assert told == [(chat.pk, dead.pk, "failed", "worker_lost")]
+    assert Usage.objects.get(pk=pending.pk).status == "lost"
+    assert Message.objects.get(pk=prompt.pk).position == far + 1
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"run {dead.pk} of chat {chat.pk} failed: lost its worker {MAX_ATTEMPTS} times"
+    ]
+
+
+def test_a_dead_run_is_resumed_again_a_whole_lease_after_the_last_time(chat, sent, monkeypatch):
+    """The task of a dead run ahead is sent again once a whole lease period has passed
+    since the last time, not only after more."""
+    monkeypatch.setattr(runs, "time", SimpleNamespace(monotonic=lambda: 5_000.0))
+    ahead = taken_run(chat, lease=-1)
+    mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
+    runs._resumes_sent[ahead.pk] = 5_000.0 - LEASE
+    runs.claim(chat.pk, run_id=mine.pk, waiting=True)
+    assert sent == [(chat.pk, ahead.pk)]
+
+
+def test_wait_for_turn_behind_a_decision_tells_the_followers_and_says_what_to_do(chat, told):
+    """The waiting run cancelled behind a decision is told to the chat's followers
+    (``chat_busy``), and the error says how to go on."""
+    awaiting(chat, "c1")
+    run, _ = runs.enqueue(chat, prompt_of(chat, "mine"))
+    message = (
+        f"chat {chat.pk} is waiting for a decision on its tool calls: approve or deny them "
+        "(or cancel the run) first"
+    )
+    with pytest.raises(ChatBusyError) as raised:
+        runs.wait_for_turn(run)
+    assert str(raised.value) == message
+    assert told == [(chat.pk, run.pk, "cancelled", "chat_busy")]
+
+
+def test_a_decision_takes_the_chats_lock_and_calls_the_admission_callback(chat):
+    """Recording a decision writes the chat's row first (its lock: ``updated_at``), and
+    the ``on_admit`` callback gets the run waiting for it."""
+    run, (call,) = awaiting(chat, "c1")
+    long_ago = timezone.now() - timedelta(days=1)
+    Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+    seen = []
+    with runs.on_admit(lambda admitted: seen.append(admitted.pk)):
+        assert runs.decide(chat.pk, call, "approved").pk == run.pk
+    assert seen == [run.pk]
+    assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_the_last_decision_queues_the_run_whatever_calls_ran_without_one(chat):
+    """Calls that needed no decision (their result stored, no approval) do not keep the
+    run waiting: the last decision queues it."""
+    run, (asked, ran) = awaiting(chat, "c1", "c2")
+    Message.objects.create(chat=chat, role="tool", content="done", parent_tool_call=ran)
+    assert runs.decide(chat.pk, asked, "approved").pk == run.pk
+    assert fresh(run).status == "queued"
+
+
+def test_deciding_when_no_run_waits_says_to_wait_for_the_pause(chat):
+    run = taken_run(chat, lease=60)
+    call = waiting_call(chat, run)
+    with pytest.raises(ChatBusyError) as raised:
+        runs.decide(chat.pk, call, "approved")
+    assert str(raised.value) == (
+        f"chat {chat.pk} has no run waiting for a decision (it is running: wait for it to "
+        "pause)"
+    )
+
+
+def test_a_decision_refused_by_a_limit_sends_the_signal_for_the_chat(chat, fake_llm):
+    """A last decision whose run would pass a limit: BudgetExceededError, the decision not
+    recorded, and the ``budget_exceeded`` signal sent (after the rollback) for the chat."""
+    from django.contrib.auth import get_user_model
+
+    from django_llmchat.errors import BudgetExceededError
+    from django_llmchat.signals import budget_exceeded
+
+    fake_llm.configure("openai", "gpt-4.1-mini", LIMITS={"default": {"concurrent_runs": 1}})
+    user = get_user_model().objects.create_user("decider")
+    Chat.objects.filter(pk=chat.pk).update(user=user)
+    run, (call,) = awaiting(chat, "c1")
+    taken_run(Chat.objects.create(user=user), lease=600)  # the user's one run
+    seen = []
+
+    def receiver(sender, **kwargs):
+        seen.append((kwargs["chat"].pk, kwargs["limit"], ToolCall.objects.get(pk=call.pk).approval))
+
+    budget_exceeded.connect(receiver)
+    try:
+        with pytest.raises(BudgetExceededError):
+            runs.decide(chat.pk, call, "approved")
+    finally:
+        budget_exceeded.disconnect(receiver)
+    assert seen == [(chat.pk, "concurrent_runs", "")]
+    assert fresh(run).status == "awaiting_approval"
