@@ -1255,3 +1255,53 @@ def test_a_decision_refused_by_a_limit_sends_the_signal_for_the_chat(chat, fake_
         budget_exceeded.disconnect(receiver)
     assert seen == [(chat.pk, "concurrent_runs", "")]
     assert fresh(run).status == "awaiting_approval"
+
+
+class _Cursor:
+    def __init__(self, executed):
+        self.executed = executed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql, params):
+        self.executed.append((sql, params))
+
+
+def test_a_users_admission_lock_on_postgresql_is_an_advisory_lock_on_the_users_id(monkeypatch):
+    """On PostgreSQL the user's admission lock is ``pg_advisory_xact_lock`` in the
+    package's lock space, on the user's id folded into a signed 32-bit key (ids past it
+    wrap around)."""
+    executed = []
+    with monkeypatch.context() as patch:  # undone before the bystanders are compared
+        patch.setattr(connection, "vendor", "postgresql")
+        patch.setattr(connection, "cursor", lambda: _Cursor(executed))
+        for user_id in (1, 2**31 - 1, 2**31, 2**31 + 5, 2**32 + 7):
+            runs._lock_user(user_id)
+    assert [params for _, params in executed] == [
+        [0x6C6C6D63, key] for key in (1, 2**31 - 1, -(2**31), -(2**31) + 5, 7)
+    ]
+    for sql, _ in executed:  # SQL is not case-sensitive, its placeholders are
+        assert sql.lower() == "select pg_advisory_xact_lock(%s, %s)" and sql.count("%s") == 2
+
+
+def test_a_users_admission_lock_elsewhere_locks_the_users_row(monkeypatch, django_user_model):
+    """On a database that is neither SQLite nor PostgreSQL, the lock is a
+    ``select_for_update`` of the user's row; on SQLite nothing is run (the chat's lock
+    holds the database's write lock)."""
+    from django.test.utils import CaptureQueriesContext
+
+    user = django_user_model.objects.create_user("locked")
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        runs._lock_user(user.pk)
+    assert len(queries) == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(connection, "vendor", "othersql")
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            runs._lock_user(user.pk)
+    (query,) = queries
+    table = django_user_model._meta.db_table
+    assert table in query["sql"] and query["sql"].endswith(f"= {user.pk}")
