@@ -615,3 +615,25 @@ def test_enabled_follows_the_setting(configure):
     assert limits.enabled() is False
     configure({})
     assert limits.enabled() is True
+
+
+# -- the survivors of admission (tests/mutation) ----------------------------------------------
+def test_a_user_gone_meanwhile_is_admitted_with_nothing_counted(configure):
+    """A check for a user whose row is gone (no row to read use from): nothing is counted,
+    no reset time given, nothing refused."""
+    configure({"usd_per_day": "1", "tokens_per_day": 10, "runs_per_hour": 1})
+    verdict = limits.admit(Chat(user_id=10**9))
+    assert (verdict.used, verdict.resets_at) == ({}, {})
+    assert limits.check(Chat(user_id=10**9)).used == {}
+
+
+def test_the_check_before_a_call_reads_no_runs(configure, chat):
+    """The check before each provider call reads the spending sums only; admission reads
+    the runs as well (runs per hour, concurrent runs)."""
+    configure({"usd_per_day": "1", "runs_per_hour": 5})
+    with CaptureQueriesContext(connection) as check:
+        limits.check(chat)
+    with CaptureQueriesContext(connection) as admit:
+        limits.admit(chat)
+    assert Run._meta.db_table not in " ".join(q["sql"] for q in check.captured_queries)
+    assert Run._meta.db_table in " ".join(q["sql"] for q in admit.captured_queries)

@@ -1305,3 +1305,57 @@ def test_a_users_admission_lock_elsewhere_locks_the_users_row(monkeypatch, djang
     (query,) = queries
     table = django_user_model._meta.db_table
     assert table in query["sql"] and query["sql"].endswith(f"= {user.pk}")
+
+
+def test_a_take_over_is_logged_with_the_run_the_chat_the_old_worker_and_the_attempt(
+    chat, caplog
+):
+    dead = taken_run(chat, lease=-1, attempt=1, worker="gone:3")
+    with caplog.at_level("WARNING", logger=runs.logger.name):
+        assert runs.claim(chat.pk, worker="w:2").execution.attempt == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"run {dead.pk} of chat {chat.pk}: its worker 'gone:3' stopped renewing the lease; "
+        "resuming it from its last stored step (attempt 2)"
+    ]
+
+
+def _after_everything(chat, prompt):
+    """The chat's last message placed after any clock reading, ``prompt`` queued: the
+    place the prompt must move to is right after that message."""
+    last = chat.add_message(role="assistant", content="A")
+    far = last.position + 10**12
+    Message.objects.filter(pk=last.pk).update(position=far)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    return far + 1
+
+
+def test_a_queued_run_starting_puts_its_prompt_right_after_the_chats_last_message(chat):
+    prompt = chat.add_message(role="user", content="Q")
+    run = Run.objects.create(chat=chat, prompt=prompt)
+    place = _after_everything(chat, prompt)
+    assert runs.claim(chat.pk).execution.pk == run.pk
+    assert Message.objects.get(pk=prompt.pk).position == place
+
+
+def test_a_run_ending_puts_its_queued_prompt_right_after_the_chats_last_message(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    place = _after_everything(chat, Message.objects.get(pk=run.prompt_id))
+    assert execution.finish("cancelled")
+    assert Message.objects.get(pk=run.prompt_id).position == place
+
+
+def test_a_lease_ending_this_very_moment_is_over(chat, clock, sent):
+    """A lease that ends at ``now`` has run out: a waiting caller behind its run sends the
+    run's task, and a claim takes the run over."""
+    ahead = taken_run(chat, lease=60)
+    Run.objects.filter(pk=ahead.pk).update(lease_expires_at=clock.now)
+    mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
+    assert runs.claim(chat.pk, run_id=mine.pk, waiting=True).state == runs.BUSY
+    assert sent == [(chat.pk, ahead.pk)]
+    assert runs.claim(chat.pk, worker="w:2").execution.pk == ahead.pk
+
+
+def test_finish_without_a_reason_stores_none(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    execution.finish("succeeded")
+    assert fresh(run).interrupt_reason == ""
