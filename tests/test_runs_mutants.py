@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, ChatBusyError, RunLostError
+from django_llmchat.events import RunFinished
 from django_llmchat.models import Attachment, Chat, Message, Run, ToolCall
 from django_llmchat.models.message import QUEUED_POSITION
 from tests.factories import taken_run
@@ -1359,3 +1360,135 @@ def test_finish_without_a_reason_stores_none(chat):
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
     execution.finish("succeeded")
     assert fresh(run).interrupt_reason == ""
+
+
+# -- telling followers, recovery (tests/mutation) ------------------------------------------------
+@pytest.fixture
+def published(monkeypatch):
+    """Events fanned out (``streams.publish``), recorded, with EVENTS_URL as if set."""
+    events: list[tuple] = []
+    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
+    monkeypatch.setattr(runs.streams, "publish", lambda chat_id, e: events.append((chat_id, e)))
+    return events
+
+
+def test_followers_are_told_a_run_ended_once_the_transaction_commits(
+    chat, published, monkeypatch
+):
+    """The chat's followers get ``run_finished`` with the run, its status and its error
+    type (none when it has none), after the commit only; nothing without EVENTS_URL."""
+    with transaction.atomic():
+        runs._tell_followers(chat.pk, 7, "failed", "worker_lost")
+        runs._tell_followers(chat.pk, 8, "cancelled")
+        assert published == []
+    assert [(c, type(e), e.run_id, e.status, e.error_type) for c, e in published] == [
+        (chat.pk, RunFinished, "7", "failed", "worker_lost"),
+        (chat.pk, RunFinished, "8", "cancelled", None),
+    ]
+    monkeypatch.setattr(runs.streams, "enabled", lambda: False)
+    runs._tell_followers(chat.pk, 9, "failed")
+    assert len(published) == 2
+
+
+def test_a_follower_that_cannot_be_told_is_logged(chat, monkeypatch, caplog):
+    def down(chat_id, event):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
+    monkeypatch.setattr(runs.streams, "publish", down)
+    with caplog.at_level("WARNING", logger=runs.logger.name):
+        runs._tell_followers(chat.pk, 7, "failed")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"could not tell chat {chat.pk}'s followers run 7 ended: redis is down"
+    ]
+
+
+def test_recovery_logs_each_run_it_sends(chat, sent, caplog):
+    dead = taken_run(chat, lease=-1)
+    with caplog.at_level("INFO", logger=runs.logger.name):
+        assert [run.pk for run in runs.recover()] == [dead.pk]
+    assert f"recovering run {dead.pk} of chat {chat.pk} (running)" in [
+        r.getMessage() for r in caplog.records
+    ]
+
+
+def test_send_passes_the_task_id_on(chat, monkeypatch):
+    calls = []
+    task = SimpleNamespace(apply_async=lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(runs, "current_app", SimpleNamespace(tasks={runs.COMPLETE_CHAT: task}))
+    SEND(chat.pk, 5, task_id="abc")
+    SEND(chat.pk, 6)
+    assert calls == [
+        (((chat.pk,), {"run_id": 5}), {"task_id": "abc"}),
+        (((chat.pk,), {"run_id": 6}), {"task_id": None}),
+    ]
+
+
+def test_a_take_over_ends_the_lost_attempts_of_that_run_only(chat):
+    """The attempts still pending of a run taken over end ``lost``, with why; its ended
+    attempts and other runs' pending ones stay as they are."""
+    from django_llmchat.models import Usage
+
+    dead = taken_run(chat, lease=-1)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    ended = Usage.objects.create(chat=chat, run=dead, status="succeeded")
+    other = Usage.objects.create(chat=chat, run=Run.objects.create(chat=chat), status="pending")
+    runs.claim(chat.pk)
+    row = Usage.objects.get(pk=pending.pk)
+    assert (row.status, row.error) == (
+        "lost",
+        "The process making this attempt stopped before the attempt ended.",
+    )
+    assert Usage.objects.get(pk=ended.pk).status == "succeeded"
+    assert Usage.objects.get(pk=other.pk).status == "pending"
+
+
+def test_stopping_a_queued_run_tells_the_followers(chat, told, sent):
+    """A queued run cancelled by its caller (no error type given: none) or interrupted:
+    the followers are told, with the run and its status."""
+    first, _ = runs.enqueue(chat, prompt_of(chat, "1"))
+    second, _ = runs.enqueue(chat, prompt_of(chat, "2"))
+    assert runs.cancel_queued(chat.pk, second.pk)
+    assert fresh(second).error_type == ""
+    assert runs.interrupt(chat.pk, "cancelled")
+    assert told == [(chat.pk, second.pk, "cancelled", ""), (chat.pk, first.pk, "cancelled")]
+
+
+def test_a_lost_execution_says_why(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    Run.objects.filter(pk=run.pk).update(attempt=9)
+    with pytest.raises(RunLostError) as raised:
+        execution.poll(force=True)
+    assert str(raised.value) == (
+        f"run {run.pk} is no longer this process's (attempt 1): another process took it "
+        "over or it was finished"
+    )
+
+
+def test_regenerate_drops_the_last_runs_reply_and_keeps_its_prompt_and_the_rest(chat):
+    """A regenerate takes out the messages of the chat's last run but its prompt; the
+    earlier runs' messages stay. Refused, word for word, while a run is unfinished or
+    when the chat has no run."""
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(chat, regenerate=True)
+    assert str(raised.value) == f"chat {chat.pk} has no reply to regenerate"
+    earlier = Run.objects.create(chat=chat, status="succeeded")
+    kept = [
+        chat.add_message(role="user", content="Q1", run=earlier).pk,
+        chat.add_message(role="assistant", content="A1", run=earlier).pk,
+    ]
+    last_prompt = chat.add_message(role="user", content="Q2")
+    last = Run.objects.create(chat=chat, status="succeeded", prompt=last_prompt)
+    Message.objects.filter(pk=last_prompt.pk).update(run=last)
+    chat.add_message(role="assistant", content="A2", run=last)
+    chat.add_message(role="tool", content="T2", run=last)
+    run, _ = runs.enqueue(chat, regenerate=True)
+    assert sorted(Message.objects.filter(chat=chat).values_list("pk", flat=True)) == sorted(
+        [*kept, last_prompt.pk]
+    )
+    with pytest.raises(ChatBusyError) as raised:
+        runs.enqueue(chat, regenerate=True)
+    assert str(raised.value) == (
+        f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) before "
+        "regenerating"
+    )
