@@ -1146,9 +1146,7 @@ def told(monkeypatch):
     return calls
 
 
-def test_giving_up_a_run_tells_its_followers_logs_and_ends_its_pending_attempts(
-    chat, told, caplog
-):
+def test_giving_up_a_run_tells_its_followers_logs_and_ends_its_pending_attempts(chat, told, caplog):
     """A run given up after RUN_MAX_ATTEMPTS lost workers: its attempts still pending end
     ``lost``, its followers are told it failed (``worker_lost``), its prompt reads after
     the chat's last message, and an error is logged with the run, the chat and the count."""
@@ -1225,8 +1223,7 @@ def test_deciding_when_no_run_waits_says_to_wait_for_the_pause(chat):
     with pytest.raises(ChatBusyError) as raised:
         runs.decide(chat.pk, call, "approved")
     assert str(raised.value) == (
-        f"chat {chat.pk} has no run waiting for a decision (it is running: wait for it to "
-        "pause)"
+        f"chat {chat.pk} has no run waiting for a decision (it is running: wait for it to pause)"
     )
 
 
@@ -1308,9 +1305,7 @@ def test_a_users_admission_lock_elsewhere_locks_the_users_row(monkeypatch, djang
     assert table in query["sql"] and query["sql"].endswith(f"= {user.pk}")
 
 
-def test_a_take_over_is_logged_with_the_run_the_chat_the_old_worker_and_the_attempt(
-    chat, caplog
-):
+def test_a_take_over_is_logged_with_the_run_the_chat_the_old_worker_and_the_attempt(chat, caplog):
     dead = taken_run(chat, lease=-1, attempt=1, worker="gone:3")
     with caplog.at_level("WARNING", logger=runs.logger.name):
         assert runs.claim(chat.pk, worker="w:2").execution.attempt == 2
@@ -1372,9 +1367,7 @@ def published(monkeypatch):
     return events
 
 
-def test_followers_are_told_a_run_ended_once_the_transaction_commits(
-    chat, published, monkeypatch
-):
+def test_followers_are_told_a_run_ended_once_the_transaction_commits(chat, published, monkeypatch):
     """The chat's followers get ``run_finished`` with the run, its status and its error
     type (none when it has none), after the commit only; nothing without EVENTS_URL."""
     with transaction.atomic():

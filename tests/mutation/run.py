@@ -222,7 +222,8 @@ def report(found: dict[str, tuple[str, str]], elapsed: float, budget: float, cut
     if equivalent:
         print("\nEquivalent (tests/mutation/equivalent.toml):")
         for mutant, entry in equivalent.items():
-            print(f"  {entry['function']}: {entry['original']}  ->  {entry['mutated']}")
+            number = mutant.rpartition("__mutmut_")[2]
+            print(f"  {entry['function']} ({number}): {entry['original']}  ->  {entry['mutated']}")
             print(f"      {fold(entry['why'])}")
     critical = {m: k for m, k in survivors.items() if k[0] in CRITICAL_FUNCTIONS}
     elsewhere = {m: k for m, k in survivors.items() if m not in critical}
@@ -230,7 +231,8 @@ def report(found: dict[str, tuple[str, str]], elapsed: float, budget: float, cut
         if group:
             print(f"\nSurvivors {title} (neither killed nor listed as equivalent):")
             for mutant, (function, before, after) in group.items():
-                print(f"  {function} ({mutant.rpartition('.')[2]}): {before}  ->  {after}")
+                number = mutant.rpartition("__mutmut_")[2]
+                print(f"  {function} ({number}): {before}  ->  {after}")
     if not cut:
         unused = [e for key, e in by_change.items() if key not in matched]
         for entry in unused:
