@@ -1485,3 +1485,47 @@ def test_regenerate_drops_the_last_runs_reply_and_keeps_its_prompt_and_the_rest(
         f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) before "
         "regenerating"
     )
+
+
+def test_prompts_queued_behind_a_run_keep_their_order_of_arrival(chat):
+    """Prompts stored while a run works read after everything, each in its own place, in
+    the order they came."""
+    taken_run(chat, lease=60)
+    first, _ = runs.enqueue(chat, prompt_of(chat, "1"))
+    second, _ = runs.enqueue(chat, prompt_of(chat, "2"))
+    places = [Message.objects.get(pk=run.prompt_id).position for run in (first, second)]
+    assert QUEUED_POSITION < places[0] < places[1]
+
+
+def test_enqueue_says_what_to_do_word_for_word_and_keeps_no_task_id_by_default(chat):
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(Chat(provider="openai"), prompt_of(chat))
+    assert str(raised.value) == (
+        "save the chat before running it (Chat.objects.create(...) or chat.save())"
+    )
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(chat, prompt_of(chat), regenerate=True)
+    assert str(raised.value) == "a regenerate answers the last prompt again: it takes no prompt"
+    run, _ = runs.enqueue(chat, prompt_of(chat), start=True)
+    assert fresh(run).task_id == ""
+
+
+def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
+    chat, monkeypatch, settings, django_user_model
+):
+    """The gate takes the user's lock (then checks the limits, the signal left to the
+    caller) only with limits on and a user; otherwise it admits with no verdict."""
+    from django_llmchat import limits
+
+    locked = []
+    monkeypatch.setattr(runs, "_lock_user", locked.append)
+    admitted = []
+    monkeypatch.setattr(limits, "admit", lambda c, signal: admitted.append(signal) or "verdict")
+    user = django_user_model.objects.create_user("gated")
+    settings.LLMCHAT = {**settings.LLMCHAT, "LIMITS": None}
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) is None
+    settings.LLMCHAT = {**settings.LLMCHAT, "LIMITS": {"default": {"runs_per_hour": 5}}}
+    assert runs._admit(Chat(pk=chat.pk, user_id=None)) is None
+    assert locked == [] and admitted == []
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) == "verdict"
+    assert locked == [user.pk] and admitted == [False]
