@@ -1529,3 +1529,54 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
     assert locked == [] and admitted == []
     assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) == "verdict"
     assert locked == [user.pk] and admitted == [False]
+
+
+def test_the_worker_name_inside_a_celery_task_is_the_workers_cut_to_the_column(monkeypatch):
+    import os
+
+    import celery
+
+    def task_on(hostname):
+        return SimpleNamespace(request=SimpleNamespace(hostname=hostname))
+
+    monkeypatch.setattr(celery, "current_task", task_on("w1@box"))
+    assert runs.worker_name() == f"w1@box:{os.getpid()}"
+    monkeypatch.setattr(celery, "current_task", task_on("h" * 300))
+    assert runs.worker_name() == "h" * 255
+
+
+def test_a_prompt_moved_into_place_reads_after_its_chats_messages_only(chat, monkeypatch):
+    """The moved prompt takes the clock's position, or the one right after the chat's
+    last message when the clock is not past it (equal included); other chats' messages
+    do not count."""
+    prompt = chat.add_message(role="user", content="Q")
+    last = chat.add_message(role="assistant", content="A")
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    monkeypatch.setattr(runs, "clock_position", lambda: last.position)
+    runs._move_prompt_into_place(chat.pk, prompt.pk)
+    assert Message.objects.get(pk=prompt.pk).position == last.position + 1
+    other = Chat.objects.create()
+    far = other.add_message(role="user", content="elsewhere")
+    Message.objects.filter(pk=far.pk).update(position=last.position + 10**12)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    monkeypatch.setattr(runs, "clock_position", lambda: last.position + 10)
+    runs._move_prompt_into_place(chat.pk, prompt.pk)
+    assert Message.objects.get(pk=prompt.pk).position == last.position + 10
+
+
+def test_cancelling_or_interrupting_a_queued_run_locks_the_chat_and_places_its_prompt(chat, sent):
+    """Ending a queued run takes the chat's lock (its ``updated_at`` written) and puts the
+    run's prompt right after the chat's last message."""
+    taken_run(chat, lease=60)
+    for end in (
+        lambda run: runs.cancel_queued(chat.pk, run.pk),
+        lambda run: runs.interrupt(chat.pk, "stop", run_id=run.pk),
+    ):
+        Run.objects.filter(chat=chat, status="running").update(status="succeeded")
+        run, _ = runs.enqueue(chat, prompt_of(chat))
+        place = _after_everything(chat, Message.objects.get(pk=run.prompt_id))
+        long_ago = timezone.now() - timedelta(days=1)
+        Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+        assert end(run)
+        assert Message.objects.get(pk=run.prompt_id).position == place
+        assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
