@@ -236,10 +236,11 @@ def report(found: dict[str, tuple[str, str]], elapsed: float, budget: float, cut
             for mutant, (function, before, after) in group.items():
                 number = mutant.rpartition("__mutmut_")[2]
                 print(f"  {function} ({number}): {before}  ->  {after}")
-    if not cut:
-        unused = [e for key, e in by_change.items() if key not in matched]
+    unused = [e for key, e in by_change.items() if key not in matched]
+    if unused and not cut:
+        print("\nListed as equivalent but not a survivor of this run (killed, or changed):")
         for entry in unused:
-            print(f"\nListed but not a survivor now: {entry['function']}: {entry['original']}")
+            print(f"  {entry['function']}: {entry['original']}  ->  {entry['mutated']}")
     if critical:
         print(f"\nFAILED: {len(critical)} surviving mutants in critical functions")
         return 1
