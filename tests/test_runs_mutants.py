@@ -1580,3 +1580,25 @@ def test_cancelling_or_interrupting_a_queued_run_locks_the_chat_and_places_its_p
         assert end(run)
         assert Message.objects.get(pk=run.prompt_id).position == place
         assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_an_in_memory_database_named_memory_is_private_too():
+    from django.db import connections
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the names of SQLite databases")
+    database = connections["default"].settings_dict
+    saved = database["NAME"]
+    try:
+        database["NAME"] = ":memory:"
+        assert runs._private_database() is True
+    finally:
+        database["NAME"] = saved
+
+
+def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
+    import os
+
+    monkeypatch.setattr(runs, "_keeper_instance", None)
+    found = runs._keeper()
+    assert found.pid == os.getpid() and runs._keeper() is found
