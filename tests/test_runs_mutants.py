@@ -1602,3 +1602,15 @@ def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
     monkeypatch.setattr(runs, "_keeper_instance", None)
     found = runs._keeper()
     assert found.pid == os.getpid() and runs._keeper() is found
+
+
+def test_a_run_waited_for_or_behind_a_live_one_is_not_stale(chat):
+    """A queued run whose caller still waits (a live lease) is not stale however old; nor
+    is a lapsed run queued behind a live one (the head is the chat's next run)."""
+    now = timezone.now()
+    waited = Run.objects.create(chat=chat, lease_expires_at=now + timedelta(seconds=60))
+    Run.objects.filter(pk=waited.pk).update(created_at=now - timedelta(seconds=301))
+    busy = Chat.objects.create()
+    taken_run(busy, lease=60)
+    Run.objects.create(chat=busy, lease_expires_at=now - timedelta(seconds=5))
+    assert runs.stale_runs(now) == []
