@@ -1614,3 +1614,14 @@ def test_a_run_waited_for_or_behind_a_live_one_is_not_stale(chat):
     taken_run(busy, lease=60)
     Run.objects.create(chat=busy, lease_expires_at=now - timedelta(seconds=5))
     assert runs.stale_runs(now) == []
+
+
+def test_lock_chat_writes_the_chats_row(chat):
+    """``lock_chat`` (before a last step is stored) takes the chat's row lock: its
+    ``updated_at`` is written."""
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    long_ago = timezone.now() - timedelta(days=1)
+    Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+    with transaction.atomic():
+        execution.lock_chat()
+    assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
