@@ -1616,12 +1616,20 @@ def test_a_run_waited_for_or_behind_a_live_one_is_not_stale(chat):
     assert runs.stale_runs(now) == []
 
 
-def test_lock_chat_writes_the_chats_row(chat):
-    """``lock_chat`` (before a last step is stored) takes the chat's row lock: its
-    ``updated_at`` is written."""
-    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+def test_lock_chat_and_each_transition_write_the_chats_row(chat):
+    """``lock_chat`` (before a last step is stored) and each transition of an execution
+    (finish, pause, requeue) take the chat's row lock first: its ``updated_at`` is
+    written."""
     long_ago = timezone.now() - timedelta(days=1)
-    Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
-    with transaction.atomic():
-        execution.lock_chat()
-    assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+    for act in (
+        lambda execution: execution.lock_chat(),
+        lambda execution: execution.finish("succeeded"),
+        lambda execution: execution.pause(),
+        lambda execution: execution.requeue(),
+    ):
+        Run.objects.filter(chat=chat).update(status="succeeded")
+        _, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+        Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+        with transaction.atomic():
+            act(execution)
+        assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
