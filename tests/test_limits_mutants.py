@@ -640,12 +640,19 @@ def test_the_check_before_a_call_reads_no_runs(configure, chat):
 
 
 def test_the_setting_is_checked_past_a_limit_left_out_or_not_a_number():
-    """A limit set to None (no limit) or not a number does not end the check: the limits
-    after it are checked too."""
+    """A name that is not a limit, a limit set to None (no limit) or not a number does not
+    end the check: the limits after it are checked too."""
     problems = limits.validate_setting(
-        {"default": {"usd_per_day": None, "usd_per_month": "lots", "tokens_per_day": -1}}
+        {
+            "default": {
+                "usd_per_week": "1",
+                "usd_per_day": None,
+                "usd_per_month": "lots",
+                "tokens_per_day": -1,
+            }
+        }
     )
-    assert problems == [
+    assert problems[1:] == [
         "LLMCHAT[\"LIMITS\"][\"default\"]['usd_per_month'] must be a number, got 'lots'",
         'LLMCHAT["LIMITS"]["default"][\'tokens_per_day\'] must not be negative',
     ]
