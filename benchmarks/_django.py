@@ -12,9 +12,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def setup(
-    llmchat: dict | None = None, *, admin: bool = False, extra_apps=(), **overrides
-) -> None:
+def setup(llmchat: dict | None = None, *, admin: bool = False, extra_apps=(), **overrides) -> None:
     """``admin=True``: with the Django admin (sessions, messages, templates, its URLs);
     ``extra_apps`` go before the app, ``overrides`` replace settings."""
     import dj_database_url

@@ -17,6 +17,7 @@ NUMBERS = {
     "MAX_RETRY_WAIT": ((int, float), 0),
     "EVENTS_MAXLEN": (int, 1),
     "EVENTS_TTL": (int, 1),
+    "EVENTS_PUBLISH_TIMEOUT": ((int, float), 0.01),
     "MAX_CONTENT_LENGTH": (int, 1),
     "MAX_ATTACHMENTS": (int, 0),
     "MAX_ATTACHMENT_SIZE": (int, 1),
@@ -77,6 +78,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     errors += _check_idempotency_ttl(merged)
+    errors += _check_privacy(merged)
     known = _known_providers()
     providers = merged["PROVIDERS"]
     if not isinstance(providers, dict):
@@ -222,7 +224,124 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     errors.extend(_check_limits(merged))
+    errors.extend(_check_retention(merged))
     errors.extend(_check_token_throttles(merged))
+    errors.extend(_check_telemetry(merged))
+    errors.extend(_check_mcp_servers(merged))
+    return errors
+
+
+def _check_telemetry(merged: dict[str, Any]) -> list:
+    """``OPENTELEMETRY`` and ``OPENTELEMETRY_CONTENT``: booleans; on, the API installed."""
+    errors = []
+    for key in ("OPENTELEMETRY", "OPENTELEMETRY_CONTENT"):
+        if not isinstance(merged[key], bool):
+            errors.append(
+                Error(
+                    f"LLMCHAT[{key!r}] must be True or False, got {merged[key]!r}.",
+                    hint="See the Observability page of the documentation.",
+                    id="llmchat.E031",
+                )
+            )
+    if merged["OPENTELEMETRY"] is True:
+        try:
+            import opentelemetry.trace  # noqa: F401
+        except ImportError:
+            errors.append(
+                Error(
+                    "LLMCHAT['OPENTELEMETRY'] is True but opentelemetry-api is not installed.",
+                    hint="pip install 'django-llmchat[otel]' (or set it to False).",
+                    id="llmchat.E030",
+                )
+            )
+    return errors
+
+
+def _check_mcp_servers(merged: dict[str, Any]) -> list:
+    """``MCP_SERVERS``: each entry's transport, credentials and options; the SDK installed
+    when any server is configured."""
+    from .mcp import setting_errors
+
+    servers = merged["MCP_SERVERS"]
+    errors: list = [
+        Error(
+            f"{problem}.",
+            hint="See the MCP page of the documentation for the keys of a server entry.",
+            id="llmchat.E040",
+        )
+        for problem in setting_errors(servers)
+    ]
+    if isinstance(servers, dict) and servers:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            errors.append(
+                Error(
+                    "LLMCHAT['MCP_SERVERS'] is set but the MCP SDK is not installed.",
+                    hint='Install the extra: pip install "django-llmchat[mcp]".',
+                    id="llmchat.E041",
+                )
+            )
+    return errors
+
+
+def _check_privacy(merged: dict[str, Any]) -> list:
+    """``REDACT`` names a callable; ``ENCRYPTION_KEYS`` are Fernet keys (never shown)."""
+    from .models.protected import _fernet
+    from .providers.redact import load_redactor
+
+    errors: list = []
+    try:
+        load_redactor(merged["REDACT"])
+    except Exception as exc:
+        errors.append(
+            Error(
+                f"LLMCHAT['REDACT'] is not usable: {type(exc).__name__}: {exc}.",
+                hint="Give a callable redact(text, *, field, chat=None) -> str, or its "
+                "dotted path, or None.",
+                id="llmchat.E060",
+            )
+        )
+    if not isinstance(merged["REDACT_STORED"], bool):
+        errors.append(
+            Error(
+                f"LLMCHAT['REDACT_STORED'] is {merged['REDACT_STORED']!r}.",
+                hint="Use True (LLMCHAT['REDACT'] also runs before storing) or False.",
+                id="llmchat.E061",
+            )
+        )
+    elif merged["REDACT_STORED"] and merged["REDACT"] is None:
+        errors.append(
+            Error(
+                "LLMCHAT['REDACT_STORED'] is True but LLMCHAT['REDACT'] is not set.",
+                hint="Set LLMCHAT['REDACT'] to the redaction hook, or REDACT_STORED to False.",
+                id="llmchat.E061",
+            )
+        )
+    keys = merged["ENCRYPTION_KEYS"]
+    if isinstance(keys, str | bytes):
+        keys = [keys]
+    if not isinstance(keys, list | tuple):
+        errors.append(
+            Error(
+                f"LLMCHAT['ENCRYPTION_KEYS'] must be a list of Fernet keys, got "
+                f"{type(keys).__name__}.",
+                hint="For example LLMCHAT['ENCRYPTION_KEYS'] = [os.environ['LLMCHAT_KEY']].",
+                id="llmchat.E062",
+            )
+        )
+    elif keys:
+        try:
+            _fernet(tuple(keys))
+        except Exception as exc:  # the message names the key's index, never the key
+            errors.append(
+                Error(
+                    str(exc),
+                    hint="Generate one with: python -c 'from cryptography.fernet import "
+                    "Fernet; print(Fernet.generate_key().decode())'.",
+                    id="llmchat.E062",
+                )
+            )
     return errors
 
 
@@ -383,4 +502,33 @@ def _check_limits(merged: dict[str, Any]) -> list:
                 id="llmchat.E022",
             )
         )
+    return errors
+
+
+def _check_retention(merged: dict[str, Any]) -> list:
+    """``RETENTION``: None or {"days", "action"}; ``RETENTION_FOR``: a callable."""
+    from .retention import validate_setting
+
+    errors = [
+        Error(problem, hint="See the Data lifecycle page of the documentation.", id="llmchat.E050")
+        for problem in validate_setting(merged["RETENTION"])
+    ]
+    resolver = merged["RETENTION_FOR"]
+    if resolver is not None and not callable(resolver):
+        from django.utils.module_loading import import_string
+
+        try:
+            found = import_string(resolver) if isinstance(resolver, str) else None
+        except ImportError:
+            found = None
+        if not callable(found):
+            errors.append(
+                Error(
+                    f"LLMCHAT['RETENTION_FOR'] is not a callable or an importable dotted "
+                    f"path: {resolver!r}.",
+                    hint='Give a function (user) -> {"days": ..., "action": ...} or None, or '
+                    "its dotted path.",
+                    id="llmchat.E051",
+                )
+            )
     return errors

@@ -23,6 +23,11 @@ DEFAULTS: dict[str, Any] = {
     "TOOL_TIMEOUT": 60.0,
     # Dotted paths of modules whose @tool functions should be importable by name.
     "TOOL_MODULES": [],
+    # MCP servers whose tools chats and agents may take ("mcp:<name>"), by name: {"<name>":
+    # {"url": ... | "command": [...] | "server": ..., "headers"/"env": dict or callable,
+    # "tools", "prefix", "requires_approval", "timeout", "list_timeout", "cache_ttl",
+    # "concurrent"}} (see docs/mcp.md). Needs the [mcp] extra.
+    "MCP_SERVERS": {},
     # Retries of a provider call on retryable errors, and the longest wait honoured (s).
     "MAX_RETRIES": 2,
     "MAX_RETRY_WAIT": 60.0,
@@ -32,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_TTL": 24 * 3600,
     # Prefix of the Redis keys of the event streams (``<prefix>:chat:<id>:events``).
     "EVENTS_KEY_PREFIX": "llmchat",
+    # Seconds a publish to Redis may take; past it (or on any Redis error) publishing is
+    # skipped for 10 s, so a hung Redis never stalls a reply.
+    "EVENTS_PUBLISH_TIMEOUT": 1.0,
     # Run tasks in-process when no Celery broker is configured: True runs them in a
     # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,
@@ -53,6 +61,11 @@ DEFAULTS: dict[str, Any] = {
     # within this window gets the first request's outcome; older keys are ignored and
     # purged by the periodic recovery (and ``manage.py llmchat_recover``).
     "IDEMPOTENCY_TTL": 86400.0,
+    # OpenTelemetry spans (GenAI semantic conventions) of runs, provider attempts and tool
+    # runs, on the global tracer provider (needs the extra [otel]); content (messages, tool
+    # arguments and results) only with OPENTELEMETRY_CONTENT.
+    "OPENTELEMETRY": False,
+    "OPENTELEMETRY_CONTENT": False,
     # A client that disconnects from an inline SSE reply: False (default) lets the run
     # finish and be stored; True cancels it (its usage row is kept either way).
     "CANCEL_ON_DISCONNECT": False,
@@ -75,6 +88,25 @@ DEFAULTS: dict[str, Any] = {
     # or tenant, between the two.
     "LIMITS": None,
     "LIMITS_FOR": None,
+    # Retention of transcripts (django_llmchat.retention): None keeps them for ever; else
+    # {"days": 90, "action": "delete" | "anonymise"}: a chat whose last change is older
+    # than that is deleted or emptied by the periodic task
+    # django_llmchat.tasks.apply_retention (or ``manage.py llmchat_retention``); its usage
+    # rows stay. ``chat.retention_days`` overrides the days per chat; RETENTION_FOR (a
+    # callable or dotted path, user -> {"days", "action"} or None) per user.
+    "RETENTION": None,
+    "RETENTION_FOR": None,
+    # Redaction (see docs/privacy.md): a callable or its dotted path, ``redact(text, *,
+    # field, chat=None) -> str``, applied at the egress to every text a request sends
+    # (messages, tool arguments and results, text attachments) on every wire protocol;
+    # REDACT_STORED also applies it before messages and tool calls are stored.
+    "REDACT": None,
+    "REDACT_STORED": False,
+    # Encryption at rest (needs the extra [encryption]): Fernet keys, the first encrypts,
+    # every one decrypts (rotation; ``manage.py llmchat_rotate_keys`` re-encrypts with the
+    # first). Message content, reasoning and raw vendor bodies and tool call arguments are
+    # stored encrypted; [] stores them in plain text (encrypted rows still need their key).
+    "ENCRYPTION_KEYS": [],
     # REST API: the models the API accepts (None: any model of a configured provider),
     # as "provider/model_id" or "provider/*".
     "ALLOWED_MODELS": None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
@@ -212,19 +212,29 @@ def usage_summary(
     if pending:
         by_status.append({"status": "pending", "attempts": pending})
 
-    # 3. by user
-    username = f"chat__user__{get_user_model().USERNAME_FIELD}"
+    # 3. by user: the rows' own user id (the ledger's), whether the user is still there
+    username = f"user__{get_user_model().USERNAME_FIELD}"
     by_user = [
-        {"user_id": row["chat__user"], "username": row[username], **_clean(row)}
-        for row in rows.values("chat__user", username)
+        {"user_id": row["user"], "username": row[username], **_clean(row)}
+        for row in rows.values("user", username)
         .annotate(**_sums())
-        .order_by(F("cost").desc(nulls_last=True), "chat__user")[:top]
+        .order_by(F("cost").desc(nulls_last=True), "user")[:top]
     ]
 
-    # 4. the most expensive chats
+    # 4. the most expensive chats, deleted ones with the title their rows kept
     top_chats = [
-        {"chat_id": row["chat"], "title": row["chat__title"], **_clean(row)}
-        for row in rows.values("chat", "chat__title")
+        {
+            "chat_id": row["chat"],
+            "title": row["live_title"] if row["live"] is not None else row["kept_title"],
+            "deleted": row["live"] is None,
+            **_clean(row),
+        }
+        for row in rows.values("chat")
+        .annotate(
+            live=Max("chat__created_at"),
+            live_title=Max("chat__title"),
+            kept_title=Max("chat_title"),
+        )
         .annotate(**_sums())
         .order_by(F("cost").desc(nulls_last=True), "-chat")[:top]
     ]

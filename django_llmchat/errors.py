@@ -57,10 +57,6 @@ class UnsupportedFeatureError(LLMChatError):
         return (type(self), (self.provider, self.feature))
 
 
-class ModelNotFoundError(LLMChatError, LookupError):
-    """The model registry has no such model."""
-
-
 class ProviderError(LLMChatError):
     """The provider answered with an error (HTTP status or an error event in a stream).
 

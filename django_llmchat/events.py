@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 from .values import Tokens
@@ -51,7 +51,8 @@ def _snake(name: str) -> str:
 
 
 class StreamEvent:
-    """Base class of every event. Subclasses implement ``to_dict()``."""
+    """Base class of every event: a dataclass whose ``to_dict()`` and ``from_dict()``
+    follow its fields."""
 
     role: str = "assistant"
     type: ClassVar[str] = "stream_event"
@@ -61,13 +62,44 @@ class StreamEvent:
         cls.type = _snake(cls.__name__)
         _REGISTRY[cls.type] = cls
 
+    omit_none: ClassVar[tuple[str, ...]] = ()
+    """Fields left out of ``to_dict()`` when ``None``."""
+    constants: ClassVar[dict[str, Any]] = {}
+    """Keys ``to_dict()`` always carries, after ``role`` (``Interrupt``: ``interrupt``)."""
+
     def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """``role``, the constants, then every field in the order declared: nested values
+        as their own ``to_dict()``, lists copied, ``omit_none`` fields left out when
+        ``None``."""
+        out: dict[str, Any] = {"role": self.role, **self.constants}
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.name == "role":
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                if f.name in self.omit_none:
+                    continue
+            elif hasattr(value, "to_dict"):
+                value = value.to_dict()
+            elif isinstance(value, list):
+                value = list(value)
+            out[f.name] = value
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StreamEvent:
-        data = {k: v for k, v in data.items() if k != "role"}
-        return cls(**data)
+        """The inverse of ``to_dict()``: unknown keys (the constants) are ignored, nested
+        values rebuilt, a ``None`` where the field has a default factory gets it."""
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if value is None and f.default_factory is not MISSING:
+                continue
+            decode = _DECODERS.get(f.name)
+            kwargs[f.name] = decode(value) if decode is not None and value is not None else value
+        return cls(**kwargs)
 
     def to_sse(self, id: str | int | None = None) -> str:
         return to_sse(self, id)
@@ -80,9 +112,6 @@ class TextDelta(StreamEvent):
     content: str
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.content}
-
 
 @dataclass(eq=True)
 class TextDone(StreamEvent):
@@ -90,9 +119,6 @@ class TextDone(StreamEvent):
 
     content: str
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.content}
 
 
 @dataclass(eq=True)
@@ -103,13 +129,7 @@ class ToolCallDelta(StreamEvent):
     name: str | None = None
     arguments_delta: str = ""
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "item_id": self.item_id}
-        if self.name is not None:
-            out["name"] = self.name
-        out["arguments_delta"] = self.arguments_delta
-        return out
+    omit_none: ClassVar[tuple[str, ...]] = ("name",)
 
 
 @dataclass(eq=True)
@@ -121,15 +141,6 @@ class ToolCallDone(StreamEvent):
     name: str = ""
     arguments: str = "{}"
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "item_id": self.item_id,
-            "call_id": self.call_id,
-            "name": self.name,
-            "arguments": self.arguments,
-        }
 
 
 @dataclass(eq=True)
@@ -158,9 +169,6 @@ class ReasoningDelta(StreamEvent):
     content: str
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.content}
-
 
 @dataclass(eq=True)
 class ReasoningDone(StreamEvent):
@@ -168,13 +176,6 @@ class ReasoningDone(StreamEvent):
 
     part: ReasoningPart = field(default_factory=ReasoningPart)
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "part": self.part.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ReasoningDone:
-        return cls(ReasoningPart(**data.get("part", {})), role=data.get("role", "assistant"))
 
 
 @dataclass(eq=True)
@@ -186,14 +187,7 @@ class WebSearchStatus(StreamEvent):
     query: str | None = None
     url: str | None = None
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "status": self.status}
-        if self.query is not None:
-            out["query"] = self.query
-        if self.url is not None:
-            out["url"] = self.url
-        return out
+    omit_none: ClassVar[tuple[str, ...]] = ("query", "url")
 
 
 @dataclass(eq=True)
@@ -203,9 +197,6 @@ class WebSearchDone(StreamEvent):
     query: str | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "query": self.query, "sources": list(self.sources)}
 
 
 @dataclass(eq=True)
@@ -217,14 +208,6 @@ class GuardrailTripwire(StreamEvent):
     phase: str = "before"
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "guardrail_id": self.guardrail_id,
-            "reason": self.reason,
-            "phase": self.phase,
-        }
-
 
 @dataclass(eq=True)
 class GuardrailModification(StreamEvent):
@@ -235,14 +218,6 @@ class GuardrailModification(StreamEvent):
     message_indices: list[int] = field(default_factory=list)
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "guardrail_id": self.guardrail_id,
-            "phase": self.phase,
-            "message_indices": list(self.message_indices),
-        }
-
 
 @dataclass(eq=True)
 class SkillActivation(StreamEvent):
@@ -250,9 +225,6 @@ class SkillActivation(StreamEvent):
 
     name: str
     role: str = "system"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "name": self.name}
 
 
 @dataclass(eq=True)
@@ -262,13 +234,7 @@ class Interrupt(StreamEvent):
 
     reason: str | None = None
     role: str = "system"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "interrupt": True, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Interrupt:
-        return cls(reason=data.get("reason"), role=data.get("role", "system"))
+    constants: ClassVar[dict[str, Any]] = {"interrupt": True}
 
 
 @dataclass(eq=True)
@@ -277,16 +243,6 @@ class TokenUsageDone(StreamEvent):
 
     token_usage: Tokens = field(default_factory=Tokens)
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "token_usage": self.token_usage.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TokenUsageDone:
-        return cls(
-            token_usage=Tokens.from_dict(data.get("token_usage")),
-            role=data.get("role", "assistant"),
-        )
 
 
 @dataclass(eq=True)
@@ -299,13 +255,6 @@ class FinishReasonDone(StreamEvent):
     raw_finish_reason: str | None = None
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "finish_reason": self.finish_reason,
-            "raw_finish_reason": self.raw_finish_reason,
-        }
-
 
 @dataclass(eq=True)
 class ToolApprovalRequest(StreamEvent):
@@ -316,14 +265,6 @@ class ToolApprovalRequest(StreamEvent):
     name: str = ""
     arguments: str = "{}"
     role: str = "assistant"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "call_id": self.call_id,
-            "name": self.name,
-            "arguments": self.arguments,
-        }
 
 
 @dataclass(eq=True)
@@ -338,16 +279,6 @@ class ToolResultDone(StreamEvent):
     error_type: str | None = None
     message_id: int | None = None
     role: str = "tool"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "call_id": self.call_id,
-            "name": self.name,
-            "result": self.result,
-            "error_type": self.error_type,
-            "message_id": self.message_id,
-        }
 
 
 @dataclass(eq=True)
@@ -364,27 +295,6 @@ class StepFinished(StreamEvent):
     cost: str | None = None
     role: str = "assistant"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "message_id": self.message_id,
-            "step": self.step,
-            "finish_reason": self.finish_reason,
-            "token_usage": self.token_usage.to_dict(),
-            "cost": self.cost,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepFinished:
-        return cls(
-            message_id=data.get("message_id"),
-            step=data.get("step", 0),
-            finish_reason=data.get("finish_reason", "stop"),
-            token_usage=Tokens.from_dict(data.get("token_usage")),
-            cost=data.get("cost"),
-            role=data.get("role", "assistant"),
-        )
-
 
 @dataclass(eq=True)
 class RunStarted(StreamEvent):
@@ -396,12 +306,7 @@ class RunStarted(StreamEvent):
     run_id: str = ""
     message_id: int | None = None
     role: str = "system"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "run_id": self.run_id}
-        if self.message_id is not None:
-            out["message_id"] = self.message_id
-        return out
+    omit_none: ClassVar[tuple[str, ...]] = ("message_id",)
 
 
 @dataclass(eq=True)
@@ -409,8 +314,7 @@ class RunFinished(StreamEvent):
     """A run ended: ``status`` is the run's (``"succeeded"``, ``"failed"``,
     ``"cancelled"``, ``"interrupted"``, ``"awaiting_approval"``), ``"retrying"`` (a
     retryable provider error: the same run starts again later, with a new ``RunStarted``)
-    or ``"blocked"`` (a before-guardrail refused the prompt of an inline stream: nothing
-    was stored);
+    or ``"blocked"`` (a before-guardrail refused the prompt: nothing was stored);
     ``error`` is the error text (no secrets), ``None`` when there was none, and
     ``error_type`` its kind (``provider_error``, ``rate_limited``, ``auth``,
     ``context_length``, ``budget``...; see ``errors.safe_error``).
@@ -426,27 +330,13 @@ class RunFinished(StreamEvent):
     cost: str | None = None
     role: str = "system"
     error_type: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "run_id": self.run_id, "status": self.status}
-        if self.error is not None:
-            out["error"] = self.error
-        if self.message_id is not None:
-            out["message_id"] = self.message_id
-        if self.token_usage is not None:
-            out["token_usage"] = self.token_usage.to_dict()
-        if self.cost is not None:
-            out["cost"] = self.cost
-        if self.error_type is not None:
-            out["error_type"] = self.error_type
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunFinished:
-        data = {k: v for k, v in data.items() if k != "role"}
-        if data.get("token_usage") is not None:
-            data["token_usage"] = Tokens.from_dict(data["token_usage"])
-        return cls(**data)
+    omit_none: ClassVar[tuple[str, ...]] = (
+        "error",
+        "message_id",
+        "token_usage",
+        "cost",
+        "error_type",
+    )
 
 
 @dataclass(eq=True)
@@ -463,16 +353,6 @@ class ContextCompacted(StreamEvent):
     tokens_after: int | None = None
     role: str = "system"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "message_id": self.message_id,
-            "summary_until": self.summary_until,
-            "messages": self.messages,
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-        }
-
 
 @dataclass(eq=True)
 class BudgetWarning(StreamEvent):
@@ -486,14 +366,12 @@ class BudgetWarning(StreamEvent):
     resets_at: str | None = None
     role: str = "system"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "limit": self.limit,
-            "used": self.used,
-            "allowed": self.allowed,
-            "resets_at": self.resets_at,
-        }
+
+# how ``from_dict`` rebuilds a nested value, by field name
+_DECODERS: dict[str, Any] = {
+    "token_usage": Tokens.from_dict,
+    "part": lambda data: ReasoningPart(**data),
+}
 
 
 def event_type(event: StreamEvent) -> str:

@@ -35,6 +35,7 @@ import codecs
 import math
 import mimetypes
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -403,8 +404,8 @@ def check_max_tokens(
 
 
 def check_tools(tools: Any, *, field: str = "tools") -> list[str]:
-    """Names of registered tools (never dotted paths), at most :data:`MAX_TOOLS`;
-    returned without repeats."""
+    """Names of registered tools (never dotted paths) or of the tools of configured MCP
+    servers (``mcp:<server>``), at most :data:`MAX_TOOLS`; returned without repeats."""
     from .tools import registered_tools
 
     if not isinstance(tools, list) or not all(isinstance(n, str) for n in tools):
@@ -412,10 +413,24 @@ def check_tools(tools: Any, *, field: str = "tools") -> list[str]:
     if len(tools) > MAX_TOOLS:
         raise InputError(field, f"at most {MAX_TOOLS} tools")
     known = registered_tools()
-    unknown = [name for name in tools if name not in known]
+    unknown = [name for name in tools if name not in known and not _mcp_spec(name)]
     if unknown:
         raise InputError(field, f"unknown tools: {', '.join(repr(n[:64]) for n in unknown[:5])}")
     return list(dict.fromkeys(tools))
+
+
+_MCP_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def _mcp_spec(name: str) -> bool:
+    """``mcp:<server>`` or ``mcp:<server>/<tool>,<tool>`` of a server configured in
+    ``LLMCHAT["MCP_SERVERS"]`` (the project's choice, as registered tools are)."""
+    if not name.startswith("mcp:"):
+        return False
+    server, slash, names = name[4:].partition("/")
+    if server not in (settings.MCP_SERVERS or {}):
+        return False
+    return not slash or all(_MCP_TOOL_NAME.fullmatch(n) for n in names.split(","))
 
 
 def check_context(context: Any, *, field: str = "context") -> dict[str, Any]:

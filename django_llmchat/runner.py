@@ -8,74 +8,40 @@ model stops calling tools, ``max_steps`` is reached, or the run is interrupted.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from . import limits, runs
 from .agents import Agent, load_agent
+from .attempts import ProviderAttempts
 from .conf import settings
 from .context import Context
 from .errors import (
     ArgumentError,
     BudgetExceededError,
     ChatBusyError,
-    ContextLengthExceededError,
-    IncompleteStreamError,
     InterruptError,
-    ProviderError,
     RunLostError,
-    StructuredOutputError,
     safe_error,
 )
-from .events import (
-    BudgetWarning,
-    FinishReasonDone,
-    GuardrailModification,
-    GuardrailTripwire,
-    Interrupt,
-    RunFinished,
-    SkillActivation,
-    StepFinished,
-    StreamEvent,
-    TextDelta,
-    TextDone,
-    TokenUsageDone,
-    ToolApprovalRequest,
-    ToolCallDone,
-    ToolResultDone,
-)
+from .events import BudgetWarning, GuardrailModification, GuardrailTripwire, Interrupt, StreamEvent
 from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
-from .history import History, check_summary_response, summary_request
-from .models import Chat, Message, Run, ToolCall, Usage
+from .history import History
+from .models import Chat, Message, Run, ToolCall
 from .models.llm_model import model_limits
 from .prepared import database_of
 from .providers import get_provider
-from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse, ToolSpec
+from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
+from .session import Blocked, RunSession
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
-from .tools import Tool, ToolResult, get_tool
-from .transcript import (
-    closed_attempt,
-    last_reported_step,
-    load_history,
-    open_attempt,
-    provider_message,
-    record_failed_attempts,
-    save_step,
-    save_summary,
-    save_tool_results,
-    usage_row,
-    write_attempts,
-)
-from .values import Cost, Tokens
+from .toolrun import ToolRunning
+from .tools import Tool, get_tools
+from .transcript import last_reported_step, load_history, provider_message
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -92,7 +58,7 @@ class RunResult:
     events: list[StreamEvent] = field(default_factory=list)
 
 
-class Runner:
+class Runner(ProviderAttempts, ToolRunning):
     """Runs the loop for one chat. Build one per run."""
 
     def __init__(
@@ -115,8 +81,7 @@ class Runner:
         self.guardrails = [as_guardrail(g) for g in (self.agent.guardrails if self.agent else [])]
         self.tools: dict[str, Tool] = {}
         for item in list(chat.tools or []) + list(self.agent.tools if self.agent else []):
-            found = get_tool(item)
-            if found is not None:
+            for found in get_tools(item, chat=chat, context=self.context):
                 self.tools[found.name] = found
         skills = self.agent.skills if self.agent else []
         if skills:
@@ -192,6 +157,7 @@ class Runner:
             tools=specs,
             params=params,
             schema=self.chat.schema,
+            chat=self.chat,
         )
 
     # -- starting -------------------------------------------------------------------------
@@ -250,11 +216,26 @@ class Runner:
         self.run_row = run
         self.execution = runs.wait_for_turn(run)
 
+    def take(self, execution: runs.Execution) -> None:
+        """Work on a run claimed elsewhere (a worker's :func:`~django_llmchat.runs.claim`)."""
+        self.execution, self.run_row = execution, execution.run
+
     # -- the loop -------------------------------------------------------------------------
-    def run(self, *, stream: bool = True, pre_events: list[StreamEvent] | None = None):
-        """Generator of events; ``self.result`` holds the outcome when it ends."""
+    def run(
+        self,
+        *,
+        stream: bool = True,
+        pre_events: list[StreamEvent] | None = None,
+        retry_on: Any = None,
+    ):
+        """Generator of the loop's events; ``self.result`` holds the outcome when it ends.
+        ``retry_on(exc)``: whether a run failing with ``exc`` goes back to the queue (a
+        task retries it) rather than ending ``failed``. Drivers iterate a
+        :class:`~django_llmchat.session.RunSession`, which frames these events."""
         if self.execution is None:
             raise RuntimeError("Runner.run() needs a run: call begin() or resume() first")
+        if retry_on is not None:
+            self.retry_on = retry_on
         for event in self._run(stream=stream, pre_events=pre_events or []):
             if self.keep_events:
                 self.result.events.append(event)
@@ -402,436 +383,20 @@ class Runner:
             )
         return None
 
-    # -- one provider response ------------------------------------------------------------
-    def _step(self, *, stream: bool):
-        """One step's request, shaped by the history policy, and its response; a vendor
-        refusing the request as too long gets one compaction (or a tighter window) and one
-        retry."""
-        history = self.history
-        self.last_tokens = None
-        request = yield from history.fit(self._request, compact=self._compact)
-        try:
-            response = yield from self._call(request, stream=stream)
-        except ContextLengthExceededError:
-            request = yield from history.fit(self._request, overflow=request, compact=self._compact)
-            response = yield from self._call(request, stream=stream)
-        if self.last_tokens is not None:
-            history.observed(request, self.last_tokens)
-        return response
-
-    def _save(self, response, content: str, usages: list[Usage], *, final: bool = False):
-        """Store one step (its message, tool calls and usage rows), fenced by the run."""
-        chat = self.chat
-        return save_step(
-            chat,
-            response,
-            provider=chat.provider,
-            model_id=chat.model_id,
-            content=content,
-            usages=usages,
-            execution=self.execution,
-            final=final,
-        )
-
-    def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
-        """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown
-        so far is stored as its reply, finish reason ``cancelled``, with the attempt's
-        usage rows; its tool calls, unfinished, are not. ``None`` when the run is no
-        longer this process's (nothing is stored)."""
-        chat, execution = self.chat, self.execution
-        response = ProviderResponse(
-            content=text,
-            finish_reason="other",
-            raw_finish_reason="cancelled",
-            model_id=chat.model_id,
-        )
-        try:
-            message, _ = self._save(response, text, usages)
-        except RunLostError:
-            return None
-        self.result.message = message
-        return StepFinished(
-            message_id=message.pk,
-            step=execution.run.steps,
-            finish_reason="other",
-            token_usage=sum((row.tokens for row in usages), Tokens()),
-            cost=_usd(sum((row.cost for row in usages), Cost()).total),
-        )
-
-    def _open_attempt(
-        self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
-    ) -> Usage:
-        """The pending Usage row of an attempt about to call ``provider``: its input
-        tokens as the history estimates them, their cost (marked estimated)."""
-        estimate = None
-        if self.history is not None:
-            try:
-                estimate = self.history.count(request.messages)
-            except Exception:  # an estimator's failure never stops a call
-                logger.exception("chat %s: could not estimate a request", self.chat.pk)
-        row = usage_row(
-            self.chat,
-            provider=provider,
-            model_id=model_id,
-            status=Usage.PENDING,
-            tokens=Tokens(input_tokens=estimate) if estimate is not None else None,
-            started=time.monotonic(),
-            run_id=self.execution.pk if self.execution is not None else None,
-        )
-        row.duration_ms, row.operation = None, operation
-        return open_attempt(row)
-
-    def _compact(self, covered, until_id, previous, budget):
-        """Write and store a summary of ``covered`` (the messages up to ``until_id``,
-        after the ``previous`` summary): one request to the summary model, its own usage
-        row. Returns the summary row, or ``None`` when the summary model failed (the run
-        goes on with a window)."""
-        chat, execution, options = self.chat, self.execution, self.history.options
-        provider_name = options.summary_provider or chat.provider
-        model_id = options.summary_model or chat.model_id
-        started = time.monotonic()
-        pending = None
-        try:
-            provider = (
-                self.provider if provider_name == chat.provider else get_provider(provider_name)
-            )
-            request = summary_request(options, model_id, covered, previous, budget)
-            pending = self._open_attempt(request, provider_name, model_id, operation="summary")
-            response = provider.complete(request)
-            content = check_summary_response(provider_name, response.content)
-        except Exception as exc:
-            ours = not isinstance(exc, ProviderError)  # a fault of ours fails the run
-            if pending is not None or not ours:  # an attempt was made: it is on the ledger
-                failed = usage_row(
-                    chat,
-                    provider=provider_name,
-                    model_id=model_id,
-                    status=Usage.FAILED,
-                    started=started,
-                    error=f"{type(exc).__name__}: {exc}" if ours else str(exc),
-                    run_id=execution.pk,
-                )
-                failed.operation = "summary"
-                record_failed_attempts([closed_attempt(pending, failed)])
-            if ours:
-                raise
-            logger.warning(
-                "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
-            )
-            return None
-        usage = usage_row(
-            chat,
-            provider=provider_name,
-            model_id=response.model_id or model_id,
-            status=Usage.SUCCEEDED,
-            tokens=response.tokens,
-            started=started,
-            first_token=time.monotonic(),
-            run_id=execution.pk,
-        )
-        usage.operation = "summary"
-        closed_attempt(pending, usage)
-        return save_summary(
-            chat,
-            content=content,
-            until_id=until_id,
-            provider=provider_name,
-            model_id=response.model_id or model_id,
-            usage=usage,
-            execution=execution,
-        )
-
-    def _call(self, request: ProviderRequest, *, stream: bool):
-        chat, provider, execution = self.chat, self.provider, self.execution
-        assert execution is not None
-        failed: list[Usage] = []
-        clock = {"started": time.monotonic(), "first_token": None}
-        # with after-guardrails, the step's events wait until they pass: a blocked reply
-        # never leaves (to the caller, to Redis, to the database)
-        held: list[StreamEvent] | None = [] if self.holds_text else None
-        shown: list[str] = []  # the text the caller has seen of this step
-
-        pending = [self._open_attempt(request, chat.provider, chat.model_id)]
-
-        def attempt(status: str, *, tokens=None, error: str = "") -> Usage:
-            """The Usage row of the attempt that just ended, its cost frozen now (written
-            over the attempt's pending row)."""
-            row = usage_row(
-                chat,
-                provider=chat.provider,
-                model_id=chat.model_id,
-                status=status,
-                tokens=tokens,
-                started=clock["started"],
-                first_token=clock["first_token"],
-                error=error,
-                run_id=execution.pk,
-            )
-            return closed_attempt(pending[0], row)
-
-        def on_retry(error: ProviderError, number: int) -> None:
-            ended = attempt(Usage.FAILED, error=str(error))
-            write_attempts([ended])  # closed now: the next attempt has a row of its own
-            failed.append(ended)
-            clock["started"], clock["first_token"] = time.monotonic(), None
-            pending[0] = self._open_attempt(request, chat.provider, chat.model_id)
-
-        try:
-            if stream:
-                provider_stream = provider.stream(request, on_retry=on_retry)
-                events = iter(provider_stream)
-                try:
-                    for event in events:
-                        if clock["first_token"] is None:
-                            clock["first_token"] = time.monotonic()
-                        execution.poll()
-                        if isinstance(event, TextDone) and self.guardrails:
-                            continue  # re-emitted after the after-guardrails
-                        if held is not None:
-                            held.append(event)
-                            continue
-                        if isinstance(event, TextDelta):
-                            shown.append(event.content)
-                        yield event
-                finally:
-                    close = getattr(events, "close", None)
-                    if close:
-                        close()
-                response = provider_stream.response
-            else:
-                response = provider.complete(request, on_retry=on_retry)
-                clock["first_token"] = time.monotonic()
-        except (runs.CancelRequested, GeneratorExit) as exc:
-            # stopped, or the stream dropped: the tokens spent so far are still spent, and
-            # the text the caller was shown is the reply (what a reload shows is what the
-            # user saw)
-            rows = [*failed, attempt(Usage.CANCELLED)]
-            stopped = self._store_stopped("".join(shown), rows) if shown else None
-            if stopped is None:
-                record_failed_attempts(rows)
-            elif isinstance(exc, runs.CancelRequested):
-                yield stopped
-            raise
-        except RunLostError:
-            record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
-            raise
-        except (ProviderError, IncompleteStreamError) as exc:
-            record_failed_attempts([*failed, attempt(Usage.FAILED, error=str(exc))])
-            raise
-        except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
-            error = f"{type(exc).__name__}: {exc}"
-            record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
-            raise
-        content = response.content
-        if chat.schema is not None and content and not response.tool_calls:
-            try:
-                json.loads(content)
-            except ValueError as exc:
-                bad = attempt(
-                    Usage.FAILED, tokens=response.tokens, error="invalid JSON for the schema"
-                )
-                record_failed_attempts([*failed, bad])
-                raise StructuredOutputError(
-                    f"{chat.provider} returned content that is not valid JSON for the "
-                    f"chat's schema: {exc}"
-                ) from exc
-        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens)
-        self.last_tokens = response.tokens
-        # after-guardrails
-        modified: list[StreamEvent] = []
-        for g in self.guardrails:
-            if AFTER not in g.phases:
-                continue
-            decision = g.check(content, phase=AFTER, context=self.context) or GuardrailResult()
-            if decision.action == "block":
-                record_failed_attempts(failed + [succeeded])
-                event = GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=AFTER)
-                self.result.tripwire = event
-                yield event
-                return None
-            if decision.action == "transform" and decision.text is not None:
-                content = decision.text
-                modified.append(
-                    GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
-                )
-        final = not response.tool_calls
-        try:
-            message, calls = self._save(response, content, [*failed, succeeded], final=final)
-        except RunLostError:
-            # the step is not ours to store, but the attempt was paid for
-            succeeded.message = None
-            write_attempts([succeeded])
-            raise
-        self.result.message = message
-        if not response.tokens.is_empty:
-            # a deferred total is read from the usage rows, which now include this step
-            if not self.context.token_usage_deferred:
-                usage = self.context.token_usage
-                self.context.token_usage = (
-                    response.tokens if usage is None else usage + response.tokens
-                )
-        if held:
-            first_text = True
-            for event in held:
-                if isinstance(event, TextDelta) and modified:
-                    if first_text:  # transformed: the text as the guardrails left it
-                        first_text = False
-                        yield TextDelta(content)
-                    continue
-                yield event
-        yield from modified
-        if not stream:
-            for tc in response.tool_calls:
-                yield ToolCallDone(
-                    item_id=tc.item_id or tc.call_id,
-                    call_id=tc.call_id,
-                    name=tc.name,
-                    arguments=json.dumps(tc.arguments),
-                )
-            if content:
-                yield TextDone(content)
-            yield TokenUsageDone(token_usage=response.tokens)
-            yield FinishReasonDone(
-                finish_reason=response.finish_reason, raw_finish_reason=response.raw_finish_reason
-            )
-        elif content and self.guardrails:
-            yield TextDone(content)
-        yield StepFinished(
-            message_id=message.pk,
-            step=execution.run.steps,
-            finish_reason=response.finish_reason,
-            token_usage=response.tokens,
-            cost=_usd(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
-        )
-        return message, calls
-
-    # -- tools ----------------------------------------------------------------------------
-    def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):
-        """Answer ``calls``; returns an ``Interrupt`` when the run must pause."""
-        results: list[tuple[ToolCall, ToolResult]] = []
-        waiting: list[ToolCall] = []
-        interrupt: Interrupt | None = None
-        runnable: list[tuple[ToolCall, Tool | None]] = []
-        for call in calls:
-            tool = self.tools.get(call.name)
-            if call.name == ACTIVATE_TOOL and self.context.skills is not None:
-                name = (call.arguments or {}).get("name")
-                skill = self.context.skills.get(name) if isinstance(name, str) else None
-                if skill is None:
-                    results.append(
-                        (call, ToolResult.error("validation_error", f"no skill named {name!r}"))
-                    )
-                else:
-                    self.context.skills.activate(skill.name)
-                    yield SkillActivation(skill.name)
-                    results.append((call, ToolResult(content=skill.body)))
-                continue
-            if call.approval == "denied":
-                results.append(
-                    (call, ToolResult.error("denied", "The user denied this tool call."))
-                )
-                continue
-            if tool is not None and tool.requires_approval and call.approval != "approved":
-                waiting.append(call)
-                continue
-            runnable.append((call, tool))
-        try:
-            results.extend(self._execute(runnable))
-        except InterruptError as exc:
-            interrupt = Interrupt(reason=exc.reason)
-            results.extend(getattr(exc, "partial_results", []))
-        # keep the transcript's order: results follow their calls
-        order = {c.pk: i for i, c in enumerate(calls)}
-        results.sort(key=lambda pair: order[pair[0].pk])
-        saved = save_tool_results(self.chat, results, self.execution)
-        for m, (call, result) in zip(saved, results, strict=True):
-            yield ToolResultDone(
-                call_id=call.call_id,
-                name=call.name,
-                result=m.content,
-                error_type=(result.error_type or "error") if result.is_error else None,
-                message_id=m.pk,
-            )
-        for m in saved:
-            history.append(provider_message(m, calls=[]))  # a tool message calls nothing
-            if self.agent is not None and interrupt is None:
-                try:
-                    self.agent.on_message(m, self.context)
-                except InterruptError as exc:
-                    interrupt = Interrupt(reason=exc.reason)
-        if interrupt is not None:
-            return interrupt
-        if waiting:
-            for call in waiting:
-                yield ToolApprovalRequest(
-                    call_id=call.call_id,
-                    name=call.name,
-                    arguments=json.dumps(call.arguments or {}),
-                )
-            return Interrupt(reason="approval_required")
-        return None
-
-    def _execute(self, runnable: list[tuple[ToolCall, Tool | None]]):
-        timeout = settings.TOOL_TIMEOUT
-        done: list[tuple[ToolCall, ToolResult]] = []
-
-        def run_one(call: ToolCall, tool: Tool | None) -> ToolResult:
-            if tool is None:
-                return ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
-            return tool.run(call.arguments or {}, self.context, timeout=timeout)
-
-        concurrent = [(c, t) for c, t in runnable if t is not None and t.concurrent]
-        serial = [(c, t) for c, t in runnable if not (t is not None and t.concurrent)]
-        if len(concurrent) > 1:
-            with ThreadPoolExecutor(max_workers=min(8, len(concurrent))) as pool:
-                futures = [(c, pool.submit(_in_thread, run_one, c, t)) for c, t in concurrent]
-                interrupt: InterruptError | None = None
-                for c, fut in futures:
-                    try:
-                        done.append((c, fut.result()))
-                    except InterruptError as exc:
-                        interrupt = interrupt or exc
-                if interrupt is not None:
-                    interrupt.partial_results = done
-                    raise interrupt
-        else:
-            serial = concurrent + serial
-        for c, t in serial:
-            try:
-                done.append((c, run_one(c, t)))
-            except InterruptError as exc:
-                exc.partial_results = done
-                raise
-        return done
-
     # -- what the chat's methods call (Chat.ask, stream, ask_later, approve, interrupt) ----
     def ask(self, prompt: str | None, attachments: list[tuple]):
         """Run the loop with whole answers; the final assistant Message (``None`` when a
         guardrail blocked the prompt)."""
-        for _ in self.events(prompt, attachments, stream=False):
+        for _ in RunSession(self, prompt, attachments, stream=False, totals=False):
             pass
         return self.result.message
 
     def events(self, prompt, attachments, *, stream: bool, resume: Run | None = None):
-        """The run's events; nothing is stored or marked before the first ``next()``, and
-        closing or dropping the iterator ends the run ``cancelled``. ``chat.last_run`` is
-        the run."""
-        chat = self.chat
-        try:
-            if resume is not None:
-                self.resume(resume)
-                pre = []
-            else:
-                pre = self.begin(prompt, attachments)
-        except Blocked as exc:
-            self._blocked_run(exc.event)
-            yield exc.event
-            return
-        chat.last_run = self.run_row
-        try:
-            yield from self.run(stream=stream, pre_events=pre)
-        finally:
-            self._remember()
+        """The run's :class:`~django_llmchat.session.RunSession`: ``RunStarted``, the
+        loop's events, one ``RunFinished``; an error ending the run is raised after it.
+        Nothing is stored or marked before the first ``next()``, and closing or dropping
+        the iterator ends the run ``cancelled``. ``chat.last_run`` is the run."""
+        return RunSession(self, prompt, attachments, stream=stream, resume=resume)
 
     def ask_later(self, prompt: str, attachments: list[tuple]):
         """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
@@ -857,15 +422,19 @@ class Runner:
         """Record a decision on a waiting tool call; when none is left waiting (and
         ``resume``), run the rest here and return the final Message."""
         chat = self.chat
-        calls = list(ToolCall.objects.filter(chat=chat, call_id=call_id).select_related("result"))
+        calls = list(
+            ToolCall.objects.filter(chat=chat, call_id=call_id)
+            .select_related("result")
+            .order_by("id")
+        )
         if not calls:
             raise ArgumentError(f"chat {chat.pk} has no tool call {call_id!r}")
-        waiting = [c for c in calls if not c.approval and c.get_result() is None]
-        if not waiting:
+        waiting = ToolCall.first_waiting(calls)
+        if waiting is None:
             raise ArgumentError(f"tool call {call_id!r} has already been answered")
-        run = runs.decide(chat.pk, waiting[0], approval)
+        run = runs.decide(chat.pk, waiting, approval)
         if run is not None and resume:
-            for _ in self.events(None, [], stream=False, resume=run):
+            for _ in RunSession(self, stream=False, resume=run, totals=False):
                 pass
             return self.result.message
         return None
@@ -902,46 +471,6 @@ class Runner:
         self.chat.last_run = run
 
 
-def _usd(value) -> str | None:
-    """A USD amount as a plain decimal string, without trailing zeros (``None``: unknown)."""
-    if value is None:
-        return None
-    return format(Decimal(value).normalize(), "f")
-
-
-def run_finished(
-    run_id: int | str, status: str, error: str | None = None, error_type: str | None = None
-) -> RunFinished:
-    """The ``RunFinished`` event of run ``run_id``, with the last message it stored and
-    its token and USD totals over every attempt (two queries); the safe error and its
-    type are the run's when not given (a run stopped by a spending limit says so)."""
-    run = Run.objects.filter(pk=run_id).with_totals().first() if run_id else None
-    if run is None:
-        return RunFinished(
-            run_id=str(run_id or ""), status=status, error=error, error_type=error_type
-        )
-    if error is None and run.error:
-        error, error_type = run.error, error_type or run.error_type or None
-    elif error is not None and error_type is None:
-        error_type = run.error_type or None
-    last = (
-        Message.objects.filter(run_id=run.pk)
-        .exclude(role="user")
-        .order_by("-position", "-id")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    return RunFinished(
-        run_id=str(run.pk),
-        status=status,
-        error=error,
-        error_type=error_type,
-        message_id=last,
-        token_usage=run.tokens,
-        cost=_usd(run.cost().total),
-    )
-
-
 def _none_if_empty(tokens):
     return None if tokens.is_empty else tokens
 
@@ -974,18 +503,3 @@ def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage
                 ordered.append(result)
                 placed.add(id(result))
     return ordered
-
-
-class Blocked(Exception):
-    """A before-guardrail blocked the prompt."""
-
-    def __init__(self, event: GuardrailTripwire):
-        self.event = event
-        super().__init__(event.reason or "blocked")
-
-
-def _in_thread(func, *args):
-    try:
-        return func(*args)
-    finally:
-        connections.close_all()  # this thread's connections

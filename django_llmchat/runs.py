@@ -55,7 +55,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import limits, streams
+from . import limits, signals, streams
 from .conf import settings
 from .errors import ArgumentError, BudgetExceededError, ChatBusyError, RunLostError
 from .events import RunFinished
@@ -481,6 +481,13 @@ def claim(
                 continue
             if head.status == Run.RUNNING:
                 _mark_lost(head.pk)
+                signals.send_after_commit(
+                    signals.run_recovered,
+                    run_id=head.pk,
+                    chat_id=chat_id,
+                    attempt=head.attempt + 1,
+                    previous_worker=head.worker,
+                )
                 logger.warning(
                     "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
                     "it from its last stored step (attempt %d)",
@@ -523,13 +530,23 @@ def _busy_or_paused(head: Run, now) -> Claim:
 
 def _give_up(run: Run, now) -> None:
     attempts = run.attempt
+    error = (
+        f"The run stopped {attempts} times before it could finish (its worker was lost each "
+        "time); it was not tried again."
+    )
     _mark_lost(run.pk)
     _tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
+    signals.send_after_commit(
+        signals.run_failed,
+        run_id=run.pk,
+        chat_id=run.chat_id,
+        error_type="worker_lost",
+        error=error,
+    )
     Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
         status=Run.FAILED,
         error_type="worker_lost",
-        error=f"The run stopped {attempts} times before it could finish (its worker was "
-        "lost each time); it was not tried again.",
+        error=error,
         finished_at=now,
         lease_expires_at=None,
     )
@@ -625,15 +642,15 @@ class Execution:
         )
 
     # -- while working
-    def poll(self, force: bool = False) -> None:
+    def poll(self, force: bool = False) -> bool:
         """Raise :class:`CancelRequested` when a stop was asked for and
         :class:`RunLostError` when the run is no longer this process's; reads the run at
-        most every ``CANCEL_POLL_SECONDS`` unless ``force``."""
+        most every ``CANCEL_POLL_SECONDS`` unless ``force``. Returns whether it read."""
         if self.lost:
             raise self._lost()
         now = time.monotonic()
         if not force and now - self._last_poll < CANCEL_POLL_SECONDS:
-            return
+            return False
         self._last_poll = now
         rows = _POLL.rows(self.pk)
         if not rows:
@@ -643,6 +660,7 @@ class Execution:
             raise self._lost()
         if cancel:
             raise CancelRequested(reason or None)
+        return True
 
     def renew(self) -> bool:
         """Extend the lease; ``False`` (and the execution marked lost) when the run is no

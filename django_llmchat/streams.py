@@ -60,8 +60,19 @@ _READ_COUNT = 200
 _EXPIRY_REFRESH = 30.0
 _expiry_set: dict[str, float] = {}  # stream key -> when this process last set its expiry
 
-_clients: dict[str, Any] = {}
+_clients: dict[Any, Any] = {}
 _clients_mutex = threading.Lock()
+
+# After a publish fails (Redis down or hung), publishing is skipped this long: a run
+# never waits on a broken Redis more than once per period.
+BREAKER_SECONDS = 10.0
+_broken_until = 0.0
+_broken_mutex = threading.Lock()
+
+
+class EventsUnavailable(Exception):
+    """Publishing is off for a while: the last publish to Redis failed (its error is
+    logged once); the run goes on, the database holds the truth."""
 
 
 def enabled() -> bool:
@@ -96,13 +107,62 @@ def _url() -> str:
 
 
 def client():
-    """The process's Redis client for ``LLMCHAT["EVENTS_URL"]`` (thread-safe, pooled)."""
-    url = _url()
+    """The process's Redis client for ``LLMCHAT["EVENTS_URL"]`` (thread-safe, pooled),
+    with the long socket timeout blocking reads need."""
+    return _client(_url(), publishing=False)
+
+
+def _client(url: str, *, publishing: bool):
+    """A pooled client; the publishing one times out after
+    ``LLMCHAT["EVENTS_PUBLISH_TIMEOUT"]`` seconds, so a hung Redis never stalls a run."""
+    timeout = float(settings.EVENTS_PUBLISH_TIMEOUT)
+    key = (url, timeout) if publishing else url
     with _clients_mutex:
-        found = _clients.get(url)
+        found = _clients.get(key)
         if found is None:
-            found = _clients[url] = _redis().Redis.from_url(url, **CLIENT_OPTIONS)
+            options = dict(CLIENT_OPTIONS)
+            if publishing:
+                options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+            found = _clients[key] = _redis().Redis.from_url(url, **options)
         return found
+
+
+def _check_breaker() -> None:
+    if _broken_until and time.monotonic() < _broken_until:
+        raise EventsUnavailable("live events are off for a while: Redis did not answer")
+
+
+def _trip(exc: BaseException) -> None:
+    """A publish failed: skip publishing for :data:`BREAKER_SECONDS` (logged once)."""
+    global _broken_until
+    with _broken_mutex:
+        already = _broken_until and time.monotonic() < _broken_until
+        _broken_until = time.monotonic() + BREAKER_SECONDS
+    if not already:
+        logger.warning(
+            "live events are off for %.0f s: publishing to Redis failed (%s: %s); replies "
+            "are stored as usual, followers are told the events are unavailable",
+            BREAKER_SECONDS,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _quick(command):
+    """A short command (not a blocking read) on the publishing client: it times out as a
+    publish does, and trips or honours the same breaker."""
+    _check_breaker()
+    try:
+        return command(_client(_url(), publishing=True))
+    except Exception as exc:
+        if isinstance(exc, _redis().RedisError):
+            _trip(exc)
+        raise
+
+
+def _reset_breaker() -> None:
+    global _broken_until
+    _broken_until = 0.0
 
 
 def _entry(chat_id: int | str, event: StreamEvent) -> tuple[str, dict[str, str]]:
@@ -134,12 +194,19 @@ def publish(chat_id: int | str, event: StreamEvent) -> str | None:
     ``LLMCHAT["EVENTS_URL"]`` is not set). One round trip: ``XADD`` capped with
     ``MAXLEN ~``, plus an ``EXPIRE`` when this process has not refreshed the stream's
     expiry for a while (every ``EVENTS_TTL / 10`` seconds, 30 s at most)."""
-    if not settings.EVENTS_URL:
+    url = settings.EVENTS_URL
+    if not url:
         return None
+    _check_breaker()
     key, fields = _entry(chat_id, event)
-    pipe = client().pipeline(transaction=False)
+    pipe = _client(url, publishing=True).pipeline(transaction=False)
     _add(pipe, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL))
-    return pipe.execute()[0]
+    try:
+        return pipe.execute()[0]
+    except Exception as exc:
+        if isinstance(exc, _redis().RedisError):
+            _trip(exc)
+        raise
 
 
 def publish_later(chat_id: int | str, event: StreamEvent) -> None:
@@ -202,8 +269,13 @@ class _Outbox:
                 batch = list(self.items)
                 self.items.clear()
             try:
+                _check_breaker()
                 self._send(batch)
+            except EventsUnavailable:
+                pass  # dropped: the breaker is open (its reason was logged)
             except Exception as exc:
+                if isinstance(exc, _redis().RedisError):
+                    _trip(exc)
                 now = time.monotonic()
                 if now - self.warned > 10:
                     self.warned = now
@@ -218,11 +290,7 @@ class _Outbox:
         for url, *rest in batch:
             by_url.setdefault(url, []).append(rest)
         for url, items in by_url.items():
-            with _clients_mutex:
-                redis_client = _clients.get(url)
-                if redis_client is None:
-                    redis_client = _clients[url] = _redis().Redis.from_url(url, **CLIENT_OPTIONS)
-            pipe = redis_client.pipeline(transaction=False)
+            pipe = _client(url, publishing=True).pipeline(transaction=False)
             for key, fields, maxlen, ttl in items:
                 _add(pipe, key, fields, maxlen, ttl)
             pipe.execute()
@@ -246,7 +314,7 @@ def _outbox() -> _Outbox:
 def last_id(chat_id: int | str) -> str:
     """The id of the chat's latest event (``"0-0"`` when there is none): follow from it to
     see only what comes next, e.g. read it before ``ask_later`` to follow that run."""
-    entries = client().xrevrange(stream_key(chat_id), "+", "-", count=1)
+    entries = _quick(lambda c: c.xrevrange(stream_key(chat_id), "+", "-", count=1))
     return entries[0][0] if entries else "0-0"
 
 
@@ -254,11 +322,10 @@ def has_id(chat_id: int | str, event_id: str) -> bool:
     """Whether ``event_id`` is the id of an event in the chat's stream, or older than the
     oldest event the stream still holds (trimmed: resuming from it replays what is left),
     or the stream is empty (expired)."""
-    redis_client = client()
     key = stream_key(chat_id)
-    if redis_client.xrange(key, event_id, event_id, count=1):
+    if _quick(lambda c: c.xrange(key, event_id, event_id, count=1)):
         return True
-    oldest = redis_client.xrange(key, "-", "+", count=1)
+    oldest = _quick(lambda c: c.xrange(key, "-", "+", count=1))
     if not oldest:
         return True  # an expired (or never used) stream: its old ids replay nothing
     return _id_tuple(event_id) < _id_tuple(oldest[0][0])
@@ -282,35 +349,12 @@ def _is_run_end(event: StreamEvent | None) -> bool:
     return isinstance(event, RunFinished) and event.status != "retrying"
 
 
-def _run_start_cursor(entries_pages) -> str:
-    """Where the run in progress (or the next one) begins: right after the latest final
-    ``RunFinished``; ``"0-0"`` when the stream holds none."""
-    for page in entries_pages:
-        for entry_id, fields in page:
-            if fields.get("type") == "run_finished" and _is_run_end(decode(fields)):
-                return entry_id
-    return "0-0"
-
-
-def _pages(redis_client, key: str) -> Iterator[list]:
-    upper = "+"
-    while True:
-        page = redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
-        if not page:
-            return
-        yield page
-        if len(page) < _SCAN_PAGE:
-            return
-        upper = "(" + page[-1][0]
-
-
-def _start(redis_client, key: str, after: str | None) -> str:
-    if after is None:
-        return _run_start_cursor(_pages(redis_client, key))
-    if after == "$":
-        entries = redis_client.xrevrange(key, "+", "-", count=1)
-        return entries[0][0] if entries else "0-0"
-    return after
+def _run_start_cursor(page) -> str | None:
+    """Right after the latest final ``RunFinished`` in ``page`` (newest first), if any."""
+    for entry_id, fields in page:
+        if fields.get("type") == "run_finished" and _is_run_end(decode(fields)):
+            return entry_id
+    return None
 
 
 def _check_block(block_ms: int) -> int:
@@ -321,6 +365,54 @@ def _check_block(block_ms: int) -> int:
             f"block_ms must be below {int(SOCKET_TIMEOUT * 1000)} (the socket timeout)"
         )
     return int(block_ms)
+
+
+def _follow_protocol(
+    key: str,
+    last_id: str | None,
+    block_ms: int,
+    stop_at_run_end: bool,
+    timeout: float | None,
+    heartbeat: bool,
+):
+    """Following a stream, without I/O: a generator of the Redis commands to run, each
+    ``(method, args, kwargs)`` and sent its answer, and of ``("emit", item)`` for each
+    item to hand out. :func:`follow` and :func:`afollow` only run the commands."""
+    if last_id is None:  # the start of the run in progress: scan back, newest first
+        cursor, upper = "0-0", "+"
+        while True:
+            page = yield ("xrevrange", (key, upper, "-"), {"count": _SCAN_PAGE})
+            found = _run_start_cursor(page or [])
+            if found is not None or len(page or []) < _SCAN_PAGE:
+                cursor = found or "0-0"
+                break
+            upper = "(" + page[-1][0]
+    elif last_id == "$":
+        entries = yield ("xrevrange", (key, "+", "-"), {"count": 1})
+        cursor = entries[0][0] if entries else "0-0"
+    else:
+        cursor = last_id
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        block = block_ms
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            block = max(1, min(block, int(left * 1000)))
+        response = yield ("xread", ({key: cursor},), {"count": _READ_COUNT, "block": block})
+        if not response:
+            if heartbeat:
+                yield ("emit", (None, None), None)
+            continue
+        for entry_id, fields in response[0][1]:
+            cursor = entry_id
+            event = decode(fields)
+            if event is None:
+                continue
+            yield ("emit", (entry_id, event), None)
+            if stop_at_run_end and _is_run_end(event):
+                return
 
 
 def follow(
@@ -344,29 +436,20 @@ def follow(
     """
     block_ms = _check_block(block_ms)
     redis_client = client()
-    key = stream_key(chat_id)
-    cursor = _start(redis_client, key, last_id)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    steps = _follow_protocol(
+        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
+    )
+    answer = None
     while True:
-        block = block_ms
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            block = max(1, min(block, int(left * 1000)))
-        response = redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
-        if not response:
-            if heartbeat:
-                yield None, None
-            continue
-        for entry_id, fields in response[0][1]:
-            cursor = entry_id
-            event = decode(fields)
-            if event is None:
-                continue
-            yield entry_id, event
-            if stop_at_run_end and _is_run_end(event):
-                return
+        try:
+            method, args, kwargs = steps.send(answer)
+        except StopIteration:
+            return
+        if method == "emit":
+            answer = None
+            yield args
+        else:
+            answer = getattr(redis_client, method)(*args, **kwargs)
 
 
 async def afollow(
@@ -380,45 +463,21 @@ async def afollow(
 ) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
     block_ms = _check_block(block_ms)
-    url = _url()
-    redis_client = _redis().asyncio.Redis.from_url(url, **CLIENT_OPTIONS)
-    key = stream_key(chat_id)
+    redis_client = _redis().asyncio.Redis.from_url(_url(), **CLIENT_OPTIONS)
+    steps = _follow_protocol(
+        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
+    )
+    answer = None
     try:
-        if last_id is None:
-            cursor = "0-0"
-            upper = "+"
-            while True:
-                page = await redis_client.xrevrange(key, upper, "-", count=_SCAN_PAGE)
-                found = _run_start_cursor([page]) if page else "0-0"
-                if found != "0-0" or len(page) < _SCAN_PAGE:
-                    cursor = found
-                    break
-                upper = "(" + page[-1][0]
-        elif last_id == "$":
-            entries = await redis_client.xrevrange(key, "+", "-", count=1)
-            cursor = entries[0][0] if entries else "0-0"
-        else:
-            cursor = last_id
-        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            block = block_ms
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                block = max(1, min(block, int(left * 1000)))
-            response = await redis_client.xread({key: cursor}, count=_READ_COUNT, block=block)
-            if not response:
-                if heartbeat:
-                    yield None, None
-                continue
-            for entry_id, fields in response[0][1]:
-                cursor = entry_id
-                event = decode(fields)
-                if event is None:
-                    continue
-                yield entry_id, event
-                if stop_at_run_end and _is_run_end(event):
-                    return
+            try:
+                method, args, kwargs = steps.send(answer)
+            except StopIteration:
+                return
+            if method == "emit":
+                answer = None
+                yield args
+            else:
+                answer = await getattr(redis_client, method)(*args, **kwargs)
     finally:
         await redis_client.aclose()

@@ -30,13 +30,14 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 
-from . import runs, streams
+from . import runs, streams, telemetry
 from .conf import settings
-from .errors import ProviderError, RunLostError, safe_error
-from .events import RunFinished, RunStarted, StreamEvent
+from .errors import ProviderError
+from .events import StreamEvent
 from .models import Chat, Run
 from .models.idempotency import purge_expired_keys
-from .runner import Runner, run_finished
+from .runner import Runner
+from .session import RETRYING, RunSession
 
 logger = logging.getLogger("django_llmchat.tasks")
 
@@ -101,21 +102,9 @@ def _retry_delay(exc: BaseException, attempt: int) -> float | None:
 
 
 def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> str:
-    """Work on one claimed run, publishing its events; returns its final status, raises
-    :class:`RetryLater` when a retryable error gave the run back to the queue."""
-    run = execution.run
-    run_id = str(run.pk)
-    publish(RunStarted(run_id=run_id, message_id=run.prompt_id))
-    try:
-        chat = Chat.objects.get(pk=execution.chat_id)
-        runner = Runner(chat)
-    except Exception as exc:  # the run cannot be resumed here (its agent or tools are gone)
-        error_type, error = safe_error(exc)
-        logger.exception("run %s of chat %s cannot start", run.pk, execution.chat_id)
-        execution.finish(runs.Run.FAILED, error_type=error_type, error=error)
-        publish(run_finished(run_id, "failed", error, error_type))
-        return "failed"
-    runner.execution, runner.run_row = execution, run
+    """Work on one claimed run, publishing its session's events; returns its final
+    status, raises :class:`RetryLater` when a retryable error gave the run back to the
+    queue."""
     delay: list[float] = []
 
     def retry_on(exc: BaseException) -> bool:
@@ -124,28 +113,24 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
             delay.append(found)
         return found is not None
 
-    runner.retry_on = retry_on
-    try:
-        for event in runner.run(stream=True):
-            publish(event)
-    except RunLostError:
-        logger.warning("run %s of chat %s was taken over by another worker", run.pk, run.chat_id)
+    session = RunSession(
+        build_runner=lambda: Runner(Chat.objects.get(pk=execution.chat_id)),
+        execution=execution,
+        retry_on=retry_on,
+        publish=publish,
+        raise_errors=False,
+    )
+    for _event in session:
+        pass
+    run = execution.run
+    if session.lost:
         return "lost"
-    except Exception as exc:
-        status = execution.outcome or "failed"
-        error_type, error = safe_error(exc)
-        if status == runs.Run.QUEUED and delay:
-            publish(
-                RunFinished(run_id=run_id, status="retrying", error=error, error_type=error_type)
-            )
-            logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, exc, delay[0])
-            raise RetryLater(delay[0], retries + 1, exc) from exc
-        publish(run_finished(run_id, status, error, error_type))
-        logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, exc)
-        return status
-    status = execution.outcome or run.status
-    publish(run_finished(run_id, status))
-    return status
+    if session.status == RETRYING:
+        logger.info("chat %s: %s; retrying in %.1fs", run.chat_id, session.error, delay[0])
+        raise RetryLater(delay[0], retries + 1, session.error) from session.error
+    if session.error is not None:
+        logger.warning("run %s of chat %s failed: %s", run.pk, run.chat_id, session.error)
+    return session.status
 
 
 def run_chat(
@@ -247,9 +232,10 @@ def run_in_process(chat_id: int, run_id: int | None = None) -> str | None:
         return None
 
 
-def _in_thread(chat_id: int, run_id: int | None) -> None:
+def _in_thread(chat_id: int, run_id: int | None, trace_context=None) -> None:
     try:
-        run_in_process(chat_id, run_id)
+        with telemetry.with_context(trace_context):
+            run_in_process(chat_id, run_id)
     finally:
         connections.close_all()  # this thread's connections
         with _threads_mutex:
@@ -278,6 +264,11 @@ class ChatTask(Task):
     def apply_async(self, args=None, kwargs=None, *rest, **options):
         mode = in_process_mode(self.app)
         if mode is None:
+            # the worker's run continues the trace of the code that queued it
+            headers = dict(options.get("headers") or {})
+            telemetry.inject(headers)
+            if headers:
+                options["headers"] = headers
             return super().apply_async(args, kwargs, *rest, **options)
         chat_id, run_id = _call_args(*(args or ()), **(kwargs or {}))
         task_id = options.get("task_id") or uuid.uuid4().hex
@@ -285,7 +276,10 @@ class ChatTask(Task):
             outcome = run_in_process(chat_id, run_id)
             return EagerResult(task_id, outcome, "SUCCESS", name=self.name)
         thread = threading.Thread(
-            target=_in_thread, args=(chat_id, run_id), name=f"llmchat-chat-{chat_id}", daemon=True
+            target=_in_thread,
+            args=(chat_id, run_id, telemetry.current_context()),
+            name=f"llmchat-chat-{chat_id}",
+            daemon=True,
         )
         with _threads_mutex:
             _threads.add(thread)
@@ -315,7 +309,8 @@ def complete_chat(
     close_old_connections()
     try:
         chat_id, run_id = _call_args(chat_id, run_id, reply_to)
-        outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
+        with telemetry.with_context(telemetry.extract(self.request)):
+            outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
     except RetryLater as later:
         raise self.retry(
             args=(chat_id,),
@@ -341,5 +336,19 @@ def recover_runs() -> int:
         except Exception as exc:  # the runs were sent: the keys wait for the next time
             logger.warning("could not purge expired idempotency keys: %s", exc)
         return found
+    finally:
+        close_old_connections()
+
+
+@shared_task(name="django_llmchat.tasks.apply_retention", ignore_result=True)
+def apply_retention() -> int:
+    """Delete or anonymise the chats past ``LLMCHAT["RETENTION"]`` (their usage rows
+    stay): schedule it with Celery beat, e.g. daily. Returns how many chats it changed."""
+    from .retention import apply_retention as apply
+
+    close_old_connections()
+    try:
+        _, done = apply()
+        return sum(done.values())
     finally:
         close_old_connections()

@@ -304,6 +304,28 @@ def get_tool(name_or_tool: Any) -> Tool | None:
     return found
 
 
+# Tool sources: a string ``"<scheme>:<spec>"`` on ``chat.tools`` stands for the tools a
+# function (by dotted path, imported on first use) returns for it. The MCP module
+# imports this one, so it is named here, not imported.
+TOOL_SOURCES = {"mcp": "django_llmchat.mcp.server_tools"}
+
+
+def get_tools(item: Any, *, chat: Any = None, context: Any = None) -> list[Tool]:
+    """The tools one entry of ``chat.tools`` or ``Agent.tools`` stands for: a tool (see
+    :func:`get_tool`), or several from a tool source: a ``"mcp:<server>"`` string or an
+    object with ``tools_for(chat, context)`` (:class:`~django_llmchat.mcp.MCPTools`).
+    Empty when unknown."""
+    if isinstance(item, str) and ":" in item:
+        scheme = item.partition(":")[0]
+        if scheme in TOOL_SOURCES:
+            return list(import_string(TOOL_SOURCES[scheme])(item, chat=chat, context=context))
+    tools_for = getattr(item, "tools_for", None)
+    if tools_for is not None and not isinstance(item, Tool):
+        return list(tools_for(chat, context))
+    found = get_tool(item)
+    return [found] if found is not None else []
+
+
 def registered_tools() -> dict[str, Tool]:
     _load_modules()
     return dict(_registry)

@@ -30,7 +30,7 @@ def _provider_message(
     model_id: str,
     provider: str,
     thinking: Thinking | None,
-    item_ids: dict[str, str] | None,
+    item_ids: list[str | None],
     reasoning_items: list | None,
     is_error: bool,
     cache_boundary: bool,
@@ -42,8 +42,8 @@ def _provider_message(
     """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
     arguments, thought_signature, pk)``; ``parent`` is the answered call's ``(call_id,
     name, pk)``;
-    ``item_ids``, ``reasoning_items`` and ``is_error`` come from the message's ``raw``."""
-    item_ids = item_ids or {}
+    ``item_ids`` (one per call, :func:`call_item_ids`), ``reasoning_items`` and
+    ``is_error`` come from the message's ``raw``."""
     return ProviderMessage(
         role=role,
         content=content,
@@ -57,10 +57,12 @@ def _provider_message(
                 name=name,
                 arguments=arguments or {},
                 thought_signature=signature or None,
-                item_id=item_ids.get(call_id),
+                item_id=item_id,
                 ref=ref,
             )
-            for call_id, name, arguments, signature, ref in calls
+            for (call_id, name, arguments, signature, ref), item_id in zip(
+                calls, item_ids, strict=True
+            )
         ],
         tool_call_id=parent[0] if parent else None,
         tool_name=parent[1] if parent else None,
@@ -75,6 +77,17 @@ def _provider_message(
     )
 
 
+def call_item_ids(raw: dict[str, Any], call_ids: list[str]) -> list[str | None]:
+    """The vendor's item id of each of a message's tool calls, in their order, from the
+    message's ``raw`` (a message stored before ``call_item_ids`` existed: by call id, so
+    calls sharing an id share one)."""
+    listed = raw.get("call_item_ids")
+    if isinstance(listed, list) and len(listed) == len(call_ids):
+        return [str(item) if item else None for item in listed]
+    by_id = raw.get("item_ids") if isinstance(raw.get("item_ids"), dict) else {}
+    return [by_id.get(call_id) for call_id in call_ids]
+
+
 def provider_message(
     message: Message,
     *,
@@ -86,20 +99,21 @@ def provider_message(
     relations (loaded or not)."""
     parent = message.parent_tool_call if message.parent_tool_call_id else None
     raw = message.raw if isinstance(message.raw, dict) else {}
+    rows = [
+        (tc.call_id, tc.name, tc.arguments, tc.thought_signature, tc.pk)
+        for tc in (message.tool_calls.all() if calls is None else calls)
+    ]
     return _provider_message(
         role=message.role,
         content=message.content,
         model_id=message.model_id,
         provider=message.provider,
         thinking=message.thinking,
-        item_ids=raw.get("item_ids"),
+        item_ids=call_item_ids(raw, [row[0] for row in rows]),
         reasoning_items=raw.get("reasoning_items"),
         is_error=bool(raw.get("error")),
         cache_boundary=message.cache_boundary,
-        calls=[
-            (tc.call_id, tc.name, tc.arguments, tc.thought_signature, tc.pk)
-            for tc in (message.tool_calls.all() if calls is None else calls)
-        ],
+        calls=rows,
         parent=(parent.call_id, parent.name, parent.pk) if parent else None,
         attachments=list(message.attachments.all() if attachments is None else attachments),
         message_ref=message.pk,
@@ -365,7 +379,7 @@ def _extend(chat: Chat, built: _Built, rows: list[tuple]) -> _Built:
                 model_id=model_id,
                 provider=provider,
                 thinking=Thinking(t_text, t_sig or None) if (t_text or t_sig) else None,
-                item_ids=raw.get("item_ids"),
+                item_ids=call_item_ids(raw, [c[0] for c in new_calls.get(pk, ())]),
                 reasoning_items=raw.get("reasoning_items"),
                 is_error=bool(raw.get("error")),
                 cache_boundary=bool(cache),
@@ -534,6 +548,7 @@ def save_step(
     item_ids = {tc.call_id: tc.item_id for tc in response.tool_calls if tc.item_id}
     if item_ids:
         raw["item_ids"] = item_ids
+        raw["call_item_ids"] = [tc.item_id for tc in response.tool_calls]
     message = Message(
         chat=chat,
         role="assistant",

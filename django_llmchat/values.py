@@ -126,6 +126,14 @@ class Cost:
         )
 
 
+def usd_text(value: Decimal | str | None) -> str | None:
+    """A USD amount as a plain decimal string without trailing zeros, as events and the
+    API write it (``"0.0004"``); ``None`` stays ``None`` (unknown)."""
+    if value is None:
+        return None
+    return format(Decimal(value).normalize(), "f")
+
+
 @dataclass(frozen=True, slots=True)
 class Thinking:
     """The model's reasoning output."""

@@ -64,7 +64,14 @@ def test_docs_settings_examples_pass_the_system_checks(path, block, monkeypatch)
             return "dummy-key"
 
     monkeypatch.setattr(os, "environ", Environment(os.environ))
-    namespace: dict = {"os": os, "__name__": "docs_settings"}
+    # pasted into a project's settings (tests/test_docs_paste.py pastes them for real)
+    namespace: dict = {
+        "os": os,
+        "__name__": "docs_settings",
+        "INSTALLED_APPS": ["django.contrib.admin", "django.contrib.auth"],
+        "MIDDLEWARE": ["django.middleware.common.CommonMiddleware"],
+        "LLMCHAT": {},  # the quickstart's, which a block may add to
+    }
     exec(compile(block, str(path), "exec"), namespace)
     if "LLMCHAT" in namespace:
         with override_settings(LLMCHAT=namespace["LLMCHAT"]):

@@ -264,3 +264,21 @@ def test_a_policy_of_registered_names_set_over_the_api_runs(
     assert "keep_recent" in CALLS and "words" in CALLS
     body = str(fake_llm.last_request.body)
     assert "Last?" in body and "Question 0" not in body
+
+
+def test_tools_of_configured_mcp_servers_are_accepted_by_name(settings):
+    """``mcp:<server>`` names a server the project configured; any other server, or a
+    malformed tool list, is refused as an unknown tool."""
+    import pytest as _pytest
+
+    from django_llmchat.errors import InputError
+    from django_llmchat.inputs import check_tools
+
+    settings.LLMCHAT = {"MCP_SERVERS": {"files": {"url": "http://127.0.0.1:9/mcp"}}}
+    assert check_tools(["mcp:files", "mcp:files/read_file,stat"]) == [
+        "mcp:files",
+        "mcp:files/read_file,stat",
+    ]
+    for bad in ("mcp:other", "mcp:files/read file", "mcp:", "mcp:files/"):
+        with _pytest.raises(InputError, match="unknown tools"):
+            check_tools([bad])

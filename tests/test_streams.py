@@ -186,3 +186,25 @@ def test_an_in_process_run_publishes_its_events(redis_events, fake_llm):
         token_usage=run.tokens,
         cost=format(run.cost().total.normalize(), "f"),
     )
+
+
+@pytest.mark.redis
+def test_follow_and_afollow_start_at_the_run_in_progress_across_pages(redis_events, monkeypatch):
+    """``last_id=None`` scans back page by page to the latest final ``RunFinished``: both
+    followers run the one protocol and start at the same entry (a retrying end is not
+    final: the retried attempt belongs to the run in progress)."""
+    monkeypatch.setattr(streams, "_SCAN_PAGE", 2)
+    publish_run(6, "r1", "old", "older")
+    live = [streams.publish(6, RunStarted(run_id="r2"))]
+    live.append(streams.publish(6, RunFinished(run_id="r2", status="retrying")))
+    live.append(streams.publish(6, RunStarted(run_id="r2")))
+    live += [streams.publish(6, TextDelta(str(i))) for i in range(5)]
+
+    async def collect():
+        return [item async for item in streams.afollow(6, None, block_ms=50, timeout=0.5)]
+
+    followed = list(streams.follow(6, None, block_ms=50, timeout=0.5))
+    assert [i for i, _ in followed] == live
+    assert [i for i, _ in asyncio.run(collect())] == live
+    publish_run(6, "r3")  # once a run is over, a new follower waits for the next one
+    assert list(streams.follow(6, None, block_ms=50, timeout=0.3)) == []

@@ -31,3 +31,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+if os.environ.get("LLMCHAT_TEST_SPANS"):  # the telemetry tests read this worker's spans
+    from tests.otel import install_file_exporter
+
+    install_file_exporter()

@@ -1,6 +1,9 @@
 """Every refusal of the API is JSON: ``{"detail": <message>, "code": <code>}`` (invalid
 input keeps DRF's ``{"<field>": ["<reason>", ...]}``, also for an
-:class:`~django_llmchat.errors.InputError` of :mod:`django_llmchat.inputs`).
+:class:`~django_llmchat.errors.InputError` of :mod:`django_llmchat.inputs`), except on the
+routes the AI SDK's transport calls (``POST ui/chat``, ``GET ui/chat/{id}/stream``): it
+shows a refusal's body as the error's message, so they answer the same refusal as plain
+text (:func:`as_text`) unless the client asks for JSON.
 
 Besides the views' own errors this covers what Django or DRF refuse before a view runs:
 a path no route matches (``chats/abc/``) is a JSON 404, a body over
@@ -10,11 +13,14 @@ unknown method a JSON 405, and a budget over its limit a JSON 429 with ``Retry-A
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
-from django.http import HttpResponsePermanentRedirect, JsonResponse
+from django.http import HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -24,7 +30,15 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ..errors import BudgetExceededError, InputError
 
-__all__ = ["PayloadTooLarge", "api_exception_handler", "invalid", "not_found"]
+__all__ = [
+    "PayloadTooLarge",
+    "api_exception_handler",
+    "as_text",
+    "invalid",
+    "not_found",
+    "text_refusal",
+    "wants_json",
+]
 
 
 class PayloadTooLarge(APIException):
@@ -80,6 +94,73 @@ def api_exception_handler(exc, context):
     return response
 
 
+def as_text(data: Any) -> str:
+    """A refusal's JSON as the sentences a person reads: its ``detail``; for invalid
+    input one line per field, ``<field>: <reason>; <reason>`` (nested fields dotted)."""
+    if isinstance(data, dict) and isinstance(data.get("detail"), str):
+        return data["detail"]
+    lines: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                name = "" if key == "non_field_errors" else str(key)
+                walk(item, f"{path}.{name}" if path and name else path or name)
+        elif isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value):
+            reasons = "; ".join(str(v) for v in value)
+            lines.append(f"{path}: {reasons}" if path else reasons)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{path}.{index}" if path else str(index))
+        else:
+            lines.append(f"{path}: {value}" if path else str(value))
+
+    walk(data, "")
+    return "\n".join(lines) or "The request was refused."
+
+
+def wants_json(request) -> bool:
+    """Whether the client's ``Accept`` names ``application/json`` itself (``*/*``, or no
+    header, does not)."""
+    for item in request.headers.get("Accept", "").split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        if media.lower() != "application/json":
+            continue
+        quality = next((p[2:] for p in params if p.lower().startswith("q=")), "1")
+        try:
+            if float(quality) > 0:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
+def text_refusal(request, response: HttpResponse) -> HttpResponse:
+    """A JSON refusal (a status of 400 and up) as ``text/plain``, its status and headers
+    kept, for a client that did not ask for JSON; any other answer as it is."""
+    if response.status_code < 400 or getattr(response, "streaming", False):
+        return response
+    if wants_json(request):
+        return response
+    data = getattr(response, "data", None)
+    if data is None:
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            return response
+    text = HttpResponse(
+        as_text(data), status=response.status_code, content_type="text/plain; charset=utf-8"
+    )
+    for name, value in response.items():
+        if name.lower() not in ("content-type", "content-length"):
+            text[name] = value
+    return text
+
+
+# the routes the AI SDK's transport calls, as the catch-all route sees them
+_TRANSPORT_PATH = re.compile(r"ui/chat/.*/stream", re.DOTALL)
+
+
 @csrf_exempt  # it changes nothing: a refused CSRF check would answer Django's HTML 403
 def not_found(request, path: str = ""):
     """The last route of the API: any path no other route matches is a JSON 404. With
@@ -101,7 +182,10 @@ def not_found(request, path: str = ""):
                 },
                 status=404,
             )
-    return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+    response = JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+    if _TRANSPORT_PATH.fullmatch(path):  # a reconnect with an id no chat can have
+        return text_refusal(request, response)
+    return response
 
 
 class Conflict(APIException):

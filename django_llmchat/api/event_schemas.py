@@ -197,6 +197,7 @@ UI_CHUNKS: dict[str, dict[str, Any]] = {
         },
     ),
     "error": ({"errorText": _STR}, {}),
+    "abort": ({}, {"reason": _STR}),
 }
 
 

@@ -12,6 +12,15 @@ stores anything. A retry within ``LLMCHAT["IDEMPOTENCY_TTL"]`` seconds gets:
   JSON (``{"run": ...}``) once it ended, a 409 while it has not;
 - a 409 while the first request has not answered yet;
 - a 422 when the key comes with another request (the route, the chat or the body differ).
+
+A first request that never answered (its process died, or it failed after the run was
+admitted) does not hold its key forever. Its answer is rebuilt from what it stored: once
+its run ended, or once the key is older than ``LLMCHAT["RUN_LEASE"]`` seconds (a request
+answers within moments of admitting its run; a live one renews nothing, so this lease is
+the bound), a retry gets the answer the first request would have given, the prompt and the
+run as they are now (:meth:`Idempotency.recovered`), stored for later retries. A key
+whose run is gone (nothing of the first request is left) is dropped after the lease and
+the retry is answered afresh.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from rest_framework.utils.encoders import JSONEncoder
 from .. import runs
 from ..conf import settings
 from ..events import RunFinished, RunStarted, to_sse
-from ..models import Chat, IdempotencyKey, Run
+from ..models import Chat, IdempotencyKey, Message, Run
 from ..models.idempotency import KEY_MAX_LENGTH, KEY_PATTERN, expired_before
 from .errors import Conflict
 
@@ -65,7 +74,8 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
     "UUID) naming this request: a retry with the same key within "
     '`LLMCHAT["IDEMPOTENCY_TTL"]` seconds gets the first request\'s outcome (a streamed '
     "run is replayed) and starts nothing. The same key with another request is a 422; "
-    "while the first request is still answering, a 409.",
+    "while the first request is still answering, a 409 (once its run ended, or after "
+    '`LLMCHAT["RUN_LEASE"]` seconds with nobody answering it, the retry is answered).',
     pattern=r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$",
 )
 IDEMPOTENCY_REUSED = OpenApiResponse(
@@ -99,6 +109,21 @@ class KeyInProgress(Conflict):
 
 
 _cutoff = expired_before
+
+
+def _lease_cutoff():
+    """Keys in progress created before this moment lost their request
+    (``LLMCHAT["RUN_LEASE"]`` seconds: far longer than a request takes to answer once it
+    admitted its run)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(seconds=float(settings.RUN_LEASE))
+
+
+def _named(row: IdempotencyKey) -> tuple[str, str, int]:
+    return row.scope, row.key, row.chat_id
 
 
 def _json(value: Any) -> Any:
@@ -154,7 +179,8 @@ class Idempotency:
     # -- a retry
     def earlier(self) -> IdempotencyKey | None:
         """The key's row within the window; :class:`KeyReused` when it names another
-        request."""
+        request. A key left in progress past the lease with nothing of its request left
+        (no run) is dropped: ``None``, the retry is answered afresh."""
         row = (
             IdempotencyKey.objects.filter(
                 user=self.user, scope=self.scope, key=self.key, created_at__gte=_cutoff()
@@ -164,12 +190,20 @@ class Idempotency:
         )
         if row is not None and row.request_hash != self.hash:
             raise KeyReused()
+        if row is not None and row.response_status is None and row.run_id is None:
+            if row.created_at < _lease_cutoff():
+                # one statement: of racing retries one drops it, the others find it gone
+                IdempotencyKey.objects.filter(
+                    pk=row.pk, response_status__isnull=True, run__isnull=True
+                ).delete()
+                logger.warning("dropped the abandoned %s key %r of chat %s", *_named(row))
+                return None
         return row
 
     def replay(self, view, row: IdempotencyKey):
         """The first request's outcome, again."""
         if row.response_status is None:
-            raise KeyInProgress()
+            row = self.recovered(view, row)
         body = row.response_body
         if isinstance(body, dict) and body.get("stream") and row.response_status == 200:
             return self._replay_stream(view, row)
@@ -219,6 +253,42 @@ class Idempotency:
             response = sse_response(frames)
         response[REPLAYED_HEADER] = "true"
         return response
+
+    def recovered(self, view, row: IdempotencyKey) -> IdempotencyKey:
+        """A key whose first request has not answered: its answer rebuilt from its run
+        and stored, once the run ended (or waits for a decision) or the key is past the
+        lease (its request is gone); :class:`KeyInProgress` before."""
+        run = Run.objects.filter(pk=row.run_id).first() if row.run_id else None
+        going = run is not None and run.status in (Run.QUEUED, Run.RUNNING)
+        if run is None or (going and row.created_at >= _lease_cutoff()):
+            raise KeyInProgress()
+        status_code, body = self._rebuilt(view, run)
+        # only a row still without its answer: a late first answer (or a racing retry) wins
+        IdempotencyKey.objects.filter(pk=row.pk, response_status__isnull=True).update(
+            response_status=status_code, response_body=_json(body)
+        )
+        row.refresh_from_db()
+        logger.warning("answered the abandoned %s key %r of chat %s", *_named(row))
+        return row
+
+    def _rebuilt(self, view, run: Run) -> tuple[int, Any]:
+        """The answer the first request gives once it admitted ``run``, from its scope."""
+        from .serializers import MessageSerializer, RunSerializer
+
+        context = view.get_serializer_context()
+        run_data = RunSerializer(Run.objects.with_totals().get(pk=run.pk), context=context).data
+        if self.scope == "messages" and run.prompt_id is not None:
+            message = Message.objects.filter(pk=run.prompt_id).transcript().get()
+            message_data = MessageSerializer(message, context=context).data
+            return status.HTTP_202_ACCEPTED, {"message": message_data, "run": run_data}
+        if self.scope in ("approved", "denied"):
+            return status.HTTP_202_ACCEPTED, {
+                "call_id": view.kwargs.get("call_id"),
+                "approval": self.scope,
+                "resumed": run.status != Run.AWAITING_APPROVAL,
+                "run": run_data,
+            }
+        return status.HTTP_200_OK, {"run": run_data}
 
     # -- the first request
     @contextmanager

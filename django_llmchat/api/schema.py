@@ -94,6 +94,7 @@ def nullable_31(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
+_TEXT = {"type": "string", "description": "The refusal's message."}
 _REFUSALS = {
     "401": "Not authenticated (no or a wrong token).",
     "403": "Not allowed (e.g. a CSRF failure with session authentication).",
@@ -104,7 +105,8 @@ _REFUSALS = {
 def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """The refusals every route may answer, documented on each: ``401``, ``403``,
     ``429``, ``413`` and ``415`` where a body is read, ``404`` for a path id; errors are
-    JSON."""
+    JSON, and also plain text on an operation marked ``x-llmchat-text-refusals`` (the AI
+    SDK transport's routes)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = {
         "type": "object",
@@ -137,10 +139,13 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
                 responses.setdefault(
                     code, {"description": text, "content": {"application/json": {"schema": _ERROR}}}
                 )
+            as_text = operation.pop("x-llmchat-text-refusals", False)
             for code, response in responses.items():
                 content = response.get("content") or {}
                 if code >= "400" and "application/json" in content:
                     content["application/json"] = {"schema": _ERROR}
+                if code >= "400" and as_text:
+                    response["content"] = {"text/plain": {"schema": _TEXT}, **content}
     return result
 
 
@@ -150,7 +155,7 @@ from .schema_settings import SCHEMA_SETTINGS  # noqa: E402 - re-exported
 class ProviderFieldSchema(OpenApiSerializerFieldExtension):
     """The configured providers' names as an enum, read when the schema is generated."""
 
-    target_class = "django_llmchat.api.serializers.ProviderField"
+    target_class = "django_llmchat.api.fields.ProviderField"
 
     def map_serializer_field(self, auto_schema, direction):
         from ..inputs import configured_providers
@@ -163,7 +168,7 @@ class ProviderFieldSchema(OpenApiSerializerFieldExtension):
 class ToolNameFieldSchema(OpenApiSerializerFieldExtension):
     """Registered tool names as an enum (a plain string when none is registered)."""
 
-    target_class = "django_llmchat.api.serializers.ToolNameField"
+    target_class = "django_llmchat.api.fields.ToolNameField"
 
     def map_serializer_field(self, auto_schema, direction):
         from ..tools import registered_tools

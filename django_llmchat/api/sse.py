@@ -18,10 +18,11 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
-from .. import errors, streams
+from .. import dbconn, errors, streams
 from ..conf import settings
-from ..events import RunFinished, RunStarted, StreamEvent, to_sse
+from ..events import StreamEvent, to_sse
 from ..models import Chat
+from ..session import RunSession
 
 __all__ = [
     "EventStreamRenderer",
@@ -90,20 +91,22 @@ def sse_response(content, status: int = 200) -> StreamingHttpResponse:
 
 
 class InlineRun:
-    """A run streamed in the response itself: ``run_started``, the loop's events, then
-    ``run_finished`` (after an ``error`` event if it failed). It is the same kind of run a
-    worker makes (:mod:`django_llmchat.runs`); with ``LLMCHAT["EVENTS_URL"]`` set each
-    event also goes to the chat's Redis Stream and the frames carry the stream's ids, so
-    another tab can follow the run on ``events/`` and resume it; without it frames are
-    numbered from 1.
+    """A run streamed in the response itself: the frames of its
+    :class:`~django_llmchat.session.RunSession` (``run_started``, the loop's events, an
+    ``error`` event if it failed, ``run_finished``). It is the same kind of run a worker
+    makes (:mod:`django_llmchat.runs`); with ``LLMCHAT["EVENTS_URL"]`` set each event also
+    goes to the chat's Redis Stream and the frames carry the stream's ids, so another tab
+    can follow the run on ``events/`` and resume it; without it frames are numbered from 1.
 
     :meth:`start` stores the prompt with its run through the gate before the response
     begins (so a refusal is an HTTP status: over a limit, a busy chat); without it,
     nothing is stored before the first frame is asked for. A client that disconnects
     before the end does not throw the reply away: the run goes on in a background thread
-    and is stored (``LLMCHAT["CANCEL_ON_DISCONNECT"] = True`` cancels it instead); either
-    way every provider attempt keeps its usage row. It iterates synchronously (WSGI) or,
-    with ``asynchronous=True``, asynchronously with the loop in a worker thread (ASGI).
+    and is stored (``LLMCHAT["CANCEL_ON_DISCONNECT"] = True`` cancels it instead, and its
+    followers are told); either way every provider attempt keeps its usage row. It
+    iterates synchronously (WSGI) or, with ``asynchronous=True``, asynchronously with the
+    loop in a worker thread (ASGI). Subclasses encode the events another way
+    (:meth:`encode`, :meth:`encode_error`, :meth:`trailer`).
     """
 
     def __init__(
@@ -117,105 +120,69 @@ class InlineRun:
         asynchronous: bool = False,
     ):
         self.chat = chat
-        self.prompt = prompt
-        self.attachments = attachments
-        self.resume = resume
-        self.regenerate = regenerate
         self.asynchronous = asynchronous
-        self.runner: Any = None
-        self._started = False
-        self._pre: list = []
-        self._blocked_event: Any = None
         self._n = 0
-        self._error: dict[str, Any] | None = None
-        self._blocked = False
         self._done = False
-        self._publish = streams.enabled()
-        self._gen = self._frames_sync()
+        publishing = streams.enabled()
+        self.session = RunSession(
+            chat.runner(),
+            prompt,
+            chat._check_prompt_type(prompt, attachments) if resume is None else [],
+            regenerate=regenerate,
+            resume=resume,
+            publish=(lambda event: streams.publish(chat.pk, event)) if publishing else None,
+            raise_errors=False,
+        )
+        self._gen = self._frames()
 
     # -- the run --------------------------------------------------------------------------
+    @property
+    def run(self):
+        """The run (``None`` before :meth:`start`, or when a guardrail blocked the
+        prompt)."""
+        return self.session.run
+
+    @property
+    def runner(self):
+        return self.session.runner
+
     def start(self) -> InlineRun:
         """Store the prompt (or the regenerate, the resumed run) with its run now, through
         the gate: :class:`~django_llmchat.errors.BudgetExceededError` over a limit,
         :class:`~django_llmchat.errors.ChatBusyError` when the chat cannot take it, and
         nothing stored. Waiting for the run's turn is left to the stream."""
-        from ..runner import Blocked
-
-        if self._started:
-            return self
-        runner = self.runner = self.chat.runner()
-        if self.resume is None:
-            items = self.chat._check_prompt_type(self.prompt, self.attachments)
-            try:
-                self._pre = runner.admit(self.prompt, items, regenerate=self.regenerate)
-            except Blocked as exc:
-                self._blocked_event = exc.event
-        self._started = True
+        self.session.admit()
         return self
 
-    def _events(self) -> Iterator[StreamEvent]:
-        self.start()
-        runner = self.runner
-        if self._blocked_event is not None:
-            self._blocked = True
-            yield self._blocked_event
-            return
-        if self.resume is not None:
-            runner.resume(self.resume)
-        else:
-            runner.take_turn()
-        run = runner.run_row
-        yield RunStarted(run_id=str(run.pk), message_id=run.prompt_id)
-        yield from runner.run(stream=True, pre_events=self._pre)
-
-    def _id(self, event: StreamEvent | None) -> str | int | None:
+    def _id(self) -> str | int | None:
         """The frame's id: the Redis stream id the event got, else the next number."""
-        if self._publish and event is not None:
-            try:
-                return streams.publish(self.chat.pk, event)
-            except Exception as exc:  # the reply goes on without followers
-                logger.warning("could not publish an event of chat %s: %s", self.chat.pk, exc)
-                return None
-        if self._publish:
-            return None
+        if self.session.publish is not None:
+            return self.session.last_id
         self._n += 1
         return self._n
 
-    def _finished(self) -> RunFinished:
-        runner = self.runner
-        run = getattr(runner, "run_row", None) if runner is not None else None
-        run_id = str(run.pk) if run is not None else ""
-        if self._blocked:
-            return RunFinished(run_id, "blocked")
-        execution = getattr(runner, "execution", None)
-        status = execution.outcome if execution is not None else None
-        if status is None and run is not None and run.pk is not None:
-            # ended before this process took it (e.g. cancelled while it waited its turn)
-            run.refresh_from_db(fields=["status"])
-            status = run.status
-        status = status or "failed"
-        error = self._error["message"] if self._error is not None else None
-        error_type = self._error["type"] if self._error is not None else None
-        if run is None or run.pk is None:
-            return RunFinished(run_id, status, error, error_type=error_type)
-        from ..runner import run_finished
+    # -- encoding (a subclass speaks another protocol) --------------------------------------
+    def encode(self, event: StreamEvent) -> Iterator[str]:
+        yield to_sse(event, self._id())
 
-        return run_finished(run.pk, status, error, error_type)
+    def encode_error(self, payload: dict[str, Any]) -> Iterator[str]:
+        """The run failed: an ``error`` frame before its ``run_finished``."""
+        yield frame("error", payload, None if self.session.publish is not None else self._id())
 
-    def _frames_sync(self) -> Iterator[str]:
-        events = self._events()
-        try:
-            for event in events:
-                yield to_sse(event, self._id(event))
-        except Exception as exc:
-            logger.exception("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
-            self._error = error_payload(exc)
-            yield frame("error", self._error, None if self._publish else self._id(None))
-        finally:
-            events.close()
-        finished = self._finished()
-        self._done = True
-        yield to_sse(finished, self._id(finished))
+    def trailer(self) -> Iterator[str]:
+        return iter(())
+
+    def _frames(self) -> Iterator[str]:
+        session = self.session
+        for event in session:
+            if event is session.finished:
+                self._done = True
+                if session.error is not None:
+                    exc = session.error
+                    logger.error("streamed run of chat %s failed", self.chat.pk, exc_info=exc)
+                    yield from self.encode_error(error_payload(exc))
+            yield from self.encode(event)
+        yield from self.trailer()
 
     def _drain(self) -> None:
         """The client left: finish the run here, in the background."""
@@ -237,43 +204,13 @@ class InlineRun:
         if self._done:
             return
         self._done = True
-        if self.runner is None or settings.CANCEL_ON_DISCONNECT:
+        if not self.session.admitted or settings.CANCEL_ON_DISCONNECT:
             self._gen.close()  # nothing began, or cancel: the run ends cancelled
-            self._cancel_unstarted()
-            self._tell_followers()
+            self.session.close()
             return
         threading.Thread(
             target=self._drain, name=f"llmchat-inline-{self.chat.pk}", daemon=True
         ).start()
-
-    def _tell_followers(self) -> None:
-        """The stream was closed before its end: its ``run_finished`` never went out in
-        a frame, so it goes to the chat's event stream here (followers on ``events/``
-        and a resumed UI stream end with it)."""
-        runner = self.runner
-        run = getattr(runner, "run_row", None) if runner is not None else None
-        if not self._publish or run is None or run.pk is None or self._blocked_event:
-            return
-        try:
-            self._id(self._finished())
-        except Exception:  # the run's end is stored; followers fall back on their timeout
-            logger.exception("could not publish the end of run %s", run.pk)
-
-    def _cancel_unstarted(self) -> None:
-        """The run was admitted but its stream never began: it ends cancelled (a run the
-        stream began ends in the stream)."""
-        from .. import runs
-
-        runner = self.runner
-        if runner is None or getattr(runner, "run_row", None) is None:
-            return
-        execution = runner.execution
-        if execution is not None and not execution.done:
-            if execution.finish("cancelled", interrupt_reason="stream_closed"):
-                return
-        if execution is None:
-            run = runner.run_row
-            runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")
 
 
 class _SyncFrames:
@@ -339,6 +276,7 @@ def follow_frames(chat_id: int, last_id: str | None, *, until_end: bool, asynchr
         return aframes()
 
     def frames():
+        dbconn.release()  # what the request's middleware took back since the view
         yield comment("connected")
         try:
             for event_id, event in streams.follow(chat_id, **options):

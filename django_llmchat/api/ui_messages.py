@@ -21,6 +21,7 @@ import base64
 from typing import Any
 
 from ..models import Chat, Message, Run
+from ..transcript import call_item_ids
 from .ids import is_call_id
 from .serializers import attachment_url
 from .ui import _error_text, _output, _usd_sum
@@ -79,6 +80,27 @@ class _Reply:
             self.metadata["runId"] = str(run.pk)
         self.tokens: dict[str, int] = {}
         self.cost: str | None = None
+        self.call_counts: dict[str, int] = {}  # call id -> the run's calls with it so far
+        self.used: set[str] = set()  # toolCallIds given
+
+    def ids(self, call_id: str, item_id: str | None) -> tuple[str, str]:
+        """``(toolCallId, approvalId)`` of the run's next stored call, as the stream
+        gives them (:class:`~django_llmchat.api.ui_stream.UIMessageStream`): distinct for
+        every call though a vendor repeats or omits ids, the approval id ``<call id>#<n>``
+        for the n-th call with one id."""
+        n = self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
+        approval_id = call_id if n == 1 and call_id else f"{call_id}#{n}"
+        candidates = [item_id] if item_id else []
+        if call_id and n == 1:
+            candidates.append(call_id)
+        candidates.append(f"{call_id or 'call'}-{n}")
+        tool_call_id = next((c for c in candidates if c not in self.used), None)
+        serial = n
+        while tool_call_id is None or tool_call_id in self.used:
+            serial += 1
+            tool_call_id = f"{call_id or 'call'}-{serial}"
+        self.used.add(tool_call_id)
+        return tool_call_id, approval_id
 
     def step(self, message: Message) -> None:
         self.parts.append({"type": "step-start"})
@@ -87,25 +109,27 @@ class _Reply:
         if message.content:
             self.parts.append({"type": "text", "text": message.content, "state": "done"})
         raw = message.raw if isinstance(message.raw, dict) else {}
-        item_ids = raw.get("item_ids") if isinstance(raw.get("item_ids"), dict) else {}
         waiting = self.run is not None and self.run.status == Run.AWAITING_APPROVAL
-        for call in message.tool_calls.all():
+        calls = list(message.tool_calls.all())
+        # the Responses API streams a call by its item id
+        item_ids = call_item_ids(raw, [call.call_id for call in calls])
+        for call, item_id in zip(calls, item_ids, strict=True):
+            tool_call_id, approval_id = self.ids(call.call_id, item_id)
             part: dict[str, Any] = {
                 "type": f"tool-{call.name}",
-                # the Responses API streams a call by its item id
-                "toolCallId": str(item_ids.get(call.call_id) or call.call_id),
+                "toolCallId": tool_call_id,
                 "state": "input-available",
                 "input": call.arguments,
             }
             result = call.get_result()
             if result is not None:
-                self.result(part, call, result)
+                self.result(part, call, result, approval_id)
             elif call.approval:
                 part["state"] = "approval-responded"
-                part["approval"] = {"id": call.call_id, "approved": call.approval == "approved"}
+                part["approval"] = {"id": approval_id, "approved": call.approval == "approved"}
             elif waiting:
                 part["state"] = "approval-requested"
-                part["approval"] = {"id": call.call_id}
+                part["approval"] = {"id": approval_id}
             self.parts.append(part)
         self.metadata["storedMessageId"] = message.pk
         if self.run is None:  # a reply stored without a run: its own counts
@@ -116,12 +140,12 @@ class _Reply:
                 self.cost = _usd_sum(self.cost, _usd(message.cost().total))
 
     @staticmethod
-    def result(part: dict[str, Any], call, result: Message) -> None:
+    def result(part: dict[str, Any], call, result: Message, approval_id: str) -> None:
         raw = result.raw if isinstance(result.raw, dict) else {}
         error = raw.get("error")
         if error is not None and isinstance(error, dict) and error.get("type") == "denied":
             part["state"] = "output-denied"
-            part["approval"] = {"id": call.call_id, "approved": False}
+            part["approval"] = {"id": approval_id, "approved": False}
             return
         if error is not None:
             part["state"] = "output-error"
@@ -130,7 +154,7 @@ class _Reply:
             part["state"] = "output-available"
             part["output"] = _output(result.content)
         if call.approval == "approved":
-            part["approval"] = {"id": call.call_id, "approved": True}
+            part["approval"] = {"id": approval_id, "approved": True}
 
     def to_dict(self) -> dict[str, Any]:
         metadata = dict(self.metadata)
@@ -149,9 +173,9 @@ class _Reply:
 
 
 def _usd(value) -> str | None:
-    from ..runner import _usd as usd
+    from ..values import usd_text
 
-    return usd(value)
+    return usd_text(value)
 
 
 def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:

@@ -4,23 +4,14 @@
 from django.apps import apps
 from django.urls import path, re_path, register_converter
 
+from .chats import ChatViewSet, RunViewSet
 from .errors import not_found
 from .ids import CallIdConverter, ClientIdConverter
-from .views import (
-    ChatViewSet,
-    LLMModelViewSet,
-    MessageListCreateView,
-    RunViewSet,
-    SchemaRedocView,
-    SchemaSwaggerView,
-    SchemaView,
-    TokenView,
-    ToolCallDecisionView,
-    UIChatMessagesView,
-    UIChatStopView,
-    UIChatStreamView,
-    UIChatView,
-)
+from .messages import MessageListCreateView, ToolCallDecisionView
+from .registry import LLMModelViewSet
+from .schema_views import SchemaRedocView, SchemaSwaggerView, SchemaView
+from .tokens import TokenView
+from .ui_views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
 
 app_name = "llmchat-api"
 

@@ -8,7 +8,7 @@ from django.db.models import Count, Q, Sum
 
 from ..models import Chat, Message, Usage
 from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
-from .serializers import cost_dict, tokens_dict
+from .fields import cost_dict, tokens_dict
 
 __all__ = ["chat_usage"]
 

@@ -81,14 +81,6 @@ class AbstractAttachment(models.Model):
     def __str__(self) -> str:
         return self.filename
 
-    @property
-    def is_image(self) -> bool:
-        return self.mime_type.startswith("image/")
-
-    @property
-    def is_pdf(self) -> bool:
-        return self.mime_type == "application/pdf"
-
     def read(self) -> bytes:
         with self.file.open("rb") as fh:
             return fh.read()

@@ -8,6 +8,7 @@ from django.conf import settings as django_settings
 from django.db import connections, models, transaction
 from django.db.models import Count, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
 
 from ..aio import stream_in_thread
@@ -142,6 +143,18 @@ class AbstractChat(models.Model):
         help_text="The id a frontend made up for the chat (the AI SDK's useChat id), unique "
         "per user; blank for chats made on the server.",
     )
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text='Days the transcript is kept after its last message (LLMCHAT["RETENTION"] '
+        "deletes or anonymises it then); empty: the user's or the default.",
+    )
+    anonymised_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the retention emptied the transcript (contents, title, user).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -218,9 +231,6 @@ class AbstractChat(models.Model):
             )
         if chat_updates:
             type(self).objects.filter(pk=self.pk).update(**chat_updates)
-
-    def touch(self) -> None:
-        type(self).objects.filter(pk=self.pk).update(updated_at=models.functions.Now())
 
     # -- configuration (each saves and returns the chat, so calls chain) ------------------
     def with_instructions(self, text: str | None, *, append: bool = False):
@@ -478,3 +488,11 @@ class Chat(AbstractChat):
                 name="llmchat_chat_client_id_uniq",
             )
         ]
+
+
+def _keep_title_in_ledger(sender, instance, **kwargs) -> None:
+    """The chat's usage rows stay (the ledger): they keep its title."""
+    Usage.objects.filter(chat_id=instance.pk).update(chat_title=instance.title[:255])
+
+
+pre_delete.connect(_keep_title_in_ledger, sender=Chat, dispatch_uid="llmchat_ledger_title")

@@ -14,6 +14,7 @@ from ..pricing import price, price_from_table
 from ..values import TOKEN_FIELDS, Citation, Cost, ServerToolCall, Thinking, Tokens
 from .fields import ValueListField
 from .llm_model import LLMModel, find_model
+from .protected import ProtectedJSONField, ProtectedTextField
 from .tool_call import ToolCall
 
 _UNSET = object()
@@ -56,15 +57,15 @@ class AbstractMessage(models.Model):
     ROLES = ("system", "user", "assistant", "tool")
 
     role = models.CharField(max_length=16)
-    content = models.TextField(blank=True, default="")
+    content = ProtectedTextField(blank=True, default="", redact_as="role")
     model_id = models.CharField(max_length=255, blank=True)
     provider = models.CharField(max_length=64, blank=True)
     finish_reason = models.CharField(max_length=64, blank=True)
-    thinking_text = models.TextField(blank=True)
+    thinking_text = ProtectedTextField(blank=True, redact_as="thinking")
     thinking_signature = models.TextField(blank=True)
     citations = ValueListField(value_class=Citation)
     server_tool_calls = ValueListField(value_class=ServerToolCall)
-    raw = models.JSONField(null=True, blank=True)
+    raw = ProtectedJSONField(null=True, blank=True, redact_as="raw")
     cache_boundary = models.BooleanField(default=False)
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)

@@ -5,6 +5,8 @@ from typing import Any
 
 from django.db import models
 
+from .protected import ProtectedJSONField
+
 
 class AbstractToolCall(models.Model):
     """A tool call an assistant message requested. Its result is the ``tool`` message
@@ -14,7 +16,7 @@ class AbstractToolCall(models.Model):
 
     call_id = models.CharField(max_length=255)
     name = models.CharField(max_length=255)
-    arguments = models.JSONField(default=dict, blank=True)
+    arguments = ProtectedJSONField(default=dict, blank=True, redact_as="tool_arguments")
     thought_signature = models.TextField(blank=True)
     approval = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -35,6 +37,18 @@ class AbstractToolCall(models.Model):
             return self.result
         except type(self).result.RelatedObjectDoesNotExist:
             return None
+
+    @property
+    def is_waiting(self) -> bool:
+        """Neither decided (approved, denied) nor answered yet."""
+        return not self.approval and self.get_result() is None
+
+    @staticmethod
+    def first_waiting(calls):
+        """The call a decision on a vendor id is for: of ``calls`` (the chat's calls
+        with that id, oldest first; vendors repeat or omit ids), the first still waiting,
+        ``None`` when none is."""
+        return next((call for call in calls if call.is_waiting), None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.call_id, "name": self.name, "arguments": self.arguments}

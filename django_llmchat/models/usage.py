@@ -103,9 +103,27 @@ class AbstractUsage(models.Model):
 
 
 class Usage(AbstractUsage):
+    # The ledger: a row outlives its chat and its user. ``chat_id`` and ``user_id`` are
+    # plain values (no database constraint, nothing done on delete), so deleting a chat or
+    # a user never lowers the spend the limits and the dashboard sum by them; the chat's
+    # title is copied into ``chat_title`` when the chat is deleted. ``usage.chat`` and
+    # ``usage.user`` raise DoesNotExist once their row is gone: read ``chat_label``.
     # indexed by llmchat_usage_chat_idx and llmchat_usage_msg_idx
     chat = models.ForeignKey(
-        "django_llmchat.Chat", on_delete=models.CASCADE, related_name="usages", db_index=False
+        "django_llmchat.Chat",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="usages",
+        db_index=False,
+    )
+    chat_title = models.CharField(
+        max_length=255,
+        blank=True,
+        editable=False,
+        help_text="The chat's title, kept here when the chat is deleted (blank while it "
+        "exists, and once the user's data is erased).",
     )
     message = models.ForeignKey(
         "django_llmchat.Message",
@@ -127,7 +145,8 @@ class Usage(AbstractUsage):
     # rows of a day or a month with one range scan of llmchat_usage_user_idx
     user = models.ForeignKey(
         django_settings.AUTH_USER_MODEL,
-        on_delete=models.CASCADE,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
         null=True,
         blank=True,
         related_name="llmchat_usages",
@@ -151,8 +170,33 @@ class Usage(AbstractUsage):
 
     def save(self, *args, **kwargs):
         if self.user_id is None and self.chat_id is not None:
-            self.user_id = self.chat.user_id
+            field = type(self).chat
+            if field.is_cached(self) and self.chat is not None:
+                self.user_id = self.chat.user_id
+            else:
+                chats = field.field.related_model._default_manager.filter(pk=self.chat_id)
+                self.user_id = chats.values_list("user_id", flat=True).first()
         super().save(*args, **kwargs)
+
+    @property
+    def chat_exists(self) -> bool:
+        """Whether the row's chat is still there (reads it unless it was selected)."""
+        if self.chat_id is None:
+            return False
+        try:
+            self.chat  # noqa: B018
+        except models.ObjectDoesNotExist:
+            return False
+        return self.chat is not None
+
+    @property
+    def chat_label(self) -> str:
+        """The chat's title, the one kept when it was deleted, or ``Chat <id>``."""
+        if self.chat_exists:
+            return str(self.chat)
+        if self.chat_title:
+            return f"{self.chat_title} (deleted)"
+        return f"Chat {self.chat_id} (deleted)" if self.chat_id else "(no chat)"
 
 
 class UsageDashboard(Usage):

@@ -45,6 +45,7 @@ from ..errors import (
 from . import _json
 from .framing import NDJSONDecoder, SSEDecoder, iter_ndjson, iter_sse
 from .parsing import ResponseBuilder, StreamParser, parse_arguments
+from .redact import redact_request
 from .retry import OnRetry, backoff_delay, parse_duration, parse_retry_after
 from .stream import ProviderStream
 from .types import Capabilities, ProviderRequest, ProviderResponse
@@ -524,6 +525,11 @@ class Provider:
     def encode_payload(self, payload: dict[str, Any]) -> bytes:
         return _json.dumps(payload)
 
+    def request_body(self, request: ProviderRequest, *, stream: bool) -> bytes:
+        """The bytes sent for ``request``: ``LLMCHAT["REDACT"]`` applied to its texts (the
+        egress: every wire protocol goes through here), then the vendor's payload."""
+        return self.encode_payload(self.build_payload(redact_request(request), stream=stream))
+
     def read_response(self, response: httpx.Response, request: ProviderRequest) -> ProviderResponse:
         """A whole HTTP answer to ``request``: an error raised, else ``parse_response``."""
         if response.status_code >= 400:
@@ -549,7 +555,7 @@ class Provider:
         retried (``retry_number`` counts from 1), before the wait.
         """
         url = self.url(request, stream=False)
-        body = self.encode_payload(self.build_payload(request, stream=False))
+        body = self.request_body(request, stream=False)
         attempt = 0
         while True:
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import httpx
@@ -80,7 +80,7 @@ class ProviderStream:
     def _prepare(self) -> tuple[str, bytes]:
         provider, request = self.provider, self.request
         url = provider.url(request, stream=True)
-        return url, provider.encode_payload(provider.build_payload(request, stream=True))
+        return url, provider.request_body(request, stream=True)
 
     def _decoder(self) -> SSEDecoder:
         return SSEDecoder() if self.provider.stream_framing == "sse" else NDJSONDecoder()
@@ -92,12 +92,6 @@ class ProviderStream:
             body=data[:2000],
             retryable=True,
         )
-
-    def _feed(self, parser: StreamParser, name: str | None, data: str) -> Iterable[StreamEvent]:
-        try:
-            return parser.feed(name, data)
-        except json.JSONDecodeError as exc:
-            raise self._bad_json(exc, data) from None
 
     def _ending(self, parser: StreamParser) -> Iterator[StreamEvent]:
         """What follows the last frame: end-of-stream events, the check, TextDone."""

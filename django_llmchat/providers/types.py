@@ -111,6 +111,9 @@ class ProviderRequest:
     schema: dict[str, Any] | None = None
     """JSON Schema for structured output."""
     schema_name: str = "response"
+    chat: Any = field(default=None, repr=False, compare=False)
+    """The chat the request is for, handed to hooks such as ``LLMCHAT["REDACT"]``
+    (``None`` for a request outside a chat)."""
 
 
 @dataclass(slots=True)

@@ -152,6 +152,62 @@ def test_a_streamed_retry_replays_the_runs_stream(api, chat, inline, events_url)
     assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_retry_replays_the_runs_stream_under_asgi(owner, inline, events_url):
+    """Under ASGI the replay is read in a worker thread (an async response): the same
+    frames, and after ``Last-Event-ID`` only what followed; one prompt, one run."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+    from rest_framework.authtoken.models import Token
+
+    inline.script(Reply("Streamed here.", chunk_size=4), Reply("Bonjour !", chunk_size=3))
+    chat = Chat.objects.create(user=owner, model_id=MODEL, provider="openai")
+    token = Token.objects.create(user=owner).key
+    sent = {"Authorization": f"Token {token}", "Idempotency-Key": uuid.uuid4().hex}
+
+    async def post(path, body, **headers):
+        response = await AsyncClient().post(
+            path, body, content_type="application/json", headers={**sent, **headers}
+        )
+        assert response.status_code == 200, response.content
+        assert response.is_async
+        body = b"".join([chunk async for chunk in response.streaming_content]).decode()
+        return response, body
+
+    def ask_sse(**headers):
+        path = url("chat-messages", pk=chat.pk)
+        return async_to_sync(post)(path, {"content": "Hi"}, Accept="text/event-stream", **headers)
+
+    first, body = ask_sse()
+    original = sse_frames(body)
+    assert original[-1]["event"] == "run_finished"
+    second, body = ask_sse()
+    assert second["Idempotent-Replayed"] == "true"
+    replayed = sse_frames(body)
+    assert [(f["event"], f["id"]) for f in replayed] == [(f["event"], f["id"]) for f in original]
+    third, body = ask_sse(**{"Last-Event-ID": original[2]["id"]})
+    assert [f["id"] for f in sse_frames(body)] == [f["id"] for f in original[3:]]
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+
+    # ui/chat: the UI message stream replayed the same way
+    message = {
+        "id": f"asgi-{uuid.uuid4().hex}",
+        "role": "user",
+        "parts": [{"type": "text", "text": "Again"}],
+    }
+    body = {"id": str(chat.pk), "messages": [message], "trigger": "submit-message"}
+    ui_first, streamed = async_to_sync(post)(url("ui-chat"), body)
+    ui_second, again = async_to_sync(post)(url("ui-chat"), body)
+    assert ui_second["Idempotent-Replayed"] == "true"
+    kinds = [b[6:] for b in streamed.split("\n\n") if b.startswith("data: ")]
+    replayed_kinds = [b[6:] for b in again.split("\n\n") if b.startswith("data: ")]
+    assert replayed_kinds[-1] == "[DONE]"
+    assert [c for c in replayed_kinds if "text-delta" in c] == [
+        c for c in kinds if "text-delta" in c
+    ]
+    assert prompts(chat) == 2 and chat.runs.count() == 2 and len(inline.requests) == 2
+
+
 # -- POST ui/chat ------------------------------------------------------------------------------
 def test_a_retried_send_message_with_the_same_message_id_stores_one_prompt(
     api, chat, inline, events_url
@@ -211,6 +267,95 @@ def test_a_retried_cancel_gets_the_first_202(api, chat):
     second = api.post(url("chat-cancel", pk=chat.pk), **headers)
     assert second.status_code == 202 and second.json() == first.json()
     assert api.post(url("chat-cancel", pk=chat.pk)).status_code == 409  # without a key
+
+
+# -- a key whose first request died before answering ------------------------------------------
+def crashed(row: IdempotencyKey, *, ago: float = 0) -> None:
+    """The row as a first request that died before its answer left it: in progress."""
+    IdempotencyKey.objects.filter(pk=row.pk).update(
+        response_status=None,
+        response_body=None,
+        created_at=row.created_at - timedelta(seconds=ago),
+    )
+
+
+def test_a_key_whose_run_ended_answers_it_though_its_request_died(
+    api, chat, inline, django_capture_on_commit_callbacks
+):
+    inline.script(Reply("Hello."))
+    headers = key()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = ask(api, chat, headers=headers)
+    assert first.status_code == 202
+    crashed(IdempotencyKey.objects.get())  # just now: the lease is not over
+    second = ask(api, chat, headers=headers)
+    assert second.status_code == 202, second.content
+    assert second["Idempotent-Replayed"] == "true"
+    body = second.json()
+    assert body["message"] == first.json()["message"]
+    assert body["run"]["id"] == first.json()["run"]["id"]
+    assert body["run"]["status"] == "succeeded"
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+    # stored: later retries get the same answer
+    assert IdempotencyKey.objects.get().response_status == 202
+    assert ask(api, chat, headers=headers).json() == body
+
+
+def test_a_key_whose_run_goes_on_is_in_progress_until_the_lease_ends(api, chat, settings):
+    from django_llmchat import runs
+    from django_llmchat.api.idempotency import request_hash
+
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_LEASE": 30}
+    # the first request admitted its run (queued: no worker took it yet), then died
+    prompt = Message(chat=chat, role="user", content="Hi")
+    run, _ = runs.enqueue(chat, prompt)
+    body = {"content": "Hi", "attachments": [], "sse": False}
+    row = IdempotencyKey.objects.create(
+        user=chat.user,
+        scope="messages",
+        key="crashed-1",
+        chat=chat,
+        run=run,
+        request_hash=request_hash("messages", chat.pk, body),
+    )
+    headers = {"HTTP_IDEMPOTENCY_KEY": "crashed-1"}
+    early = ask(api, chat, headers=headers)
+    assert early.status_code == 409
+    assert early.json()["code"] == "idempotency_key_in_progress"
+    crashed(row, ago=31)  # the lease is over: nobody will answer it
+    late = ask(api, chat, headers=headers)
+    assert late.status_code == 202, late.content
+    assert late.json()["run"]["id"] == run.pk or str(late.json()["run"]["id"]) == str(run.pk)
+    assert late.json()["run"]["status"] == "queued"
+    assert late.json()["message"]["id"] == run.prompt_id
+    assert prompts(chat) == 1 and chat.runs.count() == 1
+
+
+def test_a_key_with_nothing_left_of_its_request_is_dropped_after_the_lease(
+    api, chat, inline, settings, django_capture_on_commit_callbacks
+):
+    from django_llmchat.api.idempotency import request_hash
+
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_LEASE": 30}
+    inline.script(Reply("Fresh."))
+    body = {"content": "Hi", "attachments": [], "sse": False}
+    row = IdempotencyKey.objects.create(
+        user=chat.user,
+        scope="messages",
+        key="crashed-2",
+        chat=chat,
+        request_hash=request_hash("messages", chat.pk, body),
+    )
+    headers = {"HTTP_IDEMPOTENCY_KEY": "crashed-2"}
+    assert ask(api, chat, headers=headers).status_code == 409  # its holder may still answer
+    assert prompts(chat) == 0
+    crashed(row, ago=31)
+    with django_capture_on_commit_callbacks(execute=True):
+        fresh = ask(api, chat, headers=headers)
+    assert fresh.status_code == 202, fresh.content
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
+    again = ask(api, chat, headers=headers)
+    assert again.json() == fresh.json() and prompts(chat) == 1
 
 
 # -- racing retries ----------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def ui_chat(api, chat, text, files):
     ]
     parts.append({"type": "text", "text": text})
     body = {"id": "new-chat", "messages": [{"id": "u1", "role": "user", "parts": parts}]}
-    return api.post(url("ui-chat"), body, format="json")
+    # the API's JSON refusal (without Accept, the AI SDK gets the same as text)
+    return api.post(url("ui-chat"), body, format="json", HTTP_ACCEPT="application/json")
 
 
 PROMPT_PATHS = {

@@ -188,7 +188,7 @@ def test_concurrent_decisions_and_cancels_one_wins(owner, fake_llm, monkeypatch)
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
-    from django_llmchat.api import views
+    from django_llmchat.api import messages as views
 
     if connection.vendor != "postgresql":
         pytest.skip("eight requests writing at once need a server database")

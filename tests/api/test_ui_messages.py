@@ -197,6 +197,36 @@ def test_a_pending_approval_can_be_answered_from_the_reloaded_message(api, chat,
     assert reply["metadata"]["status"] == "succeeded"
 
 
+def test_calls_sharing_a_vendor_id_reload_as_the_stream_named_them(api, chat, fake_llm):
+    """A vendor repeated a call id: the reload gives each call the stream's own
+    ``toolCallId`` and approval id (``<id>#2``), and answering both from the reloaded
+    message decides each call."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_transfer)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ScriptedCall("api_transfer", {"amount": 5}, "call_same"),
+                ScriptedCall("api_transfer", {"amount": 7}, "call_same"),
+            ]
+        )
+    )
+    streamed = chunks(post(api, chat.pk, user("Pay 5 and 7")))
+    requested = [c for c in streamed if c["type"] == "tool-approval-request"]
+    _, reply = messages(api, chat.pk)
+    parts = [p for p in reply["parts"] if p["type"] == "tool-api_transfer"]
+    assert len({p["toolCallId"] for p in parts}) == 2
+    assert [p["toolCallId"] for p in parts] == [c["toolCallId"] for c in requested]
+    assert [p["approval"]["id"] for p in parts] == [c["approvalId"] for c in requested]
+    assert [p["approval"]["id"] for p in parts] == ["call_same", "call_same#2"]
+    parts[0].update(state="approval-responded", approval={"id": "call_same", "approved": True})
+    parts[1].update(state="approval-responded", approval={"id": "call_same#2", "approved": False})
+    fake_llm.script(Reply("Paid 5."))
+    chunks(post(api, chat.pk, reply))
+    decided = list(ToolCall.objects.order_by("id").values_list("arguments", "approval"))
+    assert decided == [({"amount": 5}, "approved"), ({"amount": 7}, "denied")]
+
+
 def test_a_denied_call_is_output_denied(api, chat, fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     chat.with_tools(api_transfer)

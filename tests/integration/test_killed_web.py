@@ -43,7 +43,7 @@ class WebProcess:
     """``manage.py runserver`` of the test settings in its own process, on the test
     database, its providers pointed at the fake server."""
 
-    def __init__(self, services, llmchat: dict):
+    def __init__(self, services, llmchat: dict, **extra_env: str):
         self.port = _free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llmchat-web-", suffix=".log", delete=False)
         env = {
@@ -54,6 +54,7 @@ class WebProcess:
             "CELERY_BROKER_URL": services.broker_url,
             "LLMCHAT_TEST_QUEUE": services.queue,
             "PYTHONPATH": str(REPO),
+            **extra_env,
         }
         env.pop("CI", None)
         self.proc = subprocess.Popen(

@@ -3,99 +3,20 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { lastAssistantMessageIsCompleteWithApprovalResponses, validateUIMessages } from "ai";
+
 import {
-  AbstractChat,
-  DefaultChatTransport,
-  lastAssistantMessageIsCompleteWithApprovalResponses,
-  validateUIMessages,
-} from "ai";
-
-const BASE = process.env.LLMCHAT_URL;
-const headers = { Authorization: `Bearer ${process.env.LLMCHAT_TOKEN}` };
-
-// The framework-free chat state (what @ai-sdk/react's useChat keeps in React state).
-class State {
-  constructor(messages = []) {
-    this.status = "ready";
-    this.error = undefined;
-    this.messages = messages;
-  }
-  pushMessage(message) {
-    this.messages = [...this.messages, message];
-  }
-  popMessage() {
-    this.messages = this.messages.slice(0, -1);
-  }
-  replaceMessage(index, message) {
-    this.messages = [
-      ...this.messages.slice(0, index),
-      structuredClone(message),
-      ...this.messages.slice(index + 1),
-    ];
-  }
-  snapshot(value) {
-    return structuredClone(value);
-  }
-}
-
-class Chat extends AbstractChat {
-  constructor(options) {
-    super({ ...options, state: new State(options.messages) });
-  }
-}
-
-// fetch that keeps the chunks of every response, for the test to look at
-function recordingFetch(log) {
-  return async (url, init) => {
-    const response = await fetch(url, init);
-    log.push({ url: String(url), method: init?.method ?? "GET", status: response.status,
-               headers: response.headers, chunks: [] });
-    const entry = log.at(-1);
-    if (!response.body) return response;
-    const [mine, theirs] = response.body.tee();
-    (async () => {
-      const text = await new Response(mine).text();
-      for (const block of text.split("\n\n")) {
-        if (block.startsWith("data: ")) entry.chunks.push(block.slice(6));
-      }
-    })();
-    return new Response(theirs, { status: response.status, headers: response.headers });
-  };
-}
-
-function transport(extra = {}) {
-  return new DefaultChatTransport({ api: `${BASE}/api/ui/chat`, headers, ...extra });
-}
-
-async function api(path, init = {}) {
-  const response = await fetch(`${BASE}/api/${path}`, {
-    ...init,
-    headers: { ...headers, "Content-Type": "application/json", ...(init.headers ?? {}) },
-  });
-  assert.ok(response.ok, `${path}: ${response.status} ${await response.clone().text()}`);
-  return response.status === 204 ? null : response.json();
-}
-
-async function newChat(tools) {
-  return api("chats/", { method: "POST", body: JSON.stringify({ title: "js", tools }) });
-}
-
-async function until(condition, what, seconds = 20) {
-  const end = Date.now() + seconds * 1000;
-  while (Date.now() < end) {
-    if (condition()) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
-
-const text = (message) =>
-  message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
-
-async function stored(chatId) {
-  const page = await api(`chats/${chatId}/messages/`);
-  return page.results;
-}
+  api,
+  BASE,
+  Chat,
+  headers,
+  newChat,
+  recordingFetch,
+  stored,
+  text,
+  transport,
+  until,
+} from "./helpers.mjs";
 
 test("a made-up chat id: the chat is created, the reply streams, then regenerate", async () => {
   const log = [];
@@ -273,10 +194,30 @@ test("bad input is a 400 naming the field; another user's chat is not reachable"
     body: JSON.stringify({ id: "x", messages: [], trigger: "nope" }),
   });
   assert.equal(response.status, 400);
-  const body = await response.json();
+  // a refusal is its message as text: what the transport puts in chat.error.message
+  assert.equal(response.headers.get("content-type"), "text/plain; charset=utf-8");
+  assert.match(await response.text(), /^trigger: /);
+  const asJson = await fetch(`${BASE}/api/ui/chat`, {
+    method: "POST",
+    headers: { ...headers, "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify({ id: "x", messages: [], trigger: "nope" }),
+  });
+  const body = await asJson.json();
   assert.ok("trigger" in body, JSON.stringify(body));
   const missing = await fetch(`${BASE}/api/ui/chat/never-made/stream`, { headers });
   assert.equal(missing.status, 404);
+  assert.equal(await missing.text(), "No such chat.");
+  // the SDK's own error: the refusal's message, not a JSON body
+  const errors = [];
+  const refused = new Chat({ id: "x", transport: transport(), onError: (e) => errors.push(e) });
+  await refused.sendMessage({
+    parts: [{ type: "file", url: "https://example.com/a.png", mediaType: "image/png" }],
+  });
+  assert.equal(refused.status, "error");
+  assert.equal(
+    refused.error.message,
+    "messages: part 0: a file part's url must be a base64 data: URL",
+  );
   const anonymous = await fetch(`${BASE}/api/ui/chat`, { method: "POST", body: "{}" });
   assert.equal(anonymous.status, 401);
 });

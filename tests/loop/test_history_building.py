@@ -112,3 +112,16 @@ def test_attachments_are_not_kept_between_loads(chat):
     again = load_history(chat)
     assert again.messages[0] is not loaded.messages[0]  # read whole again
     assert again.messages[-1].attachments[0].data == b"hello"
+
+
+def test_calls_sharing_an_id_keep_their_own_item_ids():
+    """A vendor repeated a call id: each call keeps its own item id (replayed to the
+    Responses API, named in the UI stream); a row stored before the per-call list reads
+    them by call id."""
+    from django_llmchat.transcript import call_item_ids
+
+    raw = {"item_ids": {"c": "fc_2"}, "call_item_ids": ["fc_1", "fc_2"]}
+    assert call_item_ids(raw, ["c", "c"]) == ["fc_1", "fc_2"]
+    assert call_item_ids({"item_ids": {"c": "fc_2", "d": "fc_3"}}, ["c", "d"]) == ["fc_2", "fc_3"]
+    assert call_item_ids({}, ["c"]) == [None]
+    assert call_item_ids({"call_item_ids": ["fc_1"]}, ["c", "c"]) == [None, None]  # mismatched

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_llmchat import runs
 from django_llmchat.agents import Agent
 from django_llmchat.errors import ChatBusyError, RunLostError
-from django_llmchat.events import GuardrailTripwire, TextDelta, TextDone
+from django_llmchat.events import GuardrailTripwire, RunFinished, RunStarted, TextDelta, TextDone
 from django_llmchat.guardrails import Guardrail, GuardrailResult
 from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 from django_llmchat.testing import Fault, Reply
@@ -68,6 +68,8 @@ def test_a_stream_never_iterated_stores_and_marks_nothing(chat, fake_llm):
 def test_a_stream_dropped_mid_reply_ends_cancelled_with_its_usage_row(chat, fake_llm):
     fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("word " * 100, chunk_size=5)))
     events = chat.stream("talk")
+    started = next(events)
+    assert isinstance(started, RunStarted) and started.run_id == str(chat.runs.get().pk)
     assert isinstance(next(events), TextDelta)
     assert Chat.objects.get(pk=chat.pk).status == "running"
     del events  # dropped: the generator is closed
@@ -89,8 +91,21 @@ def test_a_stream_closed_mid_reply_ends_cancelled(chat, fake_llm):
     fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("word " * 100, chunk_size=5)))
     events = chat.stream("talk")
     next(events)
+    next(events)
     events.close()
     assert run_statuses(chat) == ["cancelled"]
+
+
+def test_a_stream_closed_at_run_started_ends_cancelled(chat, fake_llm):
+    """Closed after its first event, before the loop began: the run still ends."""
+    events = chat.stream("talk")
+    assert isinstance(next(events), RunStarted)
+    events.close()
+    run = chat.runs.get()
+    assert (run.status, run.interrupt_reason) == ("cancelled", "stream_closed")
+    assert Chat.objects.get(pk=chat.pk).status == "idle"
+    fake_llm.script("Again.")
+    assert chat.ask("Once more").content == "Again."
 
 
 def test_an_unsaved_chat_stream_fails_at_once(fake_llm):
@@ -439,7 +454,14 @@ def test_a_stop_mid_reply_stores_the_text_shown_as_the_reply(chat, fake_llm):
     assert reply.content == "".join(texts) and reply.finish_reason == "cancelled"
     finished = [e for e in seen if isinstance(e, StepFinished)]
     assert [e.message_id for e in finished] == [reply.pk]
-    assert isinstance(seen[-1], Interrupt) and seen.index(finished[0]) == len(seen) - 2
+    assert isinstance(seen[-2], Interrupt) and seen.index(finished[0]) == len(seen) - 3
+    assert seen[-1] == RunFinished(
+        run_id=str(run.pk),
+        status="cancelled",
+        message_id=reply.pk,
+        token_usage=run.tokens,
+        cost=seen[-1].cost,
+    )
     assert list(Usage.objects.filter(run=run).values_list("status", "message_id")) == [
         ("cancelled", reply.pk)
     ]

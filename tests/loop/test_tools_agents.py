@@ -14,6 +14,8 @@ from django_llmchat.events import (
     GuardrailModification,
     GuardrailTripwire,
     Interrupt,
+    RunFinished,
+    RunStarted,
     SkillActivation,
     TextDelta,
     ToolCallDone,
@@ -175,7 +177,8 @@ def test_approval_pauses_and_resumes(chat, fake_llm):
     )
     chat.with_tools(delete_everything)
     events = list(chat.stream("delete it all"))
-    assert events[-1] == Interrupt(reason="approval_required")
+    assert events[-2] == Interrupt(reason="approval_required")
+    assert events[-1].status == "awaiting_approval" and isinstance(events[0], RunStarted)
     assert chat.messages.filter(role="tool").count() == 0
     call = ToolCall.objects.get(call_id="call_del")
     assert call.approval == ""
@@ -202,7 +205,7 @@ def test_agent_instructions_tools_and_max_steps(fake_llm):
     assert chat.agent == f"{__name__}.Calculator"
     fake_llm.script(*[Reply(tool_calls=[Call("add", {"a": i})]) for i in range(3)])
     events = list(Chat.objects.get(pk=chat.pk).stream("count"))
-    assert events[-1] == Interrupt(reason="max_steps")
+    assert events[-2] == Interrupt(reason="max_steps") and events[-1].status == "interrupted"
     body = fake_llm.requests[0].body
     assert "You add numbers." in json.dumps(body)
     assert "add" in json.dumps(body["tools"])
@@ -219,14 +222,14 @@ def test_tool_interrupt_then_complete_resumes(chat, fake_llm):
     )
     chat.with_tools(stop_here, add)
     events = list(chat.stream("go"))
-    assert events[-1] == Interrupt(reason="needs a human")
+    assert events[-2] == Interrupt(reason="needs a human") and events[-1].status == "interrupted"
     assert results(chat) == ["2"]  # the call before the interrupt was answered
     assert ToolCall.objects.get(name="stop_here").get_result() is None
     fake_llm.script(Reply("resumed"))
     calls_before = len(fake_llm.requests)
     # stop_here will interrupt again when re-run: resuming re-runs unanswered calls first
     events = list(chat.stream())
-    assert events[-1] == Interrupt(reason="needs a human")
+    assert events[-2] == Interrupt(reason="needs a human") and events[-1].status == "interrupted"
     assert len(fake_llm.requests) == calls_before
 
 
@@ -250,7 +253,8 @@ def test_guardrails(fake_llm):
     chat = Guarded.start_chat()
     events = list(chat.stream("my password is hunter2"))
     assert events == [
-        GuardrailTripwire(guardrail_id="no-secrets", reason="mentions a password", phase="before")
+        GuardrailTripwire(guardrail_id="no-secrets", reason="mentions a password", phase="before"),
+        RunFinished(run_id="", status="blocked"),
     ]
     assert chat.messages.count() == 0 and not fake_llm.requests
     fake_llm.script(Reply("damn right"))
@@ -307,7 +311,7 @@ def test_cancel_mid_stream(chat, fake_llm):
         if isinstance(event, TextDelta) and start is None:
             start = time.monotonic()
             Chat.objects.get(pk=chat.pk).cancel()
-    assert seen[-1] == Interrupt(reason="cancelled")
+    assert seen[-2] == Interrupt(reason="cancelled") and seen[-1].status == "cancelled"
     assert time.monotonic() - start < 1.0
     # what was streamed before the stop is the reply
     shown = "".join(e.content for e in seen if isinstance(e, TextDelta))
@@ -410,9 +414,10 @@ def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
     seen = []
     for event in chat.stream("talk"):
         seen.append(event)
-        if isinstance(event, TextDelta) and len(seen) == 1:
+        if isinstance(event, TextDelta) and len(seen) == 2:  # after RunStarted
             assert Chat.objects.get(pk=chat.pk).interrupt("the user changed topic")
-    assert seen[-1] == Interrupt(reason="the user changed topic")
+    assert seen[-2] == Interrupt(reason="the user changed topic")
+    assert seen[-1].status == "interrupted"
     assert [m.role for m in chat.transcript()] == ["user", "assistant"]  # what was shown
     assert not Chat.objects.get(pk=chat.pk).interrupt("nothing is running")
     fake_llm.script(Reply("resumed"))

@@ -1,0 +1,176 @@
+"""The chat admin: its form checks provider and model as the API does, the transcript,
+the ledger note on delete pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet, Sum
+from django.http import HttpRequest
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.timezone import localtime
+
+from ..models import Chat, Usage
+from .base import _money, _short, _Styled
+from .lifecycle import _users_of, erase_users_view, export_users_response
+from .transcripts import build_transcript, transcript_page
+
+
+class ChatForm(forms.ModelForm):
+    """The chat's settings, with the provider and the model checked as the REST API checks
+    them (:func:`django_llmchat.inputs.check_choice`): a provider that is not configured,
+    or a model ``LLMCHAT["ALLOWED_MODELS"]`` does not allow, is a form error, not a failed
+    next message."""
+
+    class Meta:
+        model = Chat
+        fields = "__all__"
+
+    def clean(self) -> dict[str, Any]:
+        from ..inputs import InputError, check_choice, check_model_id, check_provider
+
+        data = super().clean()
+        changed = [name for name in ("provider", "model_id") if name in self.changed_data]
+        if self.instance.pk is None:
+            changed = [name for name in ("provider", "model_id") if name in data]
+        if not changed or self.errors.get("provider") or self.errors.get("model_id"):
+            return data
+        values = {name: data.get(name) for name in changed}
+        try:
+            if "provider" in values:
+                check_provider(values["provider"])
+            if "model_id" in values:
+                check_model_id(values["model_id"])
+            check_choice(values, self.instance if self.instance.pk else None)
+        except InputError as exc:
+            field = exc.field if exc.field in self.fields else None
+            raise forms.ValidationError(
+                {field: list(exc.reasons)} if field else exc.reason
+            ) from None
+        return data
+
+
+LEDGER_NOTE = (
+    "The usage rows of {what} stay: the usage ledger keeps each attempt's tokens and cost "
+    "with the chat's id and title and the user's id, so the spending limits and the usage "
+    "dashboard still count them. The messages, tool calls, runs and attachment files go."
+)
+
+
+@admin.register(Chat)
+class ChatAdmin(_Styled, admin.ModelAdmin):
+    form = ChatForm
+    delete_confirmation_template = "admin/django_llmchat/chat/delete_confirmation.html"
+    delete_selected_confirmation_template = (
+        "admin/django_llmchat/chat/delete_selected_confirmation.html"
+    )
+    actions = ["export_users_data", "erase_users_data"]
+    list_display = (
+        "short_title",
+        "user",
+        "model_display",
+        "messages_count",
+        "tokens_total",
+        "cost_total",
+        "status",
+        "updated",
+    )
+    list_filter = ("provider", "model_id", "status", ("updated_at", admin.DateFieldListFilter))
+    search_fields = ("title", "messages__content")
+    list_select_related = ("user",)
+    raw_id_fields = ("user",)
+    readonly_fields = ("status", "active_run", "anonymised_at", "created_at", "updated_at")
+    date_hierarchy = "created_at"
+    change_form_template = "admin/django_llmchat/chat/change_form.html"
+    # collapsed: the transcript below is what the page is for
+    fieldsets = (
+        (
+            "Settings",
+            {
+                "fields": ("title", "user", ("provider", "model_id"), "agent", "retention_days"),
+                "classes": ("collapse",),
+            },
+        ),
+        (
+            "Request",
+            {
+                "fields": ("params", "schema", "tools", "context", "history"),
+                "classes": ("collapse",),
+            },
+        ),
+        (
+            "Run",
+            {
+                "fields": ("status", "active_run", "anonymised_at", "created_at", "updated_at"),
+                "classes": ("collapse",),
+            },
+        ),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).with_totals()
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, obj: Chat) -> str:
+        return _short(str(obj), 48)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Chat) -> str:
+        return date_format(localtime(obj.updated_at), "Y-m-d H:i")
+
+    @admin.display(description="model", ordering="model_id")
+    def model_display(self, obj: Chat) -> str:
+        return format_html(
+            '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, 32)
+        )
+
+    @admin.display(description="messages", ordering="message_count")
+    def messages_count(self, obj: Chat) -> int:
+        return obj.message_count
+
+    @admin.display(description="tokens", ordering="total_tokens")
+    def tokens_total(self, obj: Chat) -> str:
+        return "—" if obj.total_tokens is None else f"{obj.total_tokens:,}"
+
+    @admin.display(description="cost (USD)", ordering="total_cost")
+    def cost_total(self, obj: Chat) -> str:
+        return _money(obj.total_cost)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        chat = self.get_object(request, object_id)
+        if chat is not None:
+            extra_context["transcript"] = transcript_page(
+                build_transcript(chat), request.GET.get("transcript_page")
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        extra_context = dict(extra_context or {})
+        extra_context["ledger_note"] = LEDGER_NOTE.format(what="this chat")
+        rows = Usage.objects.filter(chat_id=object_id) if str(object_id).isdigit() else None
+        if rows is not None:
+            extra_context["ledger_rows"] = rows.count()
+            extra_context["ledger_cost"] = _money(rows.aggregate(c=Sum("total_cost"))["c"])
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: Chat) -> None:
+        from ..lifecycle import purge_chats
+
+        purge_chats(Chat.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from ..lifecycle import purge_chats
+
+        purge_chats(queryset)
+
+    @admin.action(description="Export the data of the selected chats' users (JSON)")
+    def export_users_data(self, request: HttpRequest, queryset: QuerySet):
+        return export_users_response(_users_of(queryset))
+
+    @admin.action(description="Erase the data of the selected chats' users", permissions=["delete"])
+    def erase_users_data(self, request: HttpRequest, queryset: QuerySet):
+        return erase_users_view(self, request, _users_of(queryset), queryset)

@@ -1,0 +1,100 @@
+"""A chat's transcript as the admin shows it: tool calls beside their results, paged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import InvalidPage, Paginator
+
+from ..models import Chat, LLMModel, Run
+from ..values import Cost, Tokens
+from .base import _money
+
+TRANSCRIPT_PAGE_SIZE = 50
+"""Messages per page of a chat's transcript in the admin (the latest page comes first)."""
+
+
+def build_transcript(chat: Chat) -> dict[str, Any]:
+    """The chat's messages arranged for display: each tool call with its result beneath.
+
+    Runs a constant number of queries whatever the transcript length."""
+    messages = list(chat.transcript())
+    model_ids = {m.model_id for m in messages if m.model_id}
+    registry = {}
+    if model_ids:
+        for row in LLMModel.objects.filter(model_id__in=model_ids):
+            registry.setdefault(row.model_id, row)
+    answered: set[int] = set()
+    for m in messages:
+        if m.model_id:
+            m.model_info = registry.get(m.model_id)
+        for call in m.tool_calls.all():
+            result = call.get_result()
+            if result is not None:
+                answered.add(result.pk)
+    # runs that did not end with a reply are shown where they stopped: after the last
+    # message they stored, else after their prompt
+    runs = [r for r in Run.objects.filter(chat=chat).order_by("id") if r.status != Run.SUCCEEDED]
+    marks: dict[int, list[Run]] = {}
+    leading: list[Run] = []
+    index = {m.pk: i for i, m in enumerate(messages)}
+    last_of_run: dict[int, int] = {}
+    for i, m in enumerate(messages):
+        if m.run_id is not None:
+            last_of_run[m.run_id] = i
+    for run in runs:
+        stored = [i for i in (last_of_run.get(run.pk), index.get(run.prompt_id)) if i is not None]
+        if stored:
+            marks.setdefault(messages[max(stored)].pk, []).append(run)
+        else:
+            leading.append(run)
+    entries: list[dict[str, Any]] = [{"run": run} for run in leading]
+    total_tokens = Tokens()
+    total_cost = Cost()
+    for m in messages:
+        if m.pk in answered:
+            entries.extend({"run": run} for run in marks.get(m.pk, ()))
+            continue  # shown beneath its tool call
+        calls = []
+        for call in m.tool_calls.all():
+            result = call.get_result()
+            calls.append({"call": call, "result": result})
+        tokens = m.tokens
+        cost = m.cost() if (m.role == "assistant" or not tokens.is_empty) else Cost()
+        total_tokens = total_tokens + tokens
+        total_cost = total_cost + cost
+        entries.append(
+            {
+                "message": m,
+                "tool_calls": calls,
+                "tokens": tokens,
+                "cost": cost,
+                "cost_display": _money(cost.total) if cost.total is not None else "",
+                "attachments": list(m.attachments.all()),
+            }
+        )
+        entries.extend({"run": run} for run in marks.get(m.pk, ()))
+    return {
+        "entries": entries,
+        "last_message_id": messages[-1].pk if messages else None,
+        "message_count": len(messages),
+        "total_tokens": total_tokens,
+        "total_cost": total_cost,
+        "total_cost_display": _money(total_cost.total),
+    }
+
+
+def transcript_page(transcript: dict[str, Any], number: str | int | None) -> dict[str, Any]:
+    """One page of :func:`build_transcript`'s entries, :data:`TRANSCRIPT_PAGE_SIZE` a page;
+    no ``number`` (or a bad one) means the LAST page, where the latest messages are."""
+    paginator = Paginator(transcript["entries"], TRANSCRIPT_PAGE_SIZE, orphans=5)
+    try:
+        page = paginator.page(int(number or paginator.num_pages))
+    except (ValueError, InvalidPage):
+        page = paginator.page(paginator.num_pages)
+    return {
+        **transcript,
+        "entries": page.object_list,
+        "page": page,
+        "page_range": list(paginator.get_elided_page_range(page.number, on_each_side=2)),
+    }

@@ -1,0 +1,263 @@
+"""``chats/{id}/messages/``: the transcript and new user messages (a run queued, or
+streamed in the response); ``chats/{id}/tool-calls/{call_id}/approve/`` and ``deny/``: the
+decisions on tool calls waiting for approval."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiExample, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from .. import runs
+from ..errors import ChatBusyError
+from ..models import Chat, Message, Run, ToolCall
+from ..transcript import known_relations
+from .base import LLMChatView, once, stream_inline, stream_position
+from .errors import Conflict
+from .idempotency import (
+    IDEMPOTENCY_CONFLICT,
+    IDEMPOTENCY_PARAMETER,
+    IDEMPOTENCY_REUSED,
+    Idempotency,
+)
+from .pagination import MessageCursorPagination
+from .parsers import StrictJSONParser, StrictMultiPartParser
+from .permissions import chats_for
+from .responses import BUDGET, ERROR, KEY_REFUSED, MESSAGE_RULES, SSE_RESPONSE
+from .schema import document
+from .serializers import (
+    MessageAcceptedSerializer,
+    MessageContentSerializer,
+    MessageCreateSerializer,
+    MessageSerializer,
+    RunSerializer,
+    load_messages,
+)
+from .sse import EventStreamRenderer
+
+__all__ = ["MessageListCreateView", "ToolCallDecisionView"]
+
+
+# -- messages -------------------------------------------------------------------------------
+UNSHOWN_MESSAGE_COLUMNS = (
+    "raw",
+    "thinking_signature",
+    "parent_tool_call__arguments",
+    "parent_tool_call__thought_signature",
+)
+
+
+class MessageListCreateView(LLMChatView):
+    """The chat's transcript (cursor-paginated) and new user messages."""
+
+    pagination_class = MessageCursorPagination
+    serializer_class = MessageSerializer
+    parser_classes = [StrictJSONParser, StrictMultiPartParser]
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    starts_runs = True
+    queryset = Message.objects.none()
+
+    def get_serializer_class(self):
+        if self.request is not None and self.request.method == "POST":
+            return MessageCreateSerializer
+        return MessageSerializer
+
+    @document(
+        summary="List a chat's messages",
+        description="In transcript order, by `(position, id)`; each message with its tool calls "
+        "and their results, citations, attachments, tokens and cost. `?from=end` starts "
+        "with the latest page.",
+        responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
+    )
+    def get(self, request, pk: int):
+        # the chat's access check rides in the page's statement; only an empty page asks
+        # whether the chat is there at all (a 404 otherwise)
+        rows = Message.objects.filter(chat__in=chats_for(request.user).filter(pk=pk))
+        # the columns MessageSerializer never shows stay in the database
+        rows = rows.select_related("parent_tool_call").defer(*UNSHOWN_MESSAGE_COLUMNS)
+        try:
+            page = self.paginate_queryset(rows)
+        except ValidationError:
+            self.get_chat(pk)  # an unknown chat is a 404 before a bad cursor is a 400
+            raise
+        if not page:
+            self.get_chat(pk)
+        load_messages(page)
+        data = MessageSerializer(page, many=True, context=self.get_serializer_context()).data
+        return self.get_paginated_response(data)
+
+    @document(
+        summary="Send a user message and start the reply",
+        description=(
+            "Saves the message and queues a run answering it: 202 with the message and the "
+            "run (follow it at `events_url`). A message sent while an earlier run works is "
+            "queued behind it and answered in order. With `Accept: text/event-stream` the "
+            "run streams in this response instead (409 when the chat's run waits for a "
+            "tool-call decision)."
+        ),
+        request={
+            "application/json": MessageContentSerializer,
+            "multipart/form-data": MessageCreateSerializer,
+        },
+        responses={
+            (202, "application/json"): MessageAcceptedSerializer,
+            (200, "text/event-stream"): SSE_RESPONSE,
+            400: MESSAGE_RULES,
+            404: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
+            429: BUDGET,
+        },
+        parameters=[IDEMPOTENCY_PARAMETER],
+        examples=[
+            OpenApiExample(
+                "A prompt", value={"content": "What is the capital of France?"}, request_only=True
+            )
+        ],
+    )
+    def post(self, request, pk: int):
+        chat = self.get_chat(pk)
+        serializer = MessageCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        content = serializer.validated_data["content"]
+        attachments = serializer.validated_data.get("attachments") or None
+        streamed = self.wants_events()
+        body = {"content": content, "attachments": _fingerprint(attachments), "sse": streamed}
+        idem = Idempotency.of(request, "messages", chat, body)
+        if streamed:
+            after = stream_position(chat) if idem is not None else None
+            return once(
+                idem,
+                self,
+                lambda: stream_inline(self, chat, prompt=content, attachments=attachments),
+                stream="sse",
+                after=after,
+            )
+        return once(idem, self, lambda: self._ask_later(chat, content, attachments, idem))
+
+    def _ask_later(self, chat, content, attachments, idem):
+        after = stream_position(chat)
+        message = chat.ask_later(content, attachments=attachments)
+        if message is None:
+            tripwire = chat.last_run.tripwire
+            return Response(
+                {"detail": "A guardrail blocked the message.", "guardrail": tripwire.to_dict()},
+                status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+            )
+        run = chat.last_run
+        run.refresh_from_db()  # a worker (or an in-process run) may have taken it already
+        if attachments:
+            message = Message.objects.filter(pk=message.pk).transcript().get()
+        else:  # just stored, with nothing attached: nothing to read back
+            known_relations(message, tool_calls=[], attachments=[], usages=[])
+        context = self.get_serializer_context()
+        body = {
+            "message": MessageSerializer(message, context=context).data,
+            "run": RunSerializer(run, context={**context, "events_after": after}).data,
+        }
+        if idem is not None:
+            idem.answered(status.HTTP_202_ACCEPTED, body)
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _fingerprint(attachments: list | None) -> list:
+    """Attachments as the request hash reads them: name, SHA-256 of the bytes, type."""
+    out = []
+    for item in attachments or ():
+        name, data, kind = (list(item) + [None, None, None])[:3]
+        digest = hashlib.sha256(data).hexdigest() if isinstance(data, bytes) else str(data)
+        out.append([str(name), digest, str(kind)])
+    return out
+
+
+# -- tool-call approvals --------------------------------------------------------------------
+class ToolCallDecisionView(LLMChatView):
+    """Approve or deny a tool call waiting for approval; once none is left waiting, the
+    run resumes (in the background, or in this response with
+    ``Accept: text/event-stream``)."""
+
+    decision = "approved"
+    starts_runs = True
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    serializer_class = serializers.Serializer  # no body (OPTIONS describes it)
+
+    @document(
+        request=None,
+        responses={
+            202: inline_serializer(
+                "ToolCallDecision",
+                {
+                    "call_id": serializers.CharField(),
+                    "approval": serializers.CharField(),
+                    "resumed": serializers.BooleanField(),
+                    "run": RunSerializer(allow_null=True),
+                },
+            ),
+            (200, "text/event-stream"): SSE_RESPONSE,
+            400: KEY_REFUSED,
+            404: ERROR,
+            409: IDEMPOTENCY_CONFLICT,
+            422: IDEMPOTENCY_REUSED,
+        },
+        parameters=[IDEMPOTENCY_PARAMETER],
+    )
+    def post(self, request, pk: int, call_id: str):
+        chat = self.get_chat(pk)
+        streamed = self.wants_events()
+        idem = Idempotency.of(request, self.decision, chat, {"call_id": call_id, "sse": streamed})
+        after = stream_position(chat) if idem is not None and streamed else None
+        return once(idem, self, lambda: self._decide(chat, call_id, idem, after))
+
+    def _decide(self, chat: Chat, call_id: str, idem: Idempotency | None, after):
+        calls = list(
+            ToolCall.objects.filter(chat=chat, call_id=call_id)
+            .select_related("result")
+            .order_by("id")
+        )
+        if not calls:
+            raise Http404("No such tool call.")
+        call = ToolCall.first_waiting(calls) or calls[0]  # answered: the 409 below says so
+        try:
+            run = runs.decide(chat.pk, call, self.decision)
+        except runs.AlreadyDecided:
+            raise Conflict("The tool call has already been answered.") from None
+        except ChatBusyError:
+            raise Conflict("The chat is running; wait for it to pause.") from None
+        resumed = run is not None
+        decided = run or chat.runs.filter(status=Run.AWAITING_APPROVAL).order_by("id").first()
+        if resumed and self.wants_events():
+            response = stream_inline(self, chat, resume=run)
+            if idem is not None:
+                idem.answered(200, {"stream": "sse", "run_id": run.pk, "events_after": after})
+            return response
+        after = None
+        if resumed:
+            after = stream_position(chat)
+            _resume_later(chat, run)
+        if decided is not None:
+            decided = Run.objects.with_totals().get(pk=decided.pk)
+        context = {**self.get_serializer_context(), "events_after": after}
+        body = {
+            "call_id": call_id,
+            "approval": self.decision,
+            "resumed": resumed,
+            "run": RunSerializer(decided, context=context).data if decided else None,
+        }
+        if idem is not None:
+            idem.answered(status.HTTP_202_ACCEPTED, body, run=decided)
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _resume_later(chat: Chat, run: Run) -> None:
+    """Continue the run outside the request (the Celery task, or in-process)."""
+    from django.db import transaction
+
+    from ..tasks import complete_chat
+
+    chat_id, run_id = chat.pk, run.pk
+    transaction.on_commit(lambda: complete_chat.delay(chat_id, run_id=run_id))

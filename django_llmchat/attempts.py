@@ -1,0 +1,369 @@
+"""The provider attempts of a run: one step's request and response, each attempt on the
+usage ledger (a pending row before the call, closed when it ends), the summary request of
+a compaction, and a step stopped mid-stream stored as what was shown.
+
+:class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
+on the runner's chat, execution, history and result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from . import dbconn, runs, telemetry
+from .errors import (
+    ContextLengthExceededError,
+    IncompleteStreamError,
+    ProviderError,
+    RunLostError,
+    StructuredOutputError,
+)
+from .events import (
+    FinishReasonDone,
+    GuardrailModification,
+    GuardrailTripwire,
+    StepFinished,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    TokenUsageDone,
+    ToolCallDone,
+)
+from .guardrails import AFTER, GuardrailResult
+from .history import check_summary_response, summary_request
+from .models import Usage
+from .providers import get_provider
+from .providers.types import ProviderRequest, ProviderResponse
+from .transcript import (
+    closed_attempt,
+    open_attempt,
+    record_failed_attempts,
+    save_step,
+    save_summary,
+    usage_row,
+    write_attempts,
+)
+from .values import Cost, Tokens, usd_text
+
+logger = logging.getLogger("django_llmchat.runner")
+
+
+class ProviderAttempts:
+    """The provider calls of :class:`~django_llmchat.runner.Runner`."""
+
+    # -- one provider response ------------------------------------------------------------
+    def _step(self, *, stream: bool):
+        """One step's request, shaped by the history policy, and its response; a vendor
+        refusing the request as too long gets one compaction (or a tighter window) and one
+        retry."""
+        history = self.history
+        self.last_tokens = None
+        request = yield from history.fit(self._request, compact=self._compact)
+        try:
+            response = yield from self._call(request, stream=stream)
+        except ContextLengthExceededError:
+            request = yield from history.fit(self._request, overflow=request, compact=self._compact)
+            response = yield from self._call(request, stream=stream)
+        if self.last_tokens is not None:
+            history.observed(request, self.last_tokens)
+        return response
+
+    def _save(self, response, content: str, usages: list[Usage], *, final: bool = False):
+        """Store one step (its message, tool calls and usage rows), fenced by the run."""
+        chat = self.chat
+        return save_step(
+            chat,
+            response,
+            provider=chat.provider,
+            model_id=chat.model_id,
+            content=content,
+            usages=usages,
+            execution=self.execution,
+            final=final,
+        )
+
+    def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
+        """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown
+        so far is stored as its reply, finish reason ``cancelled``, with the attempt's
+        usage rows; its tool calls, unfinished, are not. ``None`` when the run is no
+        longer this process's (nothing is stored)."""
+        chat, execution = self.chat, self.execution
+        response = ProviderResponse(
+            content=text,
+            finish_reason="other",
+            raw_finish_reason="cancelled",
+            model_id=chat.model_id,
+        )
+        try:
+            message, _ = self._save(response, text, usages)
+        except RunLostError:
+            return None
+        self.result.message = message
+        return StepFinished(
+            message_id=message.pk,
+            step=execution.run.steps,
+            finish_reason="other",
+            token_usage=sum((row.tokens for row in usages), Tokens()),
+            cost=usd_text(sum((row.cost for row in usages), Cost()).total),
+        )
+
+    def _open_attempt(
+        self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
+    ) -> Usage:
+        """The pending Usage row of an attempt about to call ``provider``: its input
+        tokens as the history estimates them, their cost (marked estimated)."""
+        estimate = None
+        if self.history is not None:
+            try:
+                estimate = self.history.count(request.messages)
+            except Exception:  # an estimator's failure never stops a call
+                logger.exception("chat %s: could not estimate a request", self.chat.pk)
+        row = usage_row(
+            self.chat,
+            provider=provider,
+            model_id=model_id,
+            status=Usage.PENDING,
+            tokens=Tokens(input_tokens=estimate) if estimate is not None else None,
+            started=time.monotonic(),
+            run_id=self.execution.pk if self.execution is not None else None,
+        )
+        row.duration_ms, row.operation = None, operation
+        opened = open_attempt(row)
+        opened.span = telemetry.start_attempt(self, request, provider, model_id, operation)
+        return opened
+
+    @staticmethod
+    def _close_attempt(pending: Usage | None, row: Usage, response=None) -> Usage:
+        """``row``, the ended attempt, as the close of its ``pending`` row (and of its
+        span)."""
+        closed = closed_attempt(pending, row)
+        telemetry.end_attempt(getattr(pending, "span", None), closed, response)
+        return closed
+
+    def _compact(self, covered, until_id, previous, budget):
+        """Write and store a summary of ``covered`` (the messages up to ``until_id``,
+        after the ``previous`` summary): one request to the summary model, its own usage
+        row. Returns the summary row, or ``None`` when the summary model failed (the run
+        goes on with a window)."""
+        chat, execution, options = self.chat, self.execution, self.history.options
+        provider_name = options.summary_provider or chat.provider
+        model_id = options.summary_model or chat.model_id
+        started = time.monotonic()
+        pending = None
+        try:
+            provider = (
+                self.provider if provider_name == chat.provider else get_provider(provider_name)
+            )
+            request = summary_request(options, model_id, covered, previous, budget)
+            request.chat = chat  # what LLMCHAT["REDACT"] is told of
+            pending = self._open_attempt(request, provider_name, model_id, operation="summary")
+            response = provider.complete(request)
+            content = check_summary_response(provider_name, response.content)
+        except Exception as exc:
+            ours = not isinstance(exc, ProviderError)  # a fault of ours fails the run
+            if pending is not None or not ours:  # an attempt was made: it is on the ledger
+                failed = usage_row(
+                    chat,
+                    provider=provider_name,
+                    model_id=model_id,
+                    status=Usage.FAILED,
+                    started=started,
+                    error=f"{type(exc).__name__}: {exc}" if ours else str(exc),
+                    run_id=execution.pk,
+                )
+                failed.operation = "summary"
+                record_failed_attempts([self._close_attempt(pending, failed)])
+            if ours:
+                raise
+            logger.warning(
+                "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
+            )
+            return None
+        usage = usage_row(
+            chat,
+            provider=provider_name,
+            model_id=response.model_id or model_id,
+            status=Usage.SUCCEEDED,
+            tokens=response.tokens,
+            started=started,
+            first_token=time.monotonic(),
+            run_id=execution.pk,
+        )
+        usage.operation = "summary"
+        self._close_attempt(pending, usage, response)
+        return save_summary(
+            chat,
+            content=content,
+            until_id=until_id,
+            provider=provider_name,
+            model_id=response.model_id or model_id,
+            usage=usage,
+            execution=execution,
+        )
+
+    def _call(self, request: ProviderRequest, *, stream: bool):
+        chat, provider, execution = self.chat, self.provider, self.execution
+        assert execution is not None
+        failed: list[Usage] = []
+        clock = {"started": time.monotonic(), "first_token": None}
+        # with after-guardrails, the step's events wait until they pass: a blocked reply
+        # never leaves (to the caller, to Redis, to the database)
+        held: list[StreamEvent] | None = [] if self.holds_text else None
+        shown: list[str] = []  # the text the caller has seen of this step
+
+        pending = [self._open_attempt(request, chat.provider, chat.model_id)]
+
+        def attempt(status: str, *, tokens=None, error: str = "", response=None) -> Usage:
+            """The Usage row of the attempt that just ended, its cost frozen now (written
+            over the attempt's pending row)."""
+            row = usage_row(
+                chat,
+                provider=chat.provider,
+                model_id=chat.model_id,
+                status=status,
+                tokens=tokens,
+                started=clock["started"],
+                first_token=clock["first_token"],
+                error=error,
+                run_id=execution.pk,
+            )
+            return self._close_attempt(pending[0], row, response)
+
+        def on_retry(error: ProviderError, number: int) -> None:
+            ended = attempt(Usage.FAILED, error=str(error))
+            write_attempts([ended])  # closed now: the next attempt has a row of its own
+            failed.append(ended)
+            clock["started"], clock["first_token"] = time.monotonic(), None
+            pending[0] = self._open_attempt(request, chat.provider, chat.model_id)
+
+        dbconn.release()  # nothing to ask the database while the model works
+        try:
+            if stream:
+                provider_stream = provider.stream(request, on_retry=on_retry)
+                events = iter(provider_stream)
+                try:
+                    for event in events:
+                        if clock["first_token"] is None:
+                            clock["first_token"] = time.monotonic()
+                        if execution.poll():
+                            dbconn.release()
+                        if isinstance(event, TextDone) and self.guardrails:
+                            continue  # re-emitted after the after-guardrails
+                        if held is not None:
+                            held.append(event)
+                            continue
+                        if isinstance(event, TextDelta):
+                            shown.append(event.content)
+                        yield event
+                finally:
+                    close = getattr(events, "close", None)
+                    if close:
+                        close()
+                response = provider_stream.response
+            else:
+                response = provider.complete(request, on_retry=on_retry)
+                clock["first_token"] = time.monotonic()
+        except (runs.CancelRequested, GeneratorExit) as exc:
+            # stopped, or the stream dropped: the tokens spent so far are still spent, and
+            # the text the caller was shown is the reply (what a reload shows is what the
+            # user saw)
+            rows = [*failed, attempt(Usage.CANCELLED)]
+            stopped = self._store_stopped("".join(shown), rows) if shown else None
+            if stopped is None:
+                record_failed_attempts(rows)
+            elif isinstance(exc, runs.CancelRequested):
+                yield stopped
+            raise
+        except RunLostError:
+            record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
+            raise
+        except (ProviderError, IncompleteStreamError) as exc:
+            record_failed_attempts([*failed, attempt(Usage.FAILED, error=str(exc))])
+            raise
+        except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
+            error = f"{type(exc).__name__}: {exc}"
+            record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
+            raise
+        content = response.content
+        if chat.schema is not None and content and not response.tool_calls:
+            try:
+                json.loads(content)
+            except ValueError as exc:
+                bad = attempt(
+                    Usage.FAILED, tokens=response.tokens, error="invalid JSON for the schema"
+                )
+                record_failed_attempts([*failed, bad])
+                raise StructuredOutputError(
+                    f"{chat.provider} returned content that is not valid JSON for the "
+                    f"chat's schema: {exc}"
+                ) from exc
+        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens, response=response)
+        self.last_tokens = response.tokens
+        # after-guardrails
+        modified: list[StreamEvent] = []
+        for g in self.guardrails:
+            if AFTER not in g.phases:
+                continue
+            decision = g.check(content, phase=AFTER, context=self.context) or GuardrailResult()
+            if decision.action == "block":
+                record_failed_attempts(failed + [succeeded])
+                event = GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=AFTER)
+                self.result.tripwire = event
+                yield event
+                return None
+            if decision.action == "transform" and decision.text is not None:
+                content = decision.text
+                modified.append(
+                    GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
+                )
+        final = not response.tool_calls
+        try:
+            message, calls = self._save(response, content, [*failed, succeeded], final=final)
+        except RunLostError:
+            # the step is not ours to store, but the attempt was paid for
+            succeeded.message = None
+            write_attempts([succeeded])
+            raise
+        self.result.message = message
+        if not response.tokens.is_empty:
+            # a deferred total is read from the usage rows, which now include this step
+            if not self.context.token_usage_deferred:
+                usage = self.context.token_usage
+                self.context.token_usage = (
+                    response.tokens if usage is None else usage + response.tokens
+                )
+        if held:
+            first_text = True
+            for event in held:
+                if isinstance(event, TextDelta) and modified:
+                    if first_text:  # transformed: the text as the guardrails left it
+                        first_text = False
+                        yield TextDelta(content)
+                    continue
+                yield event
+        yield from modified
+        if not stream:
+            for tc in response.tool_calls:
+                yield ToolCallDone(
+                    item_id=tc.item_id or tc.call_id,
+                    call_id=tc.call_id,
+                    name=tc.name,
+                    arguments=json.dumps(tc.arguments),
+                )
+            if content:
+                yield TextDone(content)
+            yield TokenUsageDone(token_usage=response.tokens)
+            yield FinishReasonDone(
+                finish_reason=response.finish_reason, raw_finish_reason=response.raw_finish_reason
+            )
+        elif content and self.guardrails:
+            yield TextDone(content)
+        yield StepFinished(
+            message_id=message.pk,
+            step=execution.run.steps,
+            finish_reason=response.finish_reason,
+            token_usage=response.tokens,
+            cost=usd_text(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
+        )
+        return message, calls

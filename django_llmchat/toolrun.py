@@ -1,0 +1,141 @@
+"""Running a step's tool calls: approvals, the before/after tool hooks, a pool of threads
+for calls that may run at once, timeouts, and their results stored in one transaction.
+
+:class:`ToolRunning` is a part of :class:`~django_llmchat.runner.Runner`: it works on
+the runner's chat, tools, context and execution."""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from django.db import connections
+
+from . import telemetry
+from .conf import settings
+from .errors import InterruptError
+from .events import Interrupt, SkillActivation, ToolApprovalRequest, ToolResultDone
+from .models import ToolCall
+from .providers.types import ProviderMessage
+from .skills import ACTIVATE_TOOL
+from .tools import Tool, ToolResult
+from .transcript import provider_message, save_tool_results
+
+logger = logging.getLogger("django_llmchat.runner")
+
+
+class ToolRunning:
+    """The tool calls of :class:`~django_llmchat.runner.Runner`."""
+
+    # -- tools ----------------------------------------------------------------------------
+    def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):
+        """Answer ``calls``; returns an ``Interrupt`` when the run must pause."""
+        results: list[tuple[ToolCall, ToolResult]] = []
+        waiting: list[ToolCall] = []
+        interrupt: Interrupt | None = None
+        runnable: list[tuple[ToolCall, Tool | None]] = []
+        for call in calls:
+            tool = self.tools.get(call.name)
+            if call.name == ACTIVATE_TOOL and self.context.skills is not None:
+                name = (call.arguments or {}).get("name")
+                skill = self.context.skills.get(name) if isinstance(name, str) else None
+                if skill is None:
+                    results.append(
+                        (call, ToolResult.error("validation_error", f"no skill named {name!r}"))
+                    )
+                else:
+                    self.context.skills.activate(skill.name)
+                    yield SkillActivation(skill.name)
+                    results.append((call, ToolResult(content=skill.body)))
+                continue
+            if call.approval == "denied":
+                results.append(
+                    (call, ToolResult.error("denied", "The user denied this tool call."))
+                )
+                continue
+            if tool is not None and tool.requires_approval and call.approval != "approved":
+                waiting.append(call)
+                continue
+            runnable.append((call, tool))
+        try:
+            results.extend(self._execute(runnable))
+        except InterruptError as exc:
+            interrupt = Interrupt(reason=exc.reason)
+            results.extend(getattr(exc, "partial_results", []))
+        # keep the transcript's order: results follow their calls
+        order = {c.pk: i for i, c in enumerate(calls)}
+        results.sort(key=lambda pair: order[pair[0].pk])
+        saved = save_tool_results(self.chat, results, self.execution)
+        for m, (call, result) in zip(saved, results, strict=True):
+            yield ToolResultDone(
+                call_id=call.call_id,
+                name=call.name,
+                result=m.content,
+                error_type=(result.error_type or "error") if result.is_error else None,
+                message_id=m.pk,
+            )
+        for m in saved:
+            history.append(provider_message(m, calls=[]))  # a tool message calls nothing
+            if self.agent is not None and interrupt is None:
+                try:
+                    self.agent.on_message(m, self.context)
+                except InterruptError as exc:
+                    interrupt = Interrupt(reason=exc.reason)
+        if interrupt is not None:
+            return interrupt
+        if waiting:
+            for call in waiting:
+                yield ToolApprovalRequest(
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=json.dumps(call.arguments or {}),
+                )
+            return Interrupt(reason="approval_required")
+        return None
+
+    def _execute(self, runnable: list[tuple[ToolCall, Tool | None]]):
+        timeout = settings.TOOL_TIMEOUT
+        done: list[tuple[ToolCall, ToolResult]] = []
+
+        def run_one(call: ToolCall, tool: Tool | None) -> ToolResult:
+            ran: list[ToolResult] = []
+            with telemetry.tool_span(self, call, lambda: ran[0] if ran else None):
+                if tool is None:
+                    ran.append(
+                        ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
+                    )
+                else:
+                    ran.append(tool.run(call.arguments or {}, self.context, timeout=timeout))
+            return ran[0]
+
+        concurrent = [(c, t) for c, t in runnable if t is not None and t.concurrent]
+        serial = [(c, t) for c, t in runnable if not (t is not None and t.concurrent)]
+        if len(concurrent) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(concurrent))) as pool:
+                futures = [(c, pool.submit(_in_thread, run_one, c, t)) for c, t in concurrent]
+                interrupt: InterruptError | None = None
+                for c, fut in futures:
+                    try:
+                        done.append((c, fut.result()))
+                    except InterruptError as exc:
+                        interrupt = interrupt or exc
+                if interrupt is not None:
+                    interrupt.partial_results = done
+                    raise interrupt
+        else:
+            serial = concurrent + serial
+        for c, t in serial:
+            try:
+                done.append((c, run_one(c, t)))
+            except InterruptError as exc:
+                exc.partial_results = done
+                raise
+        return done
+
+
+def _in_thread(func, *args):
+    try:
+        return func(*args)
+    finally:
+        connections.close_all()  # this thread's connections

@@ -1,0 +1,103 @@
+"""A hung Redis (it accepts connections and never answers, as a SIGSTOPped server does)
+never stalls a reply: a publish gives up after ``EVENTS_PUBLISH_TIMEOUT``, the breaker
+then skips publishing, the reply is stored and its run ends."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from django_llmchat import streams
+from django_llmchat.models import Run
+from django_llmchat.tasks import wait_for_background_runs
+from django_llmchat.testing import Reply
+
+from .conftest import sse_frames, url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SSE = {"HTTP_ACCEPT": "text/event-stream"}
+
+
+class HungRedis:
+    """A TCP listener that takes connections and reads nothing back."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.held: list[socket.socket] = []
+        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def hung(fake_llm, monkeypatch):
+    redis = HungRedis()
+    streams._reset_breaker()
+    monkeypatch.setattr(streams, "_clients", {})
+    fake_llm.configure("openai", "gpt-4.1-mini", EVENTS_URL=redis.url, EVENTS_PUBLISH_TIMEOUT=0.5)
+    yield redis
+    streams._reset_breaker()
+    redis.close()
+
+
+def test_an_inline_reply_is_stored_though_redis_hangs(api, chat, fake_llm, hung):
+    fake_llm.script(Reply("Stored anyway.", chunk_size=3))
+    started = time.monotonic()
+    response = api.post(url("chat-messages", pk=chat.pk), {"content": "Hi"}, format="json", **SSE)
+    frames = sse_frames(b"".join(response.streaming_content).decode())
+    took = time.monotonic() - started
+    assert response.status_code == 200
+    assert frames[-1]["event"] == "run_finished" and frames[-1]["data"]["status"] == "succeeded"
+    # one publish waited out the timeout; the breaker skipped the rest (no 60 s stall)
+    assert took < 5, took
+    assert chat.runs.get().status == Run.SUCCEEDED
+    assert chat.messages.get(role="assistant").content == "Stored anyway."
+
+
+def test_a_queued_reply_is_stored_though_redis_hangs(api, chat, fake_llm, hung):
+    fake_llm.configure(
+        "openai",
+        "gpt-4.1-mini",
+        EVENTS_URL=hung.url,
+        EVENTS_PUBLISH_TIMEOUT=0.5,
+        TASKS_EAGER_WITHOUT_BROKER=True,
+    )
+    fake_llm.script("Queued and stored.")
+    response = api.post(url("chat-messages", pk=chat.pk), {"content": "Hi"}, format="json")
+    assert response.status_code == 202
+    assert wait_for_background_runs(20)
+    assert chat.runs.get().status == Run.SUCCEEDED
+    assert chat.messages.get(role="assistant").content == "Queued and stored."
+
+
+def test_the_breaker_closes_again(monkeypatch, hung):
+    from django_llmchat.events import TextDelta
+
+    monkeypatch.setattr(streams, "BREAKER_SECONDS", 0.2)
+    with pytest.raises(Exception) as first:
+        streams.publish(1, TextDelta("a"))
+    assert not isinstance(first.value, streams.EventsUnavailable)  # it tried, and timed out
+    with pytest.raises(streams.EventsUnavailable):
+        streams.publish(1, TextDelta("b"))  # skipped at once
+    time.sleep(0.3)
+    with pytest.raises(Exception) as again:
+        streams.publish(1, TextDelta("c"))
+    assert not isinstance(again.value, streams.EventsUnavailable)  # tries again

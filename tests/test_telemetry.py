@@ -1,0 +1,178 @@
+"""OpenTelemetry (django_llmchat.telemetry), with the SDK's in-memory exporter: span names
+and GenAI attributes, parenting (run > attempt, run > tool > the tool's own spans), retries
+and failures, no content unless asked, metrics, and nothing at all when off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+from opentelemetry import trace
+
+from django_llmchat.errors import ProviderError
+from django_llmchat.models import Chat
+from django_llmchat.tasks import wait_for_background_runs
+from django_llmchat.testing import Fault, Reply
+from django_llmchat.testing import ToolCall as Call
+from django_llmchat.tools import tool
+from tests.otel import install
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODEL = "gpt-4.1-mini"
+USAGE = {"input_tokens": 12, "output_tokens": 5, "cache_read_tokens": 3}
+
+
+@pytest.fixture
+def spans():
+    exporter, _reader = install()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
+
+
+@pytest.fixture
+def otel(fake_llm, spans):
+    """The fake provider configured with OpenTelemetry on; ``otel(**more)`` adds settings."""
+
+    def configure(**more):
+        fake_llm.configure("openai", MODEL, OPENTELEMETRY=True, MAX_RETRIES=1, **more)
+
+    configure()
+    return configure
+
+
+@tool
+def city_weather(city: str) -> str:
+    """Looks a city up"""
+    with trace.get_tracer("tests").start_as_current_span("geocoder"):
+        return f"{city}: 21 C"
+
+
+def by_name(spans) -> dict:
+    return {s.name: s for s in spans.get_finished_spans()}
+
+
+def test_off_by_default_no_spans(fake_llm, spans):
+    fake_llm.configure("openai", MODEL)
+    fake_llm.script("Hi.")
+    Chat.objects.create(provider="openai", model_id=MODEL).ask("Hello")
+    assert spans.get_finished_spans() == ()
+
+
+def test_a_reply_is_a_run_span_with_a_chat_span_inside(otel, spans, fake_llm):
+    fake_llm.script(Reply("Hi.", usage=USAGE))
+    chat = Chat.objects.create(provider="openai", model_id=MODEL)
+    chat.ask("Hello")
+    found = by_name(spans)
+    assert set(found) == {"invoke_agent", f"chat {MODEL}"}
+    run, call = found["invoke_agent"], found[f"chat {MODEL}"]
+    assert call.parent.span_id == run.context.span_id and run.parent is None
+    assert call.kind == trace.SpanKind.CLIENT
+    attributes = dict(call.attributes)
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.provider.name"] == "openai"
+    assert attributes["gen_ai.request.model"] == MODEL
+    assert attributes["gen_ai.conversation.id"] == str(chat.pk)
+    assert attributes["django_llmchat.run.id"] == str(chat.last_run.pk)
+    # the conventions count cached prompt tokens as input
+    assert attributes["gen_ai.usage.input_tokens"] == 12 + 3
+    assert attributes["gen_ai.usage.output_tokens"] == 5
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 3
+    assert list(attributes["gen_ai.response.finish_reasons"]) == ["stop"]
+    assert dict(run.attributes)["django_llmchat.run.status"] == "succeeded"
+    assert run.status.status_code == trace.StatusCode.UNSET
+    # no content unless asked for
+    everything = json.dumps([dict(s.attributes) for s in spans.get_finished_spans()])
+    assert "Hello" not in everything and "Hi." not in everything
+
+
+def test_a_tool_run_nests_in_the_run_and_the_tools_own_spans_in_it(otel, spans, fake_llm):
+    fake_llm.script(
+        Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
+    chat = Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather)
+    chat.ask("Weather?")
+    finished = spans.get_finished_spans()
+    found = by_name(spans)
+    run, tool_span = found["invoke_agent"], found["execute_tool city_weather"]
+    assert [s.name for s in finished].count(f"chat {MODEL}") == 2
+    assert tool_span.parent.span_id == run.context.span_id
+    assert found["geocoder"].parent.span_id == tool_span.context.span_id
+    attributes = dict(tool_span.attributes)
+    assert attributes["gen_ai.tool.name"] == "city_weather"
+    assert attributes["gen_ai.tool.call.id"] == "c1"
+    assert "gen_ai.tool.call.arguments" not in attributes
+
+
+def test_a_retried_attempt_is_a_failed_span_of_its_own(otel, spans, fake_llm):
+    fake_llm.script(Fault(status=500), Reply("Hi."))
+    Chat.objects.create(provider="openai", model_id=MODEL).ask("Hello")
+    calls = [s for s in spans.get_finished_spans() if s.name == f"chat {MODEL}"]
+    assert len(calls) == 2
+    failed, succeeded = calls
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert dict(failed.attributes)["error.type"]
+    assert dict(failed.attributes)["django_llmchat.usage.status"] == "failed"
+    assert succeeded.status.status_code == trace.StatusCode.UNSET
+
+
+def test_a_failed_run_marks_its_span(otel, spans, fake_llm):
+    fake_llm.script(Fault(status=400))
+    with pytest.raises(ProviderError):
+        Chat.objects.create(provider="openai", model_id=MODEL).ask("Hello")
+    run = by_name(spans)["invoke_agent"]
+    assert run.status.status_code == trace.StatusCode.ERROR
+    assert dict(run.attributes)["django_llmchat.run.status"] == "failed"
+    assert dict(run.attributes)["error.type"]
+
+
+def test_content_only_when_asked(otel, spans, fake_llm):
+    otel(OPENTELEMETRY_CONTENT=True)
+    fake_llm.script(
+        Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
+    Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather).ask("Weather?")
+    found = by_name(spans)
+    call = [s for s in spans.get_finished_spans() if s.name == f"chat {MODEL}"][0]
+    messages = json.loads(dict(call.attributes)["gen_ai.input.messages"])
+    assert messages[-1] == {"role": "user", "parts": [{"type": "text", "content": "Weather?"}]}
+    tool_attributes = dict(found["execute_tool city_weather"].attributes)
+    assert json.loads(tool_attributes["gen_ai.tool.call.arguments"]) == {"city": "Oslo"}
+    assert tool_attributes["gen_ai.tool.call.result"] == "Oslo: 21 C"
+
+
+def test_a_run_queued_in_a_request_continues_its_trace_in_the_thread(otel, spans, fake_llm):
+    fake_llm.script("Later.")
+    chat = Chat.objects.create(provider="openai", model_id=MODEL)
+    with trace.get_tracer("tests").start_as_current_span("POST /messages") as request:
+        chat.ask_later("Hello")
+    assert wait_for_background_runs(30)
+    run = by_name(spans)["invoke_agent"]
+    assert run.context.trace_id == request.get_span_context().trace_id
+    assert run.parent.span_id == request.get_span_context().span_id
+
+
+def test_metrics_count_tokens_and_durations(otel, fake_llm):
+    _exporter, reader = install()
+    fake_llm.script(Reply("Hi.", usage=USAGE))
+    Chat.objects.create(provider="openai", model_id=MODEL).ask("Hello")
+    data = reader.get_metrics_data()
+    points = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            if scope.scope.name != "django_llmchat":
+                continue
+            for metric in scope.metrics:
+                points[metric.name] = list(metric.data.data_points)
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= set(points)
+    types = {dict(p.attributes)["gen_ai.token.type"] for p in points["gen_ai.client.token.usage"]}
+    assert types == {"input", "output"}
+
+
+def test_the_setting_is_checked():
+    with override_settings(LLMCHAT={"OPENTELEMETRY": "yes"}):
+        ids = {e.id for e in run_checks()}
+    assert "llmchat.E031" in ids
