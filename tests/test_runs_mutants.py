@@ -1636,3 +1636,46 @@ def test_lock_chat_and_each_transition_write_the_chats_row(chat):
         with transaction.atomic():
             act(execution)
         assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_a_take_over_and_a_give_up_send_their_run_signals(chat):
+    """A run taken over sends ``run_recovered`` (the run, the chat, the new attempt, the
+    lost worker); one given up sends ``run_failed`` (``worker_lost``, with the stored
+    error)."""
+    from django_llmchat import signals
+
+    seen = []
+
+    def recovered(sender, **kwargs):
+        seen.append(("recovered", {k: v for k, v in kwargs.items() if k != "signal"}))
+
+    def failed(sender, **kwargs):
+        seen.append(("failed", {k: v for k, v in kwargs.items() if k != "signal"}))
+
+    signals.run_recovered.connect(recovered)
+    signals.run_failed.connect(failed)
+    try:
+        dead = taken_run(chat, lease=-1, attempt=1, worker="gone:3")
+        runs.claim(chat.pk, worker="w:2")
+        Run.objects.filter(pk=dead.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1), attempt=MAX_ATTEMPTS
+        )
+        runs.claim(chat.pk)
+    finally:
+        signals.run_recovered.disconnect(recovered)
+        signals.run_failed.disconnect(failed)
+    error = (
+        f"The run stopped {MAX_ATTEMPTS} times before it could finish (its worker was lost "
+        "each time); it was not tried again."
+    )
+    assert seen == [
+        (
+            "recovered",
+            {"run_id": dead.pk, "chat_id": chat.pk, "attempt": 2, "previous_worker": "gone:3"},
+        ),
+        (
+            "failed",
+            {"run_id": dead.pk, "chat_id": chat.pk, "error_type": "worker_lost", "error": error},
+        ),
+    ]
+    assert fresh(dead).error == error
