@@ -1,5 +1,8 @@
 # The two commands: `make run` serves the example project (`make run PORT=8001` for
 # another port), `make test` runs the suite.
+# `make mutation` runs the mutation testing of the core (runs.py and limits.py, through
+# tests/mutation/run.py; docs/testing.md): every mutant, or what MUTATION_BUDGET seconds
+# allow (`make mutation MUTATION_BUDGET=240`, as CI does).
 # Another interpreter or Django goes in its own venv, e.g. (as CI does):
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO="Django>=6.0,<7"
 PYTHON ?= python3
@@ -13,7 +16,10 @@ PORT ?= 8000
 # debug mode for the local server: runserver serves the static files only then
 DJANGO_DEBUG ?= 1
 
-.PHONY: run test lint docs benchmarks clean
+# seconds the mutation campaign may take ("" : no limit)
+MUTATION_BUDGET ?=
+
+.PHONY: run test lint mutation docs benchmarks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +46,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check django_llmchat tests example_project benchmarks
 
+mutation: $(STAMP)
+	MUTATION_BUDGET=$(MUTATION_BUDGET) $(BIN)/python tests/mutation/run.py
+
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf .venv .venv-py313 site db.sqlite3 db.sqlite3-shm db.sqlite3-wal
+	rm -rf .venv .venv-py313 site mutants db.sqlite3 db.sqlite3-shm db.sqlite3-wal

@@ -615,3 +615,74 @@ def test_enabled_follows_the_setting(configure):
     assert limits.enabled() is False
     configure({})
     assert limits.enabled() is True
+
+
+# -- the survivors of admission (tests/mutation) ----------------------------------------------
+def test_a_user_gone_meanwhile_is_admitted_with_nothing_counted(configure):
+    """A check for a user whose row is gone (no row to read use from): nothing is counted,
+    no reset time given, nothing refused."""
+    configure({"usd_per_day": "1", "tokens_per_day": 10, "runs_per_hour": 1})
+    verdict = limits.admit(Chat(user_id=10**9))
+    assert (verdict.used, verdict.resets_at) == ({}, {})
+    assert limits.check(Chat(user_id=10**9)).used == {}
+
+
+def test_the_check_before_a_call_reads_no_runs(configure, chat):
+    """The check before each provider call reads the spending sums only; admission reads
+    the runs as well (runs per hour, concurrent runs)."""
+    configure({"usd_per_day": "1", "runs_per_hour": 5})
+    with CaptureQueriesContext(connection) as check:
+        limits.check(chat)
+    with CaptureQueriesContext(connection) as admit:
+        limits.admit(chat)
+    assert Run._meta.db_table not in " ".join(q["sql"] for q in check.captured_queries)
+    assert Run._meta.db_table in " ".join(q["sql"] for q in admit.captured_queries)
+
+
+def test_the_setting_is_checked_past_a_limit_left_out_or_not_a_number():
+    """A name that is not a limit, a limit set to None (no limit) or not a number does not
+    end the check: the limits after it are checked too."""
+    problems = limits.validate_setting(
+        {
+            "default": {
+                "usd_per_week": "1",
+                "usd_per_day": None,
+                "usd_per_month": "lots",
+                "tokens_per_day": -1,
+            }
+        }
+    )
+    assert problems[1:] == [
+        "LLMCHAT[\"LIMITS\"][\"default\"]['usd_per_month'] must be a number, got 'lots'",
+        'LLMCHAT["LIMITS"]["default"][\'tokens_per_day\'] must not be negative',
+    ]
+
+
+def test_the_check_statement_is_compiled_once_per_shape():
+    """The statement of each kind of check (runs or not, closed days or not) is built
+    once per process and reused."""
+    limits._QUERIES.clear()
+    first = limits._query(True, False)
+    assert limits._query(True, False) is first
+    assert limits._query(False, True) is not first
+
+
+def test_a_moment_read_back_as_text_is_utc_whatever_the_current_time_zone():
+    with timezone.override(ZoneInfo("Europe/Rome")):
+        assert limits._datetime("2024-05-15 12:00:00") == datetime(2024, 5, 15, 12, tzinfo=UTC)
+
+
+def test_use_annotations_count_the_day_of_the_moment_given(chat, user):
+    """``spend_annotations(now=...)`` sums from the start of that moment's day, not of
+    today's."""
+    past = NOON - timedelta(days=40)
+    used(chat, "1.5", past)
+    used(chat, "2", past - timedelta(days=1))
+    row = (
+        get_user_model()
+        .objects.filter(pk=user.pk)
+        .annotate(**limits.spend_annotations(now=past))
+        .values("usd_per_day")
+        .get()
+    )
+    assert row["usd_per_day"] == Decimal("1.5")

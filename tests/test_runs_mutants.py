@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, ChatBusyError, RunLostError
+from django_llmchat.events import RunFinished
 from django_llmchat.models import Attachment, Chat, Message, Run, ToolCall
 from django_llmchat.models.message import QUEUED_POSITION
 from tests.factories import taken_run
@@ -1134,3 +1135,547 @@ def test_each_process_has_one_keeper():
     finally:
         runs._keeper_instance = found
         found.pid = os.getpid()
+
+
+# -- the survivors of the claim, the fence and admission (tests/mutation) ---------------------
+@pytest.fixture
+def told(monkeypatch):
+    """What the module tells a chat's followers (``_tell_followers``), recorded."""
+    calls: list[tuple] = []
+    monkeypatch.setattr(runs, "_tell_followers", lambda *args: calls.append(args))
+    return calls
+
+
+def test_giving_up_a_run_tells_its_followers_logs_and_ends_its_pending_attempts(chat, told, caplog):
+    """A run given up after RUN_MAX_ATTEMPTS lost workers: its attempts still pending end
+    ``lost``, its followers are told it failed (``worker_lost``), its prompt reads after
+    the chat's last message, and an error is logged with the run, the chat and the count."""
+    from django_llmchat.models import Usage
+
+    prompt = chat.add_message(role="user", content="Q")
+    dead = taken_run(chat, prompt, lease=-1, attempt=MAX_ATTEMPTS)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    last = chat.add_message(role="assistant", content="A")
+    far = last.position + 10**12  # later than the clock's position
+    Message.objects.filter(pk=last.pk).update(position=far)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    with caplog.at_level("ERROR", logger=runs.logger.name):
+        assert runs.claim(chat.pk).state == runs.NOTHING
+    assert told == [(chat.pk, dead.pk, "failed", "worker_lost")]
+    assert Usage.objects.get(pk=pending.pk).status == "lost"
+    assert Message.objects.get(pk=prompt.pk).position == far + 1
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"run {dead.pk} of chat {chat.pk} failed: lost its worker {MAX_ATTEMPTS} times"
+    ]
+
+
+def test_a_dead_run_is_resumed_again_a_whole_lease_after_the_last_time(chat, sent, monkeypatch):
+    """The task of a dead run ahead is sent again once a whole lease period has passed
+    since the last time, not only after more."""
+    monkeypatch.setattr(runs, "time", SimpleNamespace(monotonic=lambda: 5_000.0))
+    ahead = taken_run(chat, lease=-1)
+    mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
+    runs._resumes_sent[ahead.pk] = 5_000.0 - LEASE
+    runs.claim(chat.pk, run_id=mine.pk, waiting=True)
+    assert sent == [(chat.pk, ahead.pk)]
+
+
+def test_wait_for_turn_behind_a_decision_tells_the_followers_and_says_what_to_do(chat, told):
+    """The waiting run cancelled behind a decision is told to the chat's followers
+    (``chat_busy``), and the error says how to go on."""
+    awaiting(chat, "c1")
+    run, _ = runs.enqueue(chat, prompt_of(chat, "mine"))
+    message = (
+        f"chat {chat.pk} is waiting for a decision on its tool calls: approve or deny them "
+        "(or cancel the run) first"
+    )
+    with pytest.raises(ChatBusyError) as raised:
+        runs.wait_for_turn(run)
+    assert str(raised.value) == message
+    assert told == [(chat.pk, run.pk, "cancelled", "chat_busy")]
+
+
+def test_a_decision_takes_the_chats_lock_and_calls_the_admission_callback(chat):
+    """Recording a decision writes the chat's row first (its lock: ``updated_at``), and
+    the ``on_admit`` callback gets the run waiting for it."""
+    run, (call,) = awaiting(chat, "c1")
+    long_ago = timezone.now() - timedelta(days=1)
+    Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+    seen = []
+    with runs.on_admit(lambda admitted: seen.append(admitted.pk)):
+        assert runs.decide(chat.pk, call, "approved").pk == run.pk
+    assert seen == [run.pk]
+    assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_the_last_decision_queues_the_run_whatever_calls_ran_without_one(chat):
+    """Calls that needed no decision (their result stored, no approval) do not keep the
+    run waiting: the last decision queues it."""
+    run, (asked, ran) = awaiting(chat, "c1", "c2")
+    Message.objects.create(chat=chat, role="tool", content="done", parent_tool_call=ran)
+    assert runs.decide(chat.pk, asked, "approved").pk == run.pk
+    assert fresh(run).status == "queued"
+
+
+def test_deciding_when_no_run_waits_says_to_wait_for_the_pause(chat):
+    run = taken_run(chat, lease=60)
+    call = waiting_call(chat, run)
+    with pytest.raises(ChatBusyError) as raised:
+        runs.decide(chat.pk, call, "approved")
+    assert str(raised.value) == (
+        f"chat {chat.pk} has no run waiting for a decision (it is running: wait for it to pause)"
+    )
+
+
+def test_a_decision_refused_by_a_limit_sends_the_signal_for_the_chat(chat, fake_llm):
+    """A last decision whose run would pass a limit: BudgetExceededError, the decision not
+    recorded, and the ``budget_exceeded`` signal sent (after the rollback) for the chat."""
+    from django.contrib.auth import get_user_model
+
+    from django_llmchat.errors import BudgetExceededError
+    from django_llmchat.signals import budget_exceeded
+
+    fake_llm.configure("openai", "gpt-4.1-mini", LIMITS={"default": {"concurrent_runs": 1}})
+    user = get_user_model().objects.create_user("decider")
+    Chat.objects.filter(pk=chat.pk).update(user=user)
+    run, (call,) = awaiting(chat, "c1")
+    taken_run(Chat.objects.create(user=user), lease=600)  # the user's one run
+    seen = []
+
+    def receiver(sender, **kwargs):
+        seen.append((kwargs["chat"].pk, kwargs["limit"], ToolCall.objects.get(pk=call.pk).approval))
+
+    budget_exceeded.connect(receiver)
+    try:
+        with pytest.raises(BudgetExceededError):
+            runs.decide(chat.pk, call, "approved")
+    finally:
+        budget_exceeded.disconnect(receiver)
+    assert seen == [(chat.pk, "concurrent_runs", "")]
+    assert fresh(run).status == "awaiting_approval"
+
+
+class _Cursor:
+    def __init__(self, executed):
+        self.executed = executed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql, params):
+        self.executed.append((sql, params))
+
+
+def test_a_users_admission_lock_on_postgresql_is_an_advisory_lock_on_the_users_id(monkeypatch):
+    """On PostgreSQL the user's admission lock is ``pg_advisory_xact_lock`` in the
+    package's lock space, on the user's id folded into a signed 32-bit key (ids past it
+    wrap around)."""
+    executed = []
+    with monkeypatch.context() as patch:  # undone before the bystanders are compared
+        patch.setattr(connection, "vendor", "postgresql")
+        patch.setattr(connection, "cursor", lambda: _Cursor(executed))
+        for user_id in (1, 2**31 - 1, 2**31, 2**31 + 5, 2**32 + 7):
+            runs._lock_user(user_id)
+    assert [params for _, params in executed] == [
+        [0x6C6C6D63, key] for key in (1, 2**31 - 1, -(2**31), -(2**31) + 5, 7)
+    ]
+    for sql, _ in executed:  # SQL is not case-sensitive, its placeholders are
+        assert sql.lower() == "select pg_advisory_xact_lock(%s, %s)" and sql.count("%s") == 2
+
+
+def test_a_users_admission_lock_elsewhere_locks_the_users_row(monkeypatch, django_user_model):
+    """On a database that is neither SQLite nor PostgreSQL, the lock is a
+    ``select_for_update`` of the user's row; on SQLite nothing is run (the chat's lock
+    holds the database's write lock)."""
+    from django.test.utils import CaptureQueriesContext
+
+    user = django_user_model.objects.create_user("locked")
+    if connection.vendor == "sqlite":
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            runs._lock_user(user.pk)
+        assert len(queries) == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(connection, "vendor", "othersql")
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            runs._lock_user(user.pk)
+    (query,) = queries
+    table = django_user_model._meta.db_table
+    # FOR UPDATE where the database has it (SQLite has not)
+    assert table in query["sql"] and f'"id" = {user.pk}' in query["sql"]
+    assert query["sql"].endswith("FOR UPDATE") == connection.features.has_select_for_update
+
+
+def test_a_take_over_is_logged_with_the_run_the_chat_the_old_worker_and_the_attempt(chat, caplog):
+    dead = taken_run(chat, lease=-1, attempt=1, worker="gone:3")
+    with caplog.at_level("WARNING", logger=runs.logger.name):
+        assert runs.claim(chat.pk, worker="w:2").execution.attempt == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"run {dead.pk} of chat {chat.pk}: its worker 'gone:3' stopped renewing the lease; "
+        "resuming it from its last stored step (attempt 2)"
+    ]
+
+
+def _after_everything(chat, prompt):
+    """The chat's last message placed after any clock reading, ``prompt`` queued: the
+    place the prompt must move to is right after that message."""
+    last = chat.add_message(role="assistant", content="A")
+    far = last.position + 10**12
+    Message.objects.filter(pk=last.pk).update(position=far)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    return far + 1
+
+
+def test_a_queued_run_starting_puts_its_prompt_right_after_the_chats_last_message(chat):
+    prompt = chat.add_message(role="user", content="Q")
+    run = Run.objects.create(chat=chat, prompt=prompt)
+    place = _after_everything(chat, prompt)
+    assert runs.claim(chat.pk).execution.pk == run.pk
+    assert Message.objects.get(pk=prompt.pk).position == place
+
+
+def test_a_run_ending_puts_its_queued_prompt_right_after_the_chats_last_message(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    place = _after_everything(chat, Message.objects.get(pk=run.prompt_id))
+    assert execution.finish("cancelled")
+    assert Message.objects.get(pk=run.prompt_id).position == place
+
+
+def test_a_lease_ending_this_very_moment_is_over(chat, clock, sent):
+    """A lease that ends at ``now`` has run out: a waiting caller behind its run sends the
+    run's task, and a claim takes the run over."""
+    ahead = taken_run(chat, lease=60)
+    Run.objects.filter(pk=ahead.pk).update(lease_expires_at=clock.now)
+    mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
+    assert runs.claim(chat.pk, run_id=mine.pk, waiting=True).state == runs.BUSY
+    assert sent == [(chat.pk, ahead.pk)]
+    assert runs.claim(chat.pk, worker="w:2").execution.pk == ahead.pk
+
+
+def test_finish_without_a_reason_stores_none(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    execution.finish("succeeded")
+    assert fresh(run).interrupt_reason == ""
+
+
+# -- telling followers, recovery (tests/mutation) ------------------------------------------------
+@pytest.fixture
+def published(monkeypatch):
+    """Events fanned out (``streams.publish``), recorded, with EVENTS_URL as if set."""
+    events: list[tuple] = []
+    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
+    monkeypatch.setattr(runs.streams, "publish", lambda chat_id, e: events.append((chat_id, e)))
+    return events
+
+
+def test_followers_are_told_a_run_ended_once_the_transaction_commits(chat, published, monkeypatch):
+    """The chat's followers get ``run_finished`` with the run, its status and its error
+    type (none when it has none), after the commit only; nothing without EVENTS_URL."""
+    with transaction.atomic():
+        runs._tell_followers(chat.pk, 7, "failed", "worker_lost")
+        runs._tell_followers(chat.pk, 8, "cancelled")
+        assert published == []
+    assert [(c, type(e), e.run_id, e.status, e.error_type) for c, e in published] == [
+        (chat.pk, RunFinished, "7", "failed", "worker_lost"),
+        (chat.pk, RunFinished, "8", "cancelled", None),
+    ]
+    monkeypatch.setattr(runs.streams, "enabled", lambda: False)
+    runs._tell_followers(chat.pk, 9, "failed")
+    assert len(published) == 2
+
+
+def test_a_follower_that_cannot_be_told_is_logged(chat, monkeypatch, caplog):
+    def down(chat_id, event):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
+    monkeypatch.setattr(runs.streams, "publish", down)
+    with caplog.at_level("WARNING", logger=runs.logger.name):
+        runs._tell_followers(chat.pk, 7, "failed")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"could not tell chat {chat.pk}'s followers run 7 ended: redis is down"
+    ]
+
+
+def test_recovery_logs_each_run_it_sends(chat, sent, caplog):
+    dead = taken_run(chat, lease=-1)
+    with caplog.at_level("INFO", logger=runs.logger.name):
+        assert [run.pk for run in runs.recover()] == [dead.pk]
+    assert f"recovering run {dead.pk} of chat {chat.pk} (running)" in [
+        r.getMessage() for r in caplog.records
+    ]
+
+
+def test_send_passes_the_task_id_on(chat, monkeypatch):
+    calls = []
+    task = SimpleNamespace(apply_async=lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(runs, "current_app", SimpleNamespace(tasks={runs.COMPLETE_CHAT: task}))
+    SEND(chat.pk, 5, task_id="abc")
+    SEND(chat.pk, 6)
+    assert calls == [
+        (((chat.pk,), {"run_id": 5}), {"task_id": "abc"}),
+        (((chat.pk,), {"run_id": 6}), {"task_id": None}),
+    ]
+
+
+def test_a_take_over_ends_the_lost_attempts_of_that_run_only(chat):
+    """The attempts still pending of a run taken over end ``lost``, with why; its ended
+    attempts and other runs' pending ones stay as they are."""
+    from django_llmchat.models import Usage
+
+    dead = taken_run(chat, lease=-1)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    ended = Usage.objects.create(chat=chat, run=dead, status="succeeded")
+    other = Usage.objects.create(chat=chat, run=Run.objects.create(chat=chat), status="pending")
+    runs.claim(chat.pk)
+    row = Usage.objects.get(pk=pending.pk)
+    assert (row.status, row.error) == (
+        "lost",
+        "The process making this attempt stopped before the attempt ended.",
+    )
+    assert Usage.objects.get(pk=ended.pk).status == "succeeded"
+    assert Usage.objects.get(pk=other.pk).status == "pending"
+
+
+def test_stopping_a_queued_run_tells_the_followers(chat, told, sent):
+    """A queued run cancelled by its caller (no error type given: none) or interrupted:
+    the followers are told, with the run and its status."""
+    first, _ = runs.enqueue(chat, prompt_of(chat, "1"))
+    second, _ = runs.enqueue(chat, prompt_of(chat, "2"))
+    assert runs.cancel_queued(chat.pk, second.pk)
+    assert fresh(second).error_type == ""
+    assert runs.interrupt(chat.pk, "cancelled")
+    assert told == [(chat.pk, second.pk, "cancelled", ""), (chat.pk, first.pk, "cancelled")]
+
+
+def test_a_lost_execution_says_why(chat):
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    Run.objects.filter(pk=run.pk).update(attempt=9)
+    with pytest.raises(RunLostError) as raised:
+        execution.poll(force=True)
+    assert str(raised.value) == (
+        f"run {run.pk} is no longer this process's (attempt 1): another process took it "
+        "over or it was finished"
+    )
+
+
+def test_regenerate_drops_the_last_runs_reply_and_keeps_its_prompt_and_the_rest(chat):
+    """A regenerate takes out the messages of the chat's last run but its prompt; the
+    earlier runs' messages stay. Refused, word for word, while a run is unfinished or
+    when the chat has no run."""
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(chat, regenerate=True)
+    assert str(raised.value) == f"chat {chat.pk} has no reply to regenerate"
+    earlier = Run.objects.create(chat=chat, status="succeeded")
+    kept = [
+        chat.add_message(role="user", content="Q1", run=earlier).pk,
+        chat.add_message(role="assistant", content="A1", run=earlier).pk,
+    ]
+    last_prompt = chat.add_message(role="user", content="Q2")
+    last = Run.objects.create(chat=chat, status="succeeded", prompt=last_prompt)
+    Message.objects.filter(pk=last_prompt.pk).update(run=last)
+    chat.add_message(role="assistant", content="A2", run=last)
+    chat.add_message(role="tool", content="T2", run=last)
+    run, _ = runs.enqueue(chat, regenerate=True)
+    assert sorted(Message.objects.filter(chat=chat).values_list("pk", flat=True)) == sorted(
+        [*kept, last_prompt.pk]
+    )
+    with pytest.raises(ChatBusyError) as raised:
+        runs.enqueue(chat, regenerate=True)
+    assert str(raised.value) == (
+        f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) before "
+        "regenerating"
+    )
+
+
+def test_prompts_queued_behind_a_run_keep_their_order_of_arrival(chat):
+    """Prompts stored while a run works read after everything, each in its own place, in
+    the order they came."""
+    taken_run(chat, lease=60)
+    first, _ = runs.enqueue(chat, prompt_of(chat, "1"))
+    second, _ = runs.enqueue(chat, prompt_of(chat, "2"))
+    places = [Message.objects.get(pk=run.prompt_id).position for run in (first, second)]
+    assert QUEUED_POSITION < places[0] < places[1]
+
+
+def test_enqueue_says_what_to_do_word_for_word_and_keeps_no_task_id_by_default(chat):
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(Chat(provider="openai"), prompt_of(chat))
+    assert str(raised.value) == (
+        "save the chat before running it (Chat.objects.create(...) or chat.save())"
+    )
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(chat, prompt_of(chat), regenerate=True)
+    assert str(raised.value) == "a regenerate answers the last prompt again: it takes no prompt"
+    run, _ = runs.enqueue(chat, prompt_of(chat), start=True)
+    assert fresh(run).task_id == ""
+
+
+def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
+    chat, monkeypatch, settings, django_user_model
+):
+    """The gate takes the user's lock (then checks the limits, the signal left to the
+    caller) only with limits on and a user; otherwise it admits with no verdict."""
+    from django_llmchat import limits
+
+    locked = []
+    monkeypatch.setattr(runs, "_lock_user", locked.append)
+    admitted = []
+    monkeypatch.setattr(limits, "admit", lambda c, signal: admitted.append(signal) or "verdict")
+    user = django_user_model.objects.create_user("gated")
+    settings.LLMCHAT = {**settings.LLMCHAT, "LIMITS": None}
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) is None
+    settings.LLMCHAT = {**settings.LLMCHAT, "LIMITS": {"default": {"runs_per_hour": 5}}}
+    assert runs._admit(Chat(pk=chat.pk, user_id=None)) is None
+    assert locked == [] and admitted == []
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) == "verdict"
+    assert locked == [user.pk] and admitted == [False]
+
+
+def test_the_worker_name_inside_a_celery_task_is_the_workers_cut_to_the_column(monkeypatch):
+    import os
+
+    import celery
+
+    def task_on(hostname):
+        return SimpleNamespace(request=SimpleNamespace(hostname=hostname))
+
+    monkeypatch.setattr(celery, "current_task", task_on("w1@box"))
+    assert runs.worker_name() == f"w1@box:{os.getpid()}"
+    monkeypatch.setattr(celery, "current_task", task_on("h" * 300))
+    assert runs.worker_name() == "h" * 255
+
+
+def test_a_prompt_moved_into_place_reads_after_its_chats_messages_only(chat, monkeypatch):
+    """The moved prompt takes the clock's position, or the one right after the chat's
+    last message when the clock is not past it (equal included); other chats' messages
+    do not count."""
+    prompt = chat.add_message(role="user", content="Q")
+    last = chat.add_message(role="assistant", content="A")
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    monkeypatch.setattr(runs, "clock_position", lambda: last.position)
+    runs._move_prompt_into_place(chat.pk, prompt.pk)
+    assert Message.objects.get(pk=prompt.pk).position == last.position + 1
+    other = Chat.objects.create()
+    far = other.add_message(role="user", content="elsewhere")
+    Message.objects.filter(pk=far.pk).update(position=last.position + 10**12)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    monkeypatch.setattr(runs, "clock_position", lambda: last.position + 10)
+    runs._move_prompt_into_place(chat.pk, prompt.pk)
+    assert Message.objects.get(pk=prompt.pk).position == last.position + 10
+
+
+def test_cancelling_or_interrupting_a_queued_run_locks_the_chat_and_places_its_prompt(chat, sent):
+    """Ending a queued run takes the chat's lock (its ``updated_at`` written) and puts the
+    run's prompt right after the chat's last message."""
+    taken_run(chat, lease=60)
+    for end in (
+        lambda run: runs.cancel_queued(chat.pk, run.pk),
+        lambda run: runs.interrupt(chat.pk, "stop", run_id=run.pk),
+    ):
+        Run.objects.filter(chat=chat, status="running").update(status="succeeded")
+        run, _ = runs.enqueue(chat, prompt_of(chat))
+        place = _after_everything(chat, Message.objects.get(pk=run.prompt_id))
+        long_ago = timezone.now() - timedelta(days=1)
+        Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+        assert end(run)
+        assert Message.objects.get(pk=run.prompt_id).position == place
+        assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_an_in_memory_database_named_memory_is_private_too():
+    from django.db import connections
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the names of SQLite databases")
+    database = connections["default"].settings_dict
+    saved = database["NAME"]
+    try:
+        database["NAME"] = ":memory:"
+        assert runs._private_database() is True
+    finally:
+        database["NAME"] = saved
+
+
+def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
+    import os
+
+    monkeypatch.setattr(runs, "_keeper_instance", None)
+    found = runs._keeper()
+    assert found.pid == os.getpid() and runs._keeper() is found
+
+
+def test_a_run_waited_for_or_behind_a_live_one_is_not_stale(chat):
+    """A queued run whose caller still waits (a live lease) is not stale however old; nor
+    is a lapsed run queued behind a live one (the head is the chat's next run)."""
+    now = timezone.now()
+    waited = Run.objects.create(chat=chat, lease_expires_at=now + timedelta(seconds=60))
+    Run.objects.filter(pk=waited.pk).update(created_at=now - timedelta(seconds=301))
+    busy = Chat.objects.create()
+    taken_run(busy, lease=60)
+    Run.objects.create(chat=busy, lease_expires_at=now - timedelta(seconds=5))
+    assert runs.stale_runs(now) == []
+
+
+def test_lock_chat_and_each_transition_write_the_chats_row(chat):
+    """``lock_chat`` (before a last step is stored) and each transition of an execution
+    (finish, pause, requeue) take the chat's row lock first: its ``updated_at`` is
+    written."""
+    long_ago = timezone.now() - timedelta(days=1)
+    for act in (
+        lambda execution: execution.lock_chat(),
+        lambda execution: execution.finish("succeeded"),
+        lambda execution: execution.pause(),
+        lambda execution: execution.requeue(),
+    ):
+        Run.objects.filter(chat=chat).update(status="succeeded")
+        _, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+        Chat.objects.filter(pk=chat.pk).update(updated_at=long_ago)
+        with transaction.atomic():
+            act(execution)
+        assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_a_take_over_and_a_give_up_send_their_run_signals(chat):
+    """A run taken over sends ``run_recovered`` (the run, the chat, the new attempt, the
+    lost worker); one given up sends ``run_failed`` (``worker_lost``, with the stored
+    error)."""
+    from django_llmchat import signals
+
+    seen = []
+
+    def recovered(sender, **kwargs):
+        seen.append(("recovered", {k: v for k, v in kwargs.items() if k != "signal"}))
+
+    def failed(sender, **kwargs):
+        seen.append(("failed", {k: v for k, v in kwargs.items() if k != "signal"}))
+
+    signals.run_recovered.connect(recovered)
+    signals.run_failed.connect(failed)
+    try:
+        dead = taken_run(chat, lease=-1, attempt=1, worker="gone:3")
+        runs.claim(chat.pk, worker="w:2")
+        Run.objects.filter(pk=dead.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1), attempt=MAX_ATTEMPTS
+        )
+        runs.claim(chat.pk)
+    finally:
+        signals.run_recovered.disconnect(recovered)
+        signals.run_failed.disconnect(failed)
+    error = (
+        f"The run stopped {MAX_ATTEMPTS} times before it could finish (its worker was lost "
+        "each time); it was not tried again."
+    )
+    assert seen == [
+        (
+            "recovered",
+            {"run_id": dead.pk, "chat_id": chat.pk, "attempt": 2, "previous_worker": "gone:3"},
+        ),
+        (
+            "failed",
+            {"run_id": dead.pk, "chat_id": chat.pk, "error_type": "worker_lost", "error": error},
+        ),
+    ]
+    assert fresh(dead).error == error
