@@ -2,7 +2,7 @@
 # another port), `make test` runs the suite.
 # `make mutation` runs the mutation testing of the core (runs.py and limits.py, through
 # tests/mutation/run.py; docs/testing.md): every mutant, or what MUTATION_BUDGET seconds
-# allow (`make mutation MUTATION_BUDGET=240`, as CI does).
+# allow (`make mutation MUTATION_BUDGET=150`, as CI does).
 # Another interpreter or Django goes in its own venv, e.g. (as CI does):
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO="Django>=6.0,<7"
 PYTHON ?= python3
