@@ -66,7 +66,7 @@ _clients_mutex = threading.Lock()
 # After a publish fails (Redis down or hung), publishing is skipped this long: a run
 # never waits on a broken Redis more than once per period.
 BREAKER_SECONDS = 10.0
-_broken_until = 0.0
+_broken_until: dict[str, float] = {}  # Redis URL -> until when its publishes are skipped
 _broken_mutex = threading.Lock()
 
 
@@ -127,17 +127,19 @@ def _client(url: str, *, publishing: bool):
         return found
 
 
-def _check_breaker() -> None:
-    if _broken_until and time.monotonic() < _broken_until:
+def _check_breaker(url: str) -> None:
+    until = _broken_until.get(url)
+    if until is not None and time.monotonic() < until:
         raise EventsUnavailable("live events are off for a while: Redis did not answer")
 
 
-def _trip(exc: BaseException) -> None:
-    """A publish failed: skip publishing for :data:`BREAKER_SECONDS` (logged once)."""
-    global _broken_until
+def _trip(url: str, exc: BaseException) -> None:
+    """A publish to ``url`` failed: skip publishing there for :data:`BREAKER_SECONDS`
+    (logged once)."""
     with _broken_mutex:
-        already = _broken_until and time.monotonic() < _broken_until
-        _broken_until = time.monotonic() + BREAKER_SECONDS
+        until = _broken_until.get(url)
+        already = until is not None and time.monotonic() < until
+        _broken_until[url] = time.monotonic() + BREAKER_SECONDS
     if not already:
         logger.warning(
             "live events are off for %.0f s: publishing to Redis failed (%s: %s); replies "
@@ -151,18 +153,19 @@ def _trip(exc: BaseException) -> None:
 def _quick(command):
     """A short command (not a blocking read) on the publishing client: it times out as a
     publish does, and trips or honours the same breaker."""
-    _check_breaker()
+    url = _url()
+    _check_breaker(url)
     try:
-        return command(_client(_url(), publishing=True))
+        return command(_client(url, publishing=True))
     except Exception as exc:
         if isinstance(exc, _redis().RedisError):
-            _trip(exc)
+            _trip(url, exc)
         raise
 
 
 def _reset_breaker() -> None:
-    global _broken_until
-    _broken_until = 0.0
+    with _broken_mutex:
+        _broken_until.clear()
 
 
 def _entry(chat_id: int | str, event: StreamEvent) -> tuple[str, dict[str, str]]:
@@ -197,7 +200,7 @@ def publish(chat_id: int | str, event: StreamEvent) -> str | None:
     url = settings.EVENTS_URL
     if not url:
         return None
-    _check_breaker()
+    _check_breaker(url)
     key, fields = _entry(chat_id, event)
     pipe = _client(url, publishing=True).pipeline(transaction=False)
     _add(pipe, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL))
@@ -205,7 +208,7 @@ def publish(chat_id: int | str, event: StreamEvent) -> str | None:
         return pipe.execute()[0]
     except Exception as exc:
         if isinstance(exc, _redis().RedisError):
-            _trip(exc)
+            _trip(url, exc)
         raise
 
 
@@ -269,13 +272,8 @@ class _Outbox:
                 batch = list(self.items)
                 self.items.clear()
             try:
-                _check_breaker()
                 self._send(batch)
-            except EventsUnavailable:
-                pass  # dropped: the breaker is open (its reason was logged)
             except Exception as exc:
-                if isinstance(exc, _redis().RedisError):
-                    _trip(exc)
                 now = time.monotonic()
                 if now - self.warned > 10:
                     self.warned = now
@@ -290,10 +288,19 @@ class _Outbox:
         for url, *rest in batch:
             by_url.setdefault(url, []).append(rest)
         for url, items in by_url.items():
+            try:
+                _check_breaker(url)
+            except EventsUnavailable:
+                continue  # dropped: the breaker is open (its reason was logged)
             pipe = _client(url, publishing=True).pipeline(transaction=False)
             for key, fields, maxlen, ttl in items:
                 _add(pipe, key, fields, maxlen, ttl)
-            pipe.execute()
+            try:
+                pipe.execute()
+            except Exception as exc:
+                if isinstance(exc, _redis().RedisError):
+                    _trip(url, exc)
+                raise
 
 
 _box: _Outbox | None = None
