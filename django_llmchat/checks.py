@@ -472,23 +472,15 @@ def _check_limits(merged: dict[str, Any]) -> list:
         Error(problem, hint="See the Limits page of the documentation.", id="llmchat.E020")
         for problem in validate_setting(merged["LIMITS"])
     ]
-    resolver = merged["LIMITS_FOR"]
-    if resolver is not None and not callable(resolver):
-        from django.utils.module_loading import import_string
-
-        try:
-            found = import_string(resolver) if isinstance(resolver, str) else None
-        except ImportError:
-            found = None
-        if not callable(found):
-            errors.append(
-                Error(
-                    f"LLMCHAT['LIMITS_FOR'] is not a callable or an importable dotted path: "
-                    f"{resolver!r}.",
-                    hint="Give a function (user) -> dict of limits, or its dotted path.",
-                    id="llmchat.E021",
-                )
+    if not _callable_setting(merged["LIMITS_FOR"]):
+        errors.append(
+            Error(
+                f"LLMCHAT['LIMITS_FOR'] is not a callable or an importable dotted path: "
+                f"{merged['LIMITS_FOR']!r}.",
+                hint="Give a function (user) -> dict of limits, or its dotted path.",
+                id="llmchat.E021",
             )
+        )
     allowed = merged["ALLOWED_MODELS"]
     if allowed is not None and (
         not isinstance(allowed, list | tuple)
@@ -513,22 +505,28 @@ def _check_retention(merged: dict[str, Any]) -> list:
         Error(problem, hint="See the Data lifecycle page of the documentation.", id="llmchat.E050")
         for problem in validate_setting(merged["RETENTION"])
     ]
-    resolver = merged["RETENTION_FOR"]
-    if resolver is not None and not callable(resolver):
-        from django.utils.module_loading import import_string
-
-        try:
-            found = import_string(resolver) if isinstance(resolver, str) else None
-        except ImportError:
-            found = None
-        if not callable(found):
-            errors.append(
-                Error(
-                    f"LLMCHAT['RETENTION_FOR'] is not a callable or an importable dotted "
-                    f"path: {resolver!r}.",
-                    hint='Give a function (user) -> {"days": ..., "action": ...} or None, or '
-                    "its dotted path.",
-                    id="llmchat.E051",
-                )
+    if not _callable_setting(merged["RETENTION_FOR"]):
+        errors.append(
+            Error(
+                f"LLMCHAT['RETENTION_FOR'] is not a callable or an importable dotted "
+                f"path: {merged['RETENTION_FOR']!r}.",
+                hint='Give a function (user) -> {"days": ..., "action": ...} or None, or '
+                "its dotted path.",
+                id="llmchat.E051",
             )
+        )
     return errors
+
+
+def _callable_setting(value: Any) -> bool:
+    """``None``, a callable, or the dotted path of one."""
+    if value is None or callable(value):
+        return True
+    if not isinstance(value, str):
+        return False
+    from django.utils.module_loading import import_string
+
+    try:
+        return callable(import_string(value))
+    except ImportError:
+        return False
