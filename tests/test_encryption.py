@@ -176,3 +176,36 @@ def test_a_bad_key_is_a_check_error_that_never_shows_it():
         assert [e for e in run_checks() if e.id == "llmchat.E062"]
     with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K2, K1]}):
         assert not [e for e in run_checks() if e.id == "llmchat.E062"]
+
+
+def test_a_ui_chat_reload_keeps_the_clients_message_ids(keyed, django_user_model):
+    """The client's message id lives in the (encrypted) ``raw``: a reload still names the
+    user message as the client did, and a retry with that id is still one request."""
+    user = django_user_model.objects.create_user("reloader", password="pw")
+    api = APIClient()
+    api.force_authenticate(user)
+    body = {
+        "id": "enc-chat",
+        "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": SECRET}]}],
+        "trigger": "submit-message",
+    }
+    keyed.script("Noted.")
+    response = api.post(reverse("llmchat-api:ui-chat"), body, format="json")
+    assert response.status_code == 200, response.content
+    b"".join(response.streaming_content)
+    chat = Chat.objects.get(user=user)
+    (raw,) = [r for (r,) in _raw_of(chat)]
+    assert encrypted(raw)
+    reloaded = api.get(reverse("llmchat-api:ui-chat-messages", kwargs={"id": str(chat.pk)}))
+    assert [m["id"] for m in reloaded.json()][0] == "u-1"
+    again = api.post(reverse("llmchat-api:ui-chat"), body, format="json")
+    assert again.status_code == 200  # the first request's outcome (no stream to replay here)
+    assert Message.objects.filter(chat=chat, role="user").count() == 1
+
+
+def _raw_of(chat):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT raw FROM llmchat_message WHERE chat_id = %s AND role = 'user'", [chat.pk]
+        )
+        return cursor.fetchall()
