@@ -185,6 +185,14 @@ def _lock(chat_id: int) -> bool:
     return bool(_LOCK_CHAT.run(chat_id))
 
 
+def hold_if_idle(chat_id: int) -> bool:
+    """In the caller's transaction: take the chat's lock and say whether it has no run
+    queued, running or awaiting approval. While the transaction lasts no run can be
+    admitted to it (admission takes the same lock first): delete it now, safely."""
+    _lock(chat_id)
+    return not Run.objects.filter(chat_id=chat_id).unfinished().exists()
+
+
 # the advisory lock space of users' admissions: "llmc"
 _USER_LOCK_SPACE = 0x6C6C6D63
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -13,7 +14,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import dbconn
+from .. import dbconn, runs
 from ..conf import settings
 from ..models import Chat, Run
 from .base import LLMChatView, interrupt_current
@@ -90,7 +91,7 @@ class ChatViewSet(
     def partial_update(self, request, *args, **kwargs):
         return super().partial_update(request, *args, **kwargs)
 
-    @document(summary="Delete a chat", responses={204: None, 404: ERROR})
+    @document(summary="Delete a chat", responses={204: None, 404: ERROR, 409: ERROR})
     def destroy(self, request, *args, **kwargs):
         return super().destroy(request, *args, **kwargs)
 
@@ -100,8 +101,13 @@ class ChatViewSet(
     def perform_destroy(self, instance):
         from ..lifecycle import purge_chats
 
-        # its attachment files and event stream go too; its usage rows stay (the ledger)
-        purge_chats(Chat.objects.filter(pk=instance.pk))
+        with transaction.atomic():
+            if not runs.hold_if_idle(instance.pk):  # no run can start while this holds
+                raise Conflict(
+                    "The chat has a run in progress; cancel it (or wait for it to end) first."
+                )
+            # its attachment files and event stream go too; its usage rows stay (the ledger)
+            purge_chats(Chat.objects.filter(pk=instance.pk))
 
     def perform_update(self, serializer):
         chat: Chat = serializer.instance

@@ -201,3 +201,16 @@ def test_options_on_every_route(api, chat, method, name, extra):
     response = api.options(url(name, pk=chat.pk, **extra))
     assert response.status_code == 200
     assert method.upper() in response["Allow"]
+
+
+def test_a_chat_with_a_run_in_progress_is_not_deleted(api, chat):
+    """Deleting waits for the run: a 409 while one is queued, running or awaiting a
+    decision (the chat's lock keeps a new run out while an idle chat is deleted)."""
+    from django_llmchat.models import Run
+
+    run = Run.objects.create(chat=chat, status=Run.AWAITING_APPROVAL)
+    response = api.delete(url("chat-detail", pk=chat.pk))
+    assert response.status_code == 409 and "in progress" in response.json()["detail"]
+    assert chat.__class__.objects.filter(pk=chat.pk).exists()
+    Run.objects.filter(pk=run.pk).update(status=Run.CANCELLED)
+    assert api.delete(url("chat-detail", pk=chat.pk)).status_code == 204
