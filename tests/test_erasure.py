@@ -253,6 +253,27 @@ def test_the_chat_delete_pages_say_the_ledger_stays(fake_llm, alice, staff):
     assert not any(storage().exists(name) for name in files)
 
 
+def test_the_admin_keeps_a_chat_with_a_run_in_progress(fake_llm, alice, staff):
+    """Its delete page is refused, and so is a bulk delete that selects it; the idle
+    chats delete as usual (each under its lock, so no run starts meanwhile)."""
+    from django_llmchat.models import Run
+
+    configure(fake_llm)
+    busy, idle = make_chat(fake_llm, alice), make_chat(fake_llm, alice)
+    Run.objects.create(chat=busy, status=Run.AWAITING_APPROVAL)
+    page = staff.get(reverse("admin:django_llmchat_chat_delete", args=[busy.pk]))
+    assert page.status_code == 403
+    changelist = reverse("admin:django_llmchat_chat_changelist")
+    selected = {"action": "delete_selected", "_selected_action": [busy.pk, idle.pk]}
+    assert staff.post(changelist, {**selected, "post": "yes"}).status_code == 403
+    assert Chat.objects.filter(pk__in=[busy.pk, idle.pk]).count() == 2
+    only_idle = {"action": "delete_selected", "_selected_action": [idle.pk], "post": "yes"}
+    staff.post(changelist, only_idle)
+    assert list(Chat.objects.filter(pk__in=[busy.pk, idle.pk]).values_list("pk", flat=True)) == [
+        busy.pk
+    ]
+
+
 def test_the_api_delete_removes_the_files_and_keeps_the_ledger(fake_llm, alice):
     from rest_framework.test import APIClient
 

@@ -164,15 +164,39 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
             extra_context["ledger_cost"] = _money(rows.aggregate(c=Sum("total_cost"))["c"])
         return super().delete_view(request, object_id, extra_context)
 
-    def delete_model(self, request: HttpRequest, obj: Chat) -> None:
-        from ..lifecycle import purge_chats
+    def has_delete_permission(self, request: HttpRequest, obj: Chat | None = None) -> bool:
+        """A chat with a run queued, running or awaiting a decision is not deleted (cancel
+        the run first)."""
+        if obj is not None and obj.runs.unfinished().exists():
+            return False
+        return super().has_delete_permission(request, obj)
 
-        purge_chats(Chat.objects.filter(pk=obj.pk))
+    def delete_model(self, request: HttpRequest, obj: Chat) -> None:
+        self.delete_queryset(request, Chat.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Deletes the idle ones, each under its lock (no run starts meanwhile); a chat
+        with a run in progress stays, and the page says so."""
+        from django.contrib import messages
+        from django.db import transaction
+
+        from .. import runs
         from ..lifecycle import purge_chats
 
-        purge_chats(queryset)
+        kept = []
+        for chat_id in queryset.order_by().values_list("pk", flat=True):
+            with transaction.atomic():
+                if runs.hold_if_idle(chat_id):
+                    purge_chats(Chat.objects.filter(pk=chat_id))
+                else:
+                    kept.append(chat_id)
+        if kept:
+            self.message_user(
+                request,
+                f"{len(kept)} chat(s) with a run in progress were not deleted: cancel the "
+                "run first.",
+                messages.WARNING,
+            )
 
     @admin.action(description="Export as fine-tuning JSONL")
     def export_finetune(self, request: HttpRequest, queryset: QuerySet):
