@@ -30,6 +30,8 @@
     controller: null,
     stopTimer: null,
     opening: 0,
+    rated: new Map(), // reply message id -> the user's rating (1 or -1)
+    rateable: new Set(), // the message ids that end a reply (the ones thumbs rate)
   };
 
   // -- markdown -----------------------------------------------------------------------------
@@ -247,6 +249,153 @@
     return el("div", { class: "usage", text: `${tokensText(tokens)} · ${price}` });
   }
 
+  // -- branches and feedback ----------------------------------------------------------------
+  // "‹ 2/3 ›" on a message with alternatives (the other replies to its prompt, the other
+  // versions of an edited prompt): the chat's active branch moves there, then reloads.
+  function alternatives(m) {
+    const ids = m.siblings || [];
+    if (ids.length < 2) return null;
+    const at = ids.indexOf(m.id);
+    const step = (delta, label, symbol) =>
+      el("button", {
+        type: "button",
+        class: "link alt",
+        text: symbol,
+        "aria-label": label,
+        disabled: at + delta < 0 || at + delta >= ids.length,
+        onclick: () => switchTo(ids[at + delta]),
+      });
+    return el(
+      "span",
+      { class: "alternatives", role: "group", "aria-label": "Alternatives" },
+      step(-1, "Previous alternative", "‹"),
+      el("span", { class: "alt-count", text: `${at + 1}/${ids.length}` }),
+      step(1, "Next alternative", "›"),
+    );
+  }
+
+  function thumbs(m) {
+    if (!state.rateable.has(m.id)) return null;
+    const rating = state.rated.get(m.id) || 0;
+    const thumb = (value, label, symbol) =>
+      el("button", {
+        type: "button",
+        class: `link thumb${rating === value ? " chosen" : ""}`,
+        text: symbol,
+        "aria-label": label,
+        "aria-pressed": rating === value ? "true" : "false",
+        onclick: () => rate(m.id, rating === value ? 0 : value),
+      });
+    return el(
+      "span",
+      { class: "thumbs", role: "group", "aria-label": "Feedback" },
+      thumb(1, "Good reply", "👍"),
+      thumb(-1, "Bad reply", "👎"),
+    );
+  }
+
+  function messageActions(m) {
+    const edit = m.role === "user"
+      ? el("button", {
+          type: "button",
+          class: "link edit",
+          text: "Edit",
+          "aria-label": "Edit this message",
+          onclick: (event) => editMessage(m, event.target.closest("li")),
+        })
+      : null;
+    const parts = [alternatives(m), edit, thumbs(m)].filter(Boolean);
+    return parts.length ? el("div", { class: "msg-actions" }, ...parts) : null;
+  }
+
+  async function switchTo(messageId) {
+    if (state.running) return;
+    try {
+      await json("POST", `${API}chats/${state.chat.id}/messages/${messageId}/switch/`, {});
+      await refresh();
+    } catch (error) {
+      setStatus(`Could not switch: ${error.message}`);
+    }
+  }
+
+  // `rating` 1 or -1 gives (or changes) the rating; 0 withdraws it
+  async function rate(messageId, rating) {
+    const path = `${API}chats/${state.chat.id}/messages/${messageId}/feedback/`;
+    try {
+      if (rating) await json("POST", path, { rating });
+      else {
+        const response = await call("DELETE", path);
+        if (!response.ok && response.status !== 404) throw new Error(`HTTP ${response.status}`);
+      }
+      if (rating) state.rated.set(messageId, rating);
+      else state.rated.delete(messageId);
+      const item = els.transcript.querySelector(`li.msg[data-id="${messageId}"]`);
+      const old = item && item.querySelector(".thumbs");
+      if (old) old.replaceWith(thumbs({ id: messageId }));
+    } catch (error) {
+      setStatus(`Could not save the feedback: ${error.message}`);
+    }
+  }
+
+  // Edit a prompt and send it again: it follows the same message the old one did, so the
+  // chat branches there (the old prompt and its replies stay, one click away).
+  function editMessage(m, item) {
+    if (state.running || item.querySelector("form.edit")) return;
+    const body = item.querySelector(".body");
+    const box = el("textarea", { rows: 3, "aria-label": "Edited message" });
+    box.value = m.content;
+    const form = el(
+      "form",
+      { class: "edit" },
+      box,
+      el(
+        "div",
+        { class: "actions" },
+        el("button", { type: "submit", class: "primary", text: "Send edited" }),
+        el("button", {
+          type: "button",
+          text: "Cancel",
+          onclick: () => {
+            form.remove();
+            body.hidden = false;
+          },
+        }),
+      ),
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const text = box.value;
+      if (!text.trim() || state.running) return;
+      form.remove();
+      body.hidden = false;
+      body.textContent = text;
+      // what came after the old prompt is another branch now
+      while (item.nextElementSibling) item.nextElementSibling.remove();
+      streamRun(`${API}chats/${state.chat.id}/messages/`, { content: text, parent: m.parent });
+    });
+    body.hidden = true;
+    body.after(form);
+    box.focus();
+  }
+
+  // The user's ratings, and which messages end a reply, from the chat as the AI SDK
+  // routes give it (each reply's `storedMessageId` and `feedback`).
+  async function loadFeedback(chatId) {
+    const rated = new Map();
+    const rateable = new Set();
+    try {
+      for (const m of await json("GET", `${API}ui/chat/${chatId}/messages`)) {
+        const meta = m.metadata || {};
+        if (m.role !== "assistant" || !meta.storedMessageId) continue;
+        rateable.add(meta.storedMessageId);
+        if (meta.feedback) rated.set(meta.storedMessageId, meta.feedback.rating);
+      }
+    } catch (_) {
+      // the transcript still shows, without thumbs
+    }
+    return { rated, rateable };
+  }
+
   function renderMessage(m) {
     if (m.role === "tool") {
       const item = messageItem("tool", `tool result${m.tool_call_id ? ` · ${m.tool_call_id}` : ""}`);
@@ -263,6 +412,8 @@
     item.append(body);
     for (const c of m.tool_calls || []) item.append(toolCallBlock(c));
     if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost));
+    const actions = messageActions(m);
+    if (actions) item.append(actions);
     return item;
   }
 
@@ -383,12 +534,14 @@
     }
   }
 
-  function loadChat(chatId) {
-    return Promise.all([
+  async function loadChat(chatId) {
+    const [chat, messages, runs, feedback] = await Promise.all([
       json("GET", `${API}chats/${chatId}/`),
       allMessages(chatId),
       latestRuns(chatId),
+      loadFeedback(chatId),
     ]);
+    return [chat, messages, runs, feedback];
   }
 
   async function loadChats() {
@@ -444,8 +597,9 @@
       return;
     }
     const ticket = ++state.opening; // a later click wins over a slower earlier one
-    const [chat, messages, runs] = await loadChat(chatId);
+    const [chat, messages, runs, feedback] = await loadChat(chatId);
     if (ticket !== state.opening) return;
+    Object.assign(state, feedback);
     showChat(chat);
     state.runs = runs;
     if (push) history.pushState({ chat: chat.id }, "", `?chat=${chat.id}`);
@@ -464,8 +618,9 @@
 
   async function refresh() {
     const ticket = ++state.opening;
-    const [chat, messages, runs] = await loadChat(state.chat.id);
+    const [chat, messages, runs, feedback] = await loadChat(state.chat.id);
     if (ticket !== state.opening) return;
+    Object.assign(state, feedback);
     showChat(chat);
     state.runs = runs;
     renderTranscript(messages, runs);
