@@ -31,9 +31,11 @@ def reply_of(chunks_: list) -> dict:
 
 
 def said(request) -> list[tuple[str, str]]:
-    """``(role, text)`` of each message the provider was sent (Chat Completions)."""
+    """``(role, text)`` of each message the provider was sent (the Responses API)."""
     out = []
-    for m in request.body["messages"]:
+    for m in request.body["input"]:
+        if "role" not in m:
+            continue
         content = m.get("content")
         if isinstance(content, list):
             content = "".join(part.get("text", "") for part in content)
