@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from django_llmchat.models import Chat, Message, ToolCall, Usage
+from django_llmchat.models import Chat, ToolCall, Usage
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
 
