@@ -741,20 +741,11 @@ def reply_text(page) -> str:
     return page.locator("#transcript li.msg.assistant .body").last.inner_text()
 
 
-def regenerate_through_the_api(page, chat_id: str) -> None:
-    """A second reply to the last prompt, as an AI SDK client asks for it (``ui/chat``)."""
-    status = page.evaluate(
-        "async (chatId) => {"
-        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
-        "  const r = await fetch('/api/ui/chat', {method: 'POST',"
-        "    headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
-        "    body: JSON.stringify({id: chatId, messages: [], trigger: 'regenerate-message'})});"
-        "  await r.text();"
-        "  return r.status;"
-        "}",
-        chat_id,
-    )
-    assert status == 200
+def regenerate(page) -> None:
+    """The page's Regenerate button on the last reply (``POST ui/chat``, as an AI SDK
+    client regenerates), then the chat drawn again."""
+    page.get_by_role("button", name="Regenerate this reply").click()
+    wait_idle(page)
 
 
 def feedback_of(page, chat_id: str, message_id: str):
@@ -775,10 +766,19 @@ def test_alternatives_edit_and_thumbs(page, fake_llm):
     assert page.locator(".alternatives").count() == 0  # one reply: nothing to flip through
 
     # a second reply to the question: the page shows it, the first one a click away
-    fake_llm.script("Apples are green.")
-    regenerate_through_the_api(page, chat_id)
-    page.reload()
+    fake_llm.script(Reply("Apples are green.", chunk_size=3))
+    page.evaluate(
+        "() => { window.__streamed = [];"
+        "  new MutationObserver(() => {"
+        "    const body = document.querySelector('#transcript li.msg.streaming .body');"
+        "    if (body) window.__streamed.push(body.textContent);"
+        "  }).observe(document.querySelector('#transcript'),"
+        "    {subtree: true, childList: true, characterData: true}); }"
+    )
+    regenerate(page)
     page.wait_for_selector("text=Apples are green.")
+    assert "Apples are green." in page.evaluate("window.__streamed")  # it streamed in
+    assert page.locator("text=Apples are red.").count() == 0
     reply = page.locator("#transcript li.msg.assistant").last
     assert reply.locator(".alt-count").inner_text() == "2/2"
     assert reply.get_by_role("button", name="Next alternative").is_disabled()
@@ -850,13 +850,12 @@ def test_the_branch_controls_fit_a_375px_phone(browser, example_server, fake_llm
     page.set_default_timeout(15_000)
     try:
         log_in(page)
-        chat_id = start_fake_chat(page)
+        start_fake_chat(page)
         fake_llm.script("A first answer with a_very_long_identifier_that_does_not_wrap_at_all.")
         send(page, "A question")
         wait_idle(page)
         fake_llm.script("A second answer.")
-        regenerate_through_the_api(page, chat_id)
-        page.reload()
+        regenerate(page)
         page.wait_for_selector("#transcript .alternatives")
         for name in (".alternatives", ".thumbs", ".msg.user .edit"):
             box = page.locator(name).last.bounding_box()

@@ -488,6 +488,23 @@
     const items = [...(notices.get(-1) || [])];
     shown.forEach((m, i) => items.push(renderMessage(m), ...(notices.get(i) || [])));
     els.transcript.replaceChildren(...items);
+    const last = shown[shown.length - 1];
+    if (last && last.role === "assistant" && !(last.tool_calls || []).some((c) => !c.result)) {
+      const item = items.find((node) => node.dataset && node.dataset.id === String(last.id));
+      let actions = item && item.querySelector(".msg-actions");
+      if (item && !actions) item.append((actions = el("div", { class: "msg-actions" })));
+      if (actions) {
+        actions.append(
+          el("button", {
+            type: "button",
+            class: "link regenerate",
+            text: "Regenerate",
+            "aria-label": "Regenerate this reply",
+            onclick: regenerate,
+          }),
+        );
+      }
+    }
     if (!messages.length) {
       els.transcript.append(
         el("li", {
@@ -861,7 +878,41 @@
     setStatus(running ? "The assistant is replying…" : "");
   }
 
-  async function streamRun(path, body) {
+  // The AI SDK's UI message chunks (POST ui/chat) as the API's own events, for LiveRun:
+  // what the page shows while a regenerated reply streams (the reload after shows it all)
+  function uiChunkAsEvent({ data }) {
+    if (!data || typeof data !== "object") return null;
+    switch (data.type) {
+      case "text-delta":
+        return { event: "text_delta", data: { content: data.delta } };
+      case "reasoning-delta":
+        return { event: "reasoning_delta", data: { content: data.delta } };
+      case "tool-input-available":
+        return {
+          event: "tool_call_done",
+          data: { call_id: data.toolCallId, name: data.toolName, arguments: data.input },
+        };
+      case "finish-step":
+        return { event: "finish_reason_done", data: {} };
+      case "error":
+        return { event: "error", data: { message: data.errorText } };
+      case "finish":
+        return { event: "run_finished", data: { status: (data.messageMetadata || {}).status } };
+      default:
+        return null;
+    }
+  }
+
+  async function refusalText(response) {
+    const body = await response.text().catch(() => "");
+    try {
+      return errorText(JSON.parse(body), response.status);
+    } catch (_) {
+      return body || `HTTP ${response.status}`;
+    }
+  }
+
+  async function streamRun(path, body, translate = (frame) => frame) {
     const live = new LiveRun();
     state.controller = new AbortController();
     els.transcript.setAttribute("aria-busy", "true");
@@ -870,10 +921,12 @@
       const response = await call("POST", path, body, "text/event-stream", state.controller.signal);
       const type = response.headers.get("Content-Type") || "";
       if (!response.ok) {
-        const data = await response.json().catch(() => null);
-        live.note(errorText(data, response.status), true);
+        live.note(await refusalText(response), true);
       } else if (type.startsWith("text/event-stream")) {
-        await readEvents(response, (frame) => live.handle(frame));
+        await readEvents(response, (frame) => {
+          const event = translate(frame);
+          if (event) live.handle(event);
+        });
       }
     } catch (error) {
       if (error.name === "AbortError") live.note("Stopped");
@@ -914,6 +967,22 @@
     els.transcript.append(item);
     scrollDown();
     await streamRun(`${API}chats/${chat.id}/messages/`, { content: text });
+  }
+
+  // Answer the last prompt again; the old reply stays, as an alternative of the new one
+  async function regenerate() {
+    if (state.running) return;
+    const old = els.transcript.querySelectorAll("li.msg.assistant, li.msg.tool, li.notice.run");
+    const users = els.transcript.querySelectorAll("li.msg.user");
+    const prompt = users[users.length - 1];
+    for (const item of old) {
+      // what followed the last prompt makes room for the new reply
+      if (prompt && prompt.compareDocumentPosition(item) & Node.DOCUMENT_POSITION_FOLLOWING) {
+        item.remove();
+      }
+    }
+    const body = { id: String(state.chat.id), messages: [], trigger: "regenerate-message" };
+    await streamRun(`${API}ui/chat`, body, uiChunkAsEvent);
   }
 
   async function decide(callId, decision) {
