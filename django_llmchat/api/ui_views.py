@@ -15,6 +15,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from .. import branches
+from ..errors import ArgumentError
 from ..models import Chat, Run, ToolCall
 from . import ui_messages
 from .base import LLMChatView, admit, interrupt_current, once, stream_position
@@ -164,8 +165,11 @@ class UIChatView(TransportView):
         if parent is None:
             admit(inline)
         else:
-            with branches.branching(parent):
-                admit(inline)
+            try:
+                with branches.branching(parent):
+                    admit(inline)
+            except ArgumentError as exc:  # a message no prompt may follow
+                raise ValidationError({"messages": [str(exc)]}) from None
         if "prompt" in run:  # a reloaded chat names the user message as its client did
             row = getattr(inline.runner, "run_row", None)
             ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))
