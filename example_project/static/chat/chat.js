@@ -311,7 +311,7 @@
   async function switchTo(messageId) {
     if (state.running) return;
     try {
-      await json("POST", `${API}chats/${state.chat.id}/messages/${messageId}/switch/`, {});
+      await json("POST", `${API}chats/${state.chat.id}/switch/`, { message: messageId });
       await refresh();
     } catch (error) {
       setStatus(`Could not switch: ${error.message}`);
