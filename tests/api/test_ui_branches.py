@@ -10,7 +10,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat import branches
 from django_llmchat.models import Feedback, Message
 from django_llmchat.testing import Fault, Reply
 
@@ -119,7 +118,7 @@ def test_the_old_branch_comes_back_by_switching(api, chat, fake_llm, two_turns):
     chunks(post(api, chat.pk, u1, a1, user("Tell me about plums")))
     reloaded = ui_messages(api, chat.pk)
     old = reloaded[2]["metadata"]["branch"]["storedMessageIds"][0]
-    branches.switch_to(chat.pk, old)
+    chat.switch_to(old)
     assert [m["id"] for m in ui_messages(api, chat.pk)] == [m["id"] for m in two_turns]
     # and the client on that branch goes on from it
     chunks(post(api, chat.pk, *two_turns, user("And more?")))
@@ -231,7 +230,7 @@ def test_regenerate_keeps_the_old_reply_as_an_alternative(api, chat, fake_llm):
         "siblings": [first["id"], second["id"]],
         "storedMessageIds": [old.pk, new.pk],
     }
-    branches.switch_to(chat.pk, old.pk)
+    chat.switch_to(old)
     reloaded = ui_messages(api, chat.pk)
     assert [m["id"] for m in reloaded] == [u1["id"], first["id"]]
     assert reloaded[1]["metadata"]["branch"]["index"] == 0
