@@ -18,17 +18,9 @@ from typing import Any, ClassVar
 
 from ..errors import UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
+from . import anthropic_wire as wire
 from .anthropic_stream import AnthropicStreamParser
-from .anthropic_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    SERVER_TOOL_USES,
-    add_server_result,
-    finish_reason,
-    is_server_result,
-    to_citation,
-    usage_tokens,
-    web_sources,
-)
+from .anthropic_wire import FINISH_REASONS
 from .base import Provider, StreamParser, merge_vendor_options
 from .types import (
     AttachmentData,
@@ -303,7 +295,7 @@ class AnthropicProvider(Provider):
                 piece = block.get("text") or ""
                 text.append(piece)
                 for raw in block.get("citations") or []:
-                    citations.append(to_citation(raw, offset, offset + len(piece)))
+                    citations.append(wire.to_citation(raw, offset, offset + len(piece)))
                 offset += len(piece)
             elif kind == "thinking":
                 thinking_parts.append(block.get("thinking") or "")
@@ -324,16 +316,16 @@ class AnthropicProvider(Provider):
                         arguments=block.get("input") or {},
                     )
                 )
-            elif kind in SERVER_TOOL_USES:
+            elif kind in wire.SERVER_TOOL_USES:
                 server_calls[block["id"]] = {
                     "name": block.get("name") or "",
                     "id": block["id"],
                     "arguments": block.get("input") or {},
                 }
-            elif is_server_result(block):
-                add_server_result(server_calls, block)
+            elif wire.is_server_result(block):
+                wire.add_server_result(server_calls, block)
         raw_reason = data.get("stop_reason")
-        reason = finish_reason(raw_reason, tool_calls=bool(tool_calls), structured=structured)
+        reason = wire.finish_reason(raw_reason, tool_calls=bool(tool_calls), structured=structured)
         thinking = None
         if thinking_parts or signature:
             thinking = Thinking("".join(thinking_parts), signature)
@@ -346,7 +338,7 @@ class AnthropicProvider(Provider):
             server_tool_calls=[ServerToolCall(**c) for c in server_calls.values()],
             finish_reason=reason,
             raw_finish_reason=raw_reason,
-            tokens=usage_tokens(data.get("usage")),
+            tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
             raw=data,
         )

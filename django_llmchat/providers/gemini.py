@@ -18,17 +18,10 @@ from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError
 from ..values import Thinking
+from . import gemini_wire as wire
 from .base import Provider, StreamParser, merge_vendor_options
 from .gemini_stream import GeminiStreamParser
-from .gemini_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    REASONING_FORMAT,
-    CallIds,
-    finish_reason,
-    grounding_citations,
-    grounding_search,
-    usage_tokens,
-)
+from .gemini_wire import FINISH_REASONS
 from .types import (
     AttachmentData,
     Capabilities,
@@ -329,7 +322,7 @@ class GeminiProvider(Provider):
     def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
         if isinstance(data, dict) and "error" in data and not data.get("candidates"):
             raise self.error_from_payload(data)
-        ids = CallIds(data.get("responseId"))
+        ids = wire.CallIds(data.get("responseId"))
         candidate = (data.get("candidates") or [{}])[0]
         text: list[str] = []
         thoughts: list[str] = []
@@ -359,19 +352,19 @@ class GeminiProvider(Provider):
         if raw is None and block:
             reason, raw = "content_filter", block
         else:
-            reason = finish_reason(raw, bool(tool_calls))
+            reason = wire.finish_reason(raw, bool(tool_calls))
         thought_text = "".join(thoughts)
         grounding = candidate.get("groundingMetadata")
-        search = grounding_search(grounding)
+        search = wire.grounding_search(grounding)
         return ProviderResponse(
             content="".join(text),
             tool_calls=tool_calls,
             thinking=Thinking(thought_text, signature) if (thought_text or signature) else None,
-            citations=grounding_citations(grounding),
+            citations=wire.grounding_citations(grounding),
             server_tool_calls=[search] if search else [],
             finish_reason=reason,
             raw_finish_reason=raw,
-            tokens=usage_tokens(data.get("usageMetadata")),
+            tokens=wire.usage_tokens(data.get("usageMetadata")),
             model_id=data.get("modelVersion"),
             raw=data,
         )

@@ -13,18 +13,10 @@ from typing import Any, ClassVar
 
 from ..errors import ArgumentError, ConfigurationError, UnsupportedFeatureError
 from ..values import Thinking
+from . import openai_chat_wire as wire
 from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .openai_chat_stream import ChatCompletionsStreamParser
-from .openai_chat_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    arguments_text,
-    citations_of,
-    finish_reason,
-    new_call_id,
-    split_content,
-    usage_tokens,
-    wire_call_id,
-)
+from .openai_chat_wire import FINISH_REASONS, usage_tokens
 from .types import (
     AttachmentData,
     Capabilities,
@@ -51,8 +43,8 @@ __all__ = [
 def call_id_or_new(value: Any) -> str:
     """The id to store: the server's own (``""`` stays ``""``), or a made-up one only when
     the server sent no id at all."""
-    call_id = wire_call_id(value)
-    return new_call_id() if call_id is None else call_id
+    call_id = wire.wire_call_id(value)
+    return wire.new_call_id() if call_id is None else call_id
 
 
 class ChatCompletionsProvider(Provider):
@@ -206,7 +198,7 @@ class ChatCompletionsProvider(Provider):
         choices = data.get("choices") or [{}]
         choice = choices[0]
         message = choice.get("message") or {}
-        text, reasoning = split_content(message.get("content"))
+        text, reasoning = wire.split_content(message.get("content"))
         reasoning = message.get("reasoning_content") or message.get("reasoning") or reasoning
         refusal = message.get("refusal")
         if refusal and not text:
@@ -224,8 +216,8 @@ class ChatCompletionsProvider(Provider):
             content=text,
             tool_calls=calls,
             thinking=Thinking(reasoning) if reasoning else None,
-            citations=citations_of(data, message),
-            finish_reason=finish_reason(raw, tool_calls=bool(calls), refusal=bool(refusal)),
+            citations=wire.citations_of(data, message),
+            finish_reason=wire.finish_reason(raw, tool_calls=bool(calls), refusal=bool(refusal)),
             raw_finish_reason=raw,
             tokens=usage_tokens(data.get("usage")),
             model_id=data.get("model"),

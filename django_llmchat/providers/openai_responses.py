@@ -17,19 +17,10 @@ from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError, UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
+from . import openai_responses_wire as wire
 from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
 from .openai_responses_stream import ResponsesStreamParser
-from .openai_responses_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    REASONING_FORMAT,
-    annotation_citation,
-    finish_reason,
-    item_call_id,
-    shift_citation,
-    summary_text,
-    usage_tokens,
-    web_search_call,
-)
+from .openai_responses_wire import FINISH_REASONS
 from .types import (
     AttachmentData,
     Capabilities,
@@ -295,9 +286,9 @@ class OpenAIResponsesProvider(Provider):
                         text = part.get("text") or ""
                         offset = sum(len(t) for t in text_parts)
                         for ann in part.get("annotations") or []:
-                            citation = annotation_citation(ann, text)
+                            citation = wire.annotation_citation(ann, text)
                             if citation is not None:
-                                citations.append(shift_citation(citation, offset))
+                                citations.append(wire.shift_citation(citation, offset))
                         text_parts.append(text)
                     elif ptype == "refusal":
                         refused = True
@@ -305,7 +296,7 @@ class OpenAIResponsesProvider(Provider):
             elif kind == "function_call":
                 tool_calls.append(
                     ToolCallData(
-                        call_id=item_call_id(item),
+                        call_id=wire.item_call_id(item),
                         name=item.get("name") or "",
                         arguments=parse_arguments(item.get("arguments")),
                         item_id=item.get("id"),
@@ -313,12 +304,12 @@ class OpenAIResponsesProvider(Provider):
                 )
             elif kind == "reasoning":
                 reasoning_items.append(item)
-                text = summary_text(item)
+                text = wire.summary_text(item)
                 if text:
                     reasoning.append(text)
             elif kind == "web_search_call":
-                server_calls.append(web_search_call(item))
-        reason, raw = finish_reason(
+                server_calls.append(wire.web_search_call(item))
+        reason, raw = wire.finish_reason(
             status, (data.get("incomplete_details") or {}).get("reason"), bool(tool_calls)
         )
         if refused and reason == "stop":
@@ -332,7 +323,7 @@ class OpenAIResponsesProvider(Provider):
             server_tool_calls=server_calls,
             finish_reason=reason,
             raw_finish_reason=raw,
-            tokens=usage_tokens(data.get("usage")),
+            tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
             raw=data,
         )
