@@ -21,7 +21,7 @@ from ..values import Citation, ServerToolCall, Thinking
 from . import anthropic_wire as wire
 from .anthropic_stream import AnthropicStreamParser
 from .anthropic_wire import FINISH_REASONS
-from .base import Provider, StreamParser, merge_vendor_options
+from .base import Provider, copy_params, merge_vendor_options
 from .types import (
     AttachmentData,
     Capabilities,
@@ -47,6 +47,9 @@ MODEL_MAX_TOKENS: dict[str, int] = {
 # ``params["thinking"] = {"effort": ...}`` expressed as a thinking budget.
 EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 
+# ``params`` -> body fields, copied when set (``max_tokens`` is always sent, see above).
+GENERATION_PARAMS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
+
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_CACHE_BREAKPOINTS = 4
 
@@ -70,6 +73,7 @@ class AnthropicProvider(Provider):
         citations=True,
         server_tools=True,
     )
+    stream_parser_class = AnthropicStreamParser
 
     # -- connection ----------------------------------------------------------------------
     def auth_headers(self) -> dict[str, str]:
@@ -137,11 +141,7 @@ class AnthropicProvider(Provider):
             explicit = params.get("max_tokens") or self.options.get("max_tokens")
             if budget >= body["max_tokens"] and not explicit:
                 body["max_tokens"] = budget + DEFAULT_MAX_TOKENS
-        if params.get("temperature") is not None:
-            body["temperature"] = params["temperature"]
-        for key in ("top_p", "top_k"):
-            if params.get(key) is not None:
-                body[key] = params[key]
+        body.update(copy_params(params, GENERATION_PARAMS))
         stop = params.get("stop_sequences", params.get("stop"))
         if stop:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -342,6 +342,3 @@ class AnthropicProvider(Provider):
             model_id=data.get("model"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return AnthropicStreamParser(self, request)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ..errors import ArgumentError, ConfigurationError, UnsupportedFeatureError
 from ..values import Thinking
 from . import openai_chat_wire as wire
-from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
+from .base import Provider, copy_params, merge_vendor_options, parse_arguments
 from .openai_chat_stream import ChatCompletionsStreamParser
 from .openai_chat_wire import FINISH_REASONS, usage_tokens
 from .types import (
@@ -47,12 +47,17 @@ def call_id_or_new(value: Any) -> str:
     return wire.new_call_id() if call_id is None else call_id
 
 
+# ``params`` -> body fields, copied when set (``max_tokens`` under ``max_tokens_param``).
+GENERATION_PARAMS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop"}
+
+
 class ChatCompletionsProvider(Provider):
     """The Chat Completions wire protocol. Vendors subclass it with a few class attributes."""
 
     label = "OpenAI-compatible Chat Completions"
     api_key_env: ClassVar[str | None] = None
     capabilities = Capabilities(vision=True, structured_output=True, thinking=True)
+    stream_parser_class = ChatCompletionsStreamParser
 
     system_role: ClassVar[str] = "system"
     """Role of the leading instructions message; ``options["system_role"]`` overrides it
@@ -106,11 +111,8 @@ class ChatCompletionsProvider(Provider):
                 },
             }
         params = request.params
-        for key in ("temperature", "top_p", "stop"):
-            if params.get(key) is not None:
-                body[key] = params[key]
-        if params.get("max_tokens") is not None:
-            body[self.max_tokens_param] = params["max_tokens"]
+        names = {**GENERATION_PARAMS, "max_tokens": self.max_tokens_param}
+        body.update(copy_params(params, names))
         if params.get("thinking"):
             body.update(self.thinking_params(params["thinking"]))
         return merge_vendor_options(body, params.get(self.name))
@@ -223,9 +225,6 @@ class ChatCompletionsProvider(Provider):
             model_id=data.get("model"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return ChatCompletionsStreamParser(self, request)
 
 
 def _parsed_arguments(value: Any) -> dict[str, Any]:

@@ -18,7 +18,13 @@ from typing import Any, ClassVar
 from ..errors import AuthenticationError, ProviderError, UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
 from . import openai_responses_wire as wire
-from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
+from .base import (
+    Provider,
+    as_authentication_error,
+    copy_params,
+    merge_vendor_options,
+    parse_arguments,
+)
 from .openai_responses_stream import ResponsesStreamParser
 from .openai_responses_wire import FINISH_REASONS
 from .types import (
@@ -40,6 +46,13 @@ __all__ = [
 # ``params["thinking"] = {"budget_tokens": N}`` expressed as an effort: the last entry
 # whose floor N reaches picks the effort.
 BUDGET_EFFORTS: tuple[tuple[int, str], ...] = ((1, "low"), (4096, "medium"), (16384, "high"))
+
+# ``params`` -> body fields, copied when set.
+GENERATION_PARAMS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_output_tokens",
+}
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
@@ -70,6 +83,7 @@ class OpenAIResponsesProvider(Provider):
         citations=True,
         server_tools=True,
     )
+    stream_parser_class = ResponsesStreamParser
 
     # Vendor differences, switched off by subclasses speaking the same protocol.
     system_as_instructions: ClassVar[bool] = True
@@ -82,14 +96,6 @@ class OpenAIResponsesProvider(Provider):
     """Documents may be sent inline as ``input_file`` parts."""
 
     # -- request ---------------------------------------------------------------------
-    def option(self, key: str) -> Any:
-        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
-        given beside the standard settings)."""
-        nested = self.options.get("options")
-        if isinstance(nested, dict) and nested.get(key) is not None:
-            return nested[key]
-        return self.options.get(key)
-
     def auth_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
         if self.api_key:
@@ -125,12 +131,7 @@ class OpenAIResponsesProvider(Provider):
                 }
                 for tool in request.tools
             ]
-        if params.get("temperature") is not None:
-            payload["temperature"] = params["temperature"]
-        if params.get("top_p") is not None:
-            payload["top_p"] = params["top_p"]
-        if params.get("max_tokens") is not None:
-            payload["max_output_tokens"] = params["max_tokens"]
+        payload.update(copy_params(params, GENERATION_PARAMS))
         reasoning = self.reasoning_config(params)
         if reasoning:
             payload["reasoning"] = reasoning
@@ -328,9 +329,6 @@ class OpenAIResponsesProvider(Provider):
             raw=data,
         )
 
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return ResponsesStreamParser(self, request)
-
     # -- errors ----------------------------------------------------------------------
     def error_details(self, payload: Any) -> tuple[str, str | None]:
         """Errors come as ``{"error": {"message", "type", "code"}}`` over HTTP, and as
@@ -394,13 +392,5 @@ class XAIProvider(OpenAIResponsesProvider):
         error = super().error_from_payload(payload, **kw)
         # A wrong key is a 400 ``invalid-argument`` with "Incorrect API key" in the text.
         if not isinstance(error, AuthenticationError) and "api key" in error.message.lower():
-            return AuthenticationError(
-                error.message,
-                provider=error.provider,
-                status=error.status,
-                body=error.body,
-                headers=error.headers,
-                retry_after=error.retry_after,
-                code=error.code,
-            )
+            return as_authentication_error(error)
         return error
