@@ -323,17 +323,9 @@ class Idempotency:
     def _new_row(self, **fields: Any) -> IdempotencyKey:
         """This request's key row, not saved yet; an expired row of the key is deleted
         first."""
-        IdempotencyKey.objects.filter(
-            user=self.user, scope=self.scope, key=self.key, created_at__lt=_cutoff()
-        ).delete()
-        return IdempotencyKey(
-            user=self.user,
-            scope=self.scope,
-            key=self.key,
-            chat=self.chat,
-            request_hash=self.hash,
-            **fields,
-        )
+        identity = {"user": self.user, "scope": self.scope, "key": self.key}
+        IdempotencyKey.objects.filter(**identity, created_at__lt=_cutoff()).delete()
+        return IdempotencyKey(**identity, chat=self.chat, request_hash=self.hash, **fields)
 
     def _after_race(self) -> IdempotencyKey:
         row = self.earlier()

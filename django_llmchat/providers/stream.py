@@ -113,6 +113,13 @@ class ProviderStream:
         yield from response_events(response)
         self.response = response
 
+    def _frames(self, http: httpx.Response) -> Iterator[tuple[str | None, str]]:
+        """The body's frames as its bytes arrive, then any the decoder held back."""
+        decoder = self._decoder()
+        for chunk in http.iter_bytes():
+            yield from decoder.feed(chunk)
+        yield from decoder.flush()
+
     def __iter__(self) -> Iterator[ev.StreamEvent]:
         # One generator for the attempts and the reading: a frame per event costs less.
         provider = self.provider
@@ -143,29 +150,16 @@ class ProviderStream:
                             delivered = True
                             yield event
                         return
-                    decoder = self._decoder()
-                    feed_frames = decoder.feed
                     feed = parser.feed
                     data = ""
                     try:
-                        for chunk in http.iter_bytes():
-                            for name, data in feed_frames(chunk):
-                                for event in feed(name, data):
-                                    add(event)
-                                    delivered = True
-                                    yield event
-                                if parser.done:
-                                    break
+                        for name, data in self._frames(http):
+                            for event in feed(name, data):
+                                add(event)
+                                delivered = True
+                                yield event
                             if parser.done:
                                 break
-                        else:
-                            for name, data in decoder.flush():
-                                for event in feed(name, data):
-                                    add(event)
-                                    delivered = True
-                                    yield event
-                                if parser.done:
-                                    break
                     except httpx.HTTPError as exc:
                         raise provider.midstream_error(exc) from None
                     except json.JSONDecodeError as exc:
