@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError, UnsupportedFeatureError
@@ -363,15 +364,7 @@ class XAIProvider(OpenAIResponsesProvider):
     label: ClassVar[str] = "xAI"
     default_base_url: ClassVar[str] = "https://api.x.ai/v1"
     api_key_env: ClassVar[str | None] = "XAI_API_KEY"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        vision=True,
-        pdf=False,
-        thinking=True,
-        structured_output=True,
-        prompt_caching="automatic",
-        citations=True,
-        server_tools=True,
-    )
+    capabilities: ClassVar[Capabilities] = replace(OpenAIResponsesProvider.capabilities, pdf=False)
 
     system_as_instructions: ClassVar[bool] = False
     replay_item_ids: ClassVar[bool] = False
