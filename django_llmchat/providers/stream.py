@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import httpx
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 
 
 _END = object()
+_Frame = tuple[str | None, str]  # (event name, data)
+
+
+def _later(produce: Callable[[], Iterable[_Frame]]) -> Iterator[_Frame]:
+    """What ``produce()`` returns, called only once the first item is asked for."""
+    yield from produce()
 
 
 def response_events(response: ProviderResponse) -> list[ev.StreamEvent]:
@@ -113,12 +120,12 @@ class ProviderStream:
         yield from response_events(response)
         self.response = response
 
-    def _frames(self, http: httpx.Response) -> Iterator[tuple[str | None, str]]:
-        """The body's frames as its bytes arrive, then any the decoder held back."""
+    def _frames(self, http: httpx.Response) -> Iterator[_Frame]:
+        """The body's frames as its bytes arrive, then any the decoder held back (chained
+        in C: no Python frame per frame)."""
         decoder = self._decoder()
-        for chunk in http.iter_bytes():
-            yield from decoder.feed(chunk)
-        yield from decoder.flush()
+        arriving = chain.from_iterable(map(decoder.feed, http.iter_bytes()))
+        return chain(arriving, _later(decoder.flush))
 
     def __iter__(self) -> Iterator[ev.StreamEvent]:
         # One generator for the attempts and the reading: a frame per event costs less.
