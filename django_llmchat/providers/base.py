@@ -10,6 +10,10 @@ A vendor module subclasses :class:`Provider` and only builds requests and reads 
 * ``new_stream_parser(request)``: a :class:`StreamParser` for one streamed answer (by
   default ``stream_parser_class(self, request)``).
 
+A bundled protocol is three modules: ``<vendor>.py`` (requests and whole answers),
+``<vendor>_stream.py`` (its stream parser) and ``<vendor>_wire.py``, the vocabulary both
+read (finish reasons, usage, citations, call ids), which imports neither.
+
 Everything else lives here and beside it: one pooled httpx client per configuration and
 process, timeouts, the User-Agent, translation of HTTP and network failures into
 :mod:`django_llmchat.errors` (this module), SSE / NDJSON decoding (``framing``), the
