@@ -182,6 +182,11 @@ class ChatBusyError(LLMChatError):
     (approve or deny it, or cancel the run, first)."""
 
 
+class RunInProgress(ChatBusyError):
+    """A regenerate, a branch or a switch of branches while a run of the chat is queued,
+    running or waiting for a tool-call decision: the path does not move under a run."""
+
+
 class RunLostError(LLMChatError):
     """This process no longer owns the run: another one took it over (its lease ran out)
     or it was finished elsewhere. Nothing more is written by this process."""

@@ -50,14 +50,20 @@ from typing import Any
 from celery import current_app
 from django.conf import settings as django_settings
 from django.db import connections, router, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import limits, signals, streams
+from . import branches, limits, signals, streams
 from .conf import settings
-from .errors import ArgumentError, BudgetExceededError, ChatBusyError, RunLostError
+from .errors import (
+    ArgumentError,
+    BudgetExceededError,
+    ChatBusyError,
+    RunInProgress,
+    RunLostError,
+)
 from .events import RunFinished
 from .models import Chat, Message, Run, ToolCall, Usage
 from .models.message import QUEUED_POSITION, clock_position
@@ -84,6 +90,7 @@ __all__ = [
     "on_admit",
     "recover",
     "stale_runs",
+    "switch_to",
     "worker_name",
 ]
 
@@ -278,13 +285,13 @@ def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
     the moment its own run starts (or ends unanswered)."""
     if prompt_id is None:
         return
-    latest = Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).aggregate(
-        m=Max("position")
-    )["m"]
+    leaf = branches.leaf_row(chat_id)  # the prompt follows the path's last message
     position = clock_position()
-    if latest is not None and position <= latest:
-        position = latest + 1
-    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(position=position)
+    if leaf is not None and position <= leaf[1]:
+        position = leaf[1] + 1
+    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(
+        position=position, parent_id=leaf[0] if leaf is not None else None
+    )
 
 
 _ON_ADMIT: ContextVar[Callable[[Run], None] | None] = ContextVar("llmchat_on_admit", default=None)
@@ -327,8 +334,11 @@ def enqueue(
     ``wait=True``: the caller will wait for the run's turn (the run holds a lease the
     waiting renews, so nobody else takes it); it raises :class:`ChatBusyError` instead
     when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
-    the messages of the chat's last run, but its prompt, leave the transcript and the
-    new run answers again; :class:`ChatBusyError` while a run is unfinished.
+    the messages after the active path's last prompt leave the path (kept, as siblings of
+    the new reply) and the new run answers again; :class:`ChatBusyError` while a run is
+    unfinished. Inside :func:`django_llmchat.branches.branching`, the prompt follows the
+    given message instead of the active leaf (a new branch; :class:`ChatBusyError` while
+    a run is unfinished).
 
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     if chat.pk is None:
@@ -360,10 +370,16 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         )
     if regenerate:
         _drop_last_reply(chat, head)
+    branch = branches.pending_branch() if prompt is not None else None
+    if branch is not None:  # a prompt after a given message: a new branch
+        prompt.parent_id = branches.branch_here(chat.pk, branch, in_progress=head is not None)
     verdict = _admit(chat)
     if prompt is not None:
-        if head is not None:
-            prompt.position += QUEUED_POSITION
+        prompt.placed = True  # its parent is decided here
+        if branch is None and head is not None:
+            prompt.position += QUEUED_POSITION  # its parent is given when it is placed
+        elif branch is None:
+            prompt.parent_id = branches.leaf_id(chat.pk)  # it follows the active leaf
         if attachments:
             chat._insert(prompt, attachments)
         else:
@@ -387,8 +403,9 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
 
 
 def _drop_last_reply(chat: Chat, head: Run | None) -> None:
-    """Regenerate, under the chat's lock: the messages the chat's last run stored but its
-    prompt leave the transcript (every usage row stays). One regenerate of many racing
+    """Regenerate, under the chat's lock: the messages after the active path's last
+    prompt leave the path (they stay stored, siblings of the new reply; every usage row
+    stays). One regenerate of many racing
     wins; the others find its run unfinished."""
     if head is not None:
         raise RunInProgress(
@@ -399,15 +416,23 @@ def _drop_last_reply(chat: Chat, head: Run | None) -> None:
     last_id = last.first()
     if last_id is None:
         raise NothingToRegenerate(f"chat {chat.pk} has no reply to regenerate")
-    Message.objects.filter(chat_id=chat.pk, run_id=last_id).exclude(role="user").delete()
+    if branches.drop_reply(chat.pk) < 0:
+        raise NothingToRegenerate(f"chat {chat.pk} has no prompt to answer again")
+
+
+def switch_to(chat_id: int, message: Any) -> int:
+    """Make the branch through ``message`` (a Message of the chat or its id) the chat's
+    active path (:func:`django_llmchat.branches.rewire`), under the chat's lock;
+    :class:`RunInProgress` while a run of the chat is unfinished. Returns the new leaf's
+    id."""
+    with transaction.atomic():
+        if not hold_if_idle(chat_id):
+            raise branches.busy(chat_id, "switching branches")
+        return branches.rewire(chat_id, message)
 
 
 class NothingToRegenerate(ArgumentError):
     """A regenerate on a chat that has no run yet."""
-
-
-class RunInProgress(ChatBusyError):
-    """A regenerate while a run of the chat is unfinished."""
 
 
 @dataclass
