@@ -274,23 +274,33 @@
     );
   }
 
+  // a thumb drawn here (no icon font: it shows the same everywhere); down is up turned
+  const THUMB =
+    '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false">' +
+    '<path d="M2.5 10.5h3.5v10h-3.5z M7.5 10.5 11 3.5c1.6 0 2.6 1.2 2.2 2.9l-.8 4.1h6.3' +
+    'c1.5 0 2.5 1.4 2 2.8l-2 6.3c-.3.9-1.1 1.4-2 1.4H7.5z" ' +
+    'stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/></svg>';
+
   function thumbs(m) {
     if (!state.rateable.has(m.id)) return null;
     const rating = state.rated.get(m.id) || 0;
-    const thumb = (value, label, symbol) =>
-      el("button", {
+    const thumb = (value, label) => {
+      const button = el("button", {
         type: "button",
-        class: `link thumb${rating === value ? " chosen" : ""}`,
-        text: symbol,
+        class: `link thumb${value < 0 ? " down" : ""}${rating === value ? " chosen" : ""}`,
+        title: label,
         "aria-label": label,
         "aria-pressed": rating === value ? "true" : "false",
         onclick: () => rate(m.id, rating === value ? 0 : value),
       });
+      button.innerHTML = THUMB; // a constant of this file, no data in it
+      return button;
+    };
     return el(
       "span",
       { class: "thumbs", role: "group", "aria-label": "Feedback" },
-      thumb(1, "Good reply", "👍"),
-      thumb(-1, "Bad reply", "👎"),
+      thumb(1, "Good reply"),
+      thumb(-1, "Bad reply"),
     );
   }
 
@@ -300,7 +310,7 @@
           type: "button",
           class: "link edit",
           text: "Edit",
-          "aria-label": "Edit this message",
+          "aria-label": "Edit prompt",
           onclick: (event) => editMessage(m, event.target.closest("li")),
         })
       : null;
@@ -342,7 +352,7 @@
   function editMessage(m, item) {
     if (state.running || item.querySelector("form.edit")) return;
     const body = item.querySelector(".body");
-    const box = el("textarea", { rows: 3, "aria-label": "Edited message" });
+    const box = el("textarea", { rows: 3, "aria-label": "Edited prompt" });
     box.value = m.content;
     const form = el(
       "form",
@@ -912,13 +922,13 @@
     }
   }
 
-  async function streamRun(path, body, translate = (frame) => frame) {
+  async function streamRun(path, body, { translate = (frame) => frame, accept = "text/event-stream" } = {}) {
     const live = new LiveRun();
     state.controller = new AbortController();
     els.transcript.setAttribute("aria-busy", "true");
     setRunning(true);
     try {
-      const response = await call("POST", path, body, "text/event-stream", state.controller.signal);
+      const response = await call("POST", path, body, accept, state.controller.signal);
       const type = response.headers.get("Content-Type") || "";
       if (!response.ok) {
         live.note(await refusalText(response), true);
@@ -982,7 +992,8 @@
       }
     }
     const body = { id: String(state.chat.id), messages: [], trigger: "regenerate-message" };
-    await streamRun(`${API}ui/chat`, body, uiChunkAsEvent);
+    // the AI SDK's transport asks for any type: its stream, or a refusal as text
+    await streamRun(`${API}ui/chat`, body, { translate: uiChunkAsEvent, accept: "*/*" });
   }
 
   async function decide(callId, decision) {
