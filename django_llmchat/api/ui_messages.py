@@ -31,7 +31,7 @@ from ..transcript import call_item_ids
 from .ids import is_call_id
 from .serializers import attachment_url
 from .ui import _error_text, _output, _usd_sum
-from .ui_paths import UI_MESSAGE_ID, Tree, UINode, ui_id_of_user
+from .ui_paths import UI_MESSAGE_ID, Tree, branch_of, ui_id_of_user
 
 __all__ = [
     "UI_MESSAGE_ID",
@@ -225,7 +225,7 @@ def _branches_and_feedback(
         if node is None:
             continue
         metadata: dict[str, Any] = {}
-        branch = _branch(tree, node)
+        branch = branch_of(tree, node)
         if branch is not None:
             metadata["branch"] = branch
         feedback = [rated[pk] for pk in node.messages if pk in rated]
@@ -233,18 +233,6 @@ def _branches_and_feedback(
             metadata["feedback"] = feedback[-1]
         if metadata:
             message["metadata"] = {**message.get("metadata", {}), **metadata}
-
-
-def _branch(tree: Tree, node: UINode) -> dict[str, Any] | None:
-    siblings = tree.siblings(node)
-    if len(siblings) < 2:
-        return None
-    return {
-        "index": next(i for i, n in enumerate(siblings) if n.first == node.first),
-        "count": len(siblings),
-        "siblings": [n.id for n in siblings],
-        "storedMessageIds": [n.first for n in siblings],
-    }
 
 
 def waiting_reply(chat: Chat, request=None) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ not know anywhere but last is refused, as is a prefix that is not a path of the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,17 @@ from rest_framework.exceptions import ValidationError
 from ..models import Chat, Message, Run
 from ..models.message import QUEUED_POSITION
 
-__all__ = ["Placement", "Tree", "UINode", "placement_of", "ui_id_of_user"]
+__all__ = [
+    "Placement",
+    "Tree",
+    "UINode",
+    "branch_of",
+    "placement_of",
+    "reply_branch",
+    "ui_id_of_user",
+]
+
+logger = logging.getLogger("django_llmchat.api")
 
 UI_MESSAGE_ID = "ui_message_id"
 """The key of a user message's ``raw`` holding the id its AI SDK client gave it."""
@@ -48,7 +59,7 @@ class Tree:
     """A chat's stored messages as UI nodes (system messages and summaries are no UI
     messages), read in one query."""
 
-    def __init__(self, chat: Chat):
+    def __init__(self, chat: Chat | int):
         rows = (
             Message.objects.filter(
                 chat=chat, summary_until__isnull=True, position__lt=QUEUED_POSITION
@@ -103,6 +114,35 @@ class Tree:
         """``node`` and its alternatives: the nodes of its role following the same
         message, oldest first."""
         return [n for n in self.nodes if n.parent == node.parent and n.role == node.role]
+
+
+def branch_of(tree: Tree, node: UINode) -> dict[str, Any] | None:
+    """A UI message's ``metadata.branch`` (``None`` without alternatives): its ``index``
+    among its ``siblings`` (their client ids, oldest first), their ``count`` and the
+    ``storedMessageIds`` a switch takes."""
+    siblings = tree.siblings(node)
+    if len(siblings) < 2:
+        return None
+    return {
+        "index": next(i for i, n in enumerate(siblings) if n.first == node.first),
+        "count": len(siblings),
+        "siblings": [n.id for n in siblings],
+        "storedMessageIds": [n.first for n in siblings],
+    }
+
+
+def reply_branch(chat_id: int, run_id: Any) -> dict[str, Any]:
+    """``{"branch": ...}`` for the reply of run ``run_id`` when it has alternatives (a
+    regenerated reply), else ``{}``: what a streamed reply's ``finish`` chunk adds to its
+    metadata, so the client draws "< 2/2 >" without a reload. One query."""
+    try:
+        tree = Tree(chat_id)
+        node = tree.by_id(f"run-{run_id}")
+        branch = branch_of(tree, node) if node is not None else None
+    except Exception:  # the reply is whole without it: never fail the stream's end
+        logger.exception("the alternatives of run %s of chat %s", run_id, chat_id)
+        return {}
+    return {"branch": branch} if branch is not None else {}
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .schema import document
 from .serializers import RunSerializer
 from .ui import DONE, UIRun, can_resume, chunk, follow_chunks, no_stream, ui_response
 from .ui_chats import chat_for, decide_all
-from .ui_paths import placement_of
+from .ui_paths import placement_of, reply_branch
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of
 from .ui_stream import UIMessageStream
 
@@ -109,7 +109,10 @@ class UIChatView(TransportView):
         )
 
     def _answer(self, chat: Chat, data: dict, last: dict, idem: Idempotency | None):
-        stream = UIMessageStream(chat_id=chat.pk)
+        def finish(event) -> dict:  # a regenerated reply says its alternatives at once
+            return reply_branch(chat.pk, event.run_id)
+
+        stream = UIMessageStream(chat_id=chat.pk, finish_metadata=finish)
         run: dict[str, Any] = {}
         sent = data.get("messages") if data.get("message") is None else None
         parent = None  # a new branch's parent (branches.ROOT: before the first message)
@@ -150,6 +153,7 @@ class UIChatView(TransportView):
                 raise Conflict("Other tool calls of the run still wait for a decision.")
             stream = UIMessageStream(
                 chat_id=chat.pk,
+                finish_metadata=finish,
                 message_id=last.get("id") or None,
                 known_calls=[(call.call_id, call.name, known) for call, known in decided],
                 run_calls=list(

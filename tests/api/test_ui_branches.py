@@ -211,19 +211,32 @@ def test_a_failed_run_the_client_kept_stands_for_nothing(api, chat, fake_llm):
 
 def test_regenerate_keeps_the_old_reply_as_an_alternative(api, chat, fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
-    fake_llm.script("First answer.", "Second answer.")
+    fake_llm.script("First answer.", "Second answer.", "Yes.")
     u1 = user("Question")
     first = reply_of(chunks(post(api, chat.pk, u1)))
     got = chunks(post(api, chat.pk, u1, trigger="regenerate-message", messageId=first["id"]))
     second = reply_of(got)
     assert second["text"] == "Second answer."
+    old_id = Message.objects.get(chat=chat, content="First answer.").pk
+    new_id = Message.objects.get(chat=chat, content="Second answer.").pk
+    # the stream's end already says the alternatives (no reload needed to draw "< 2/2 >")
+    assert got[-1]["messageMetadata"]["branch"] == {
+        "index": 1,
+        "count": 2,
+        "siblings": [first["id"], second["id"]],
+        "storedMessageIds": [old_id, new_id],
+    }
+    assert (
+        "branch"
+        not in chunks(post(api, chat.pk, u1, sent_as(second), user("More?")))[-1]["messageMetadata"]
+    )
     assert "First answer." not in json.dumps(fake_llm.requests[1].body)
     old = Message.objects.get(chat=chat, content="First answer.")
     new = Message.objects.get(chat=chat, content="Second answer.")
     assert (old.on_path, new.on_path) == (False, True)
     assert old.parent_id == new.parent_id
     reloaded = ui_messages(api, chat.pk)
-    assert [m["id"] for m in reloaded] == [u1["id"], second["id"]]
+    assert [m["id"] for m in reloaded][:2] == [u1["id"], second["id"]]
     assert reloaded[1]["metadata"]["branch"] == {
         "index": 1,
         "count": 2,

@@ -87,6 +87,16 @@ test("regenerate keeps the old reply as an alternative; switching restores it", 
     storedMessageIds: [first.metadata.storedMessageId, second.metadata.storedMessageId],
   });
   assert.equal(reloaded[0].metadata?.branch, undefined, "one question, no alternatives");
+  // the streamed reply said so at its end already: no reload needed to draw "< 2/2 >"
+  assert.deepEqual(second.metadata.branch, reloaded[1].metadata.branch);
+
+  // thumbs down on the new reply: the reload carries the user's feedback
+  await api(`chats/${id}/messages/${second.metadata.storedMessageId}/feedback/`, {
+    method: "POST",
+    body: JSON.stringify({ rating: -1, comment: "Not this one." }),
+  });
+  reloaded = await uiMessages(id);
+  assert.deepEqual(reloaded[1].metadata.feedback, { rating: -1, comment: "Not this one." });
   // the REST transcript is the active path too
   let rows = await stored(id);
   assert.deepEqual(rows.map((m) => m.id), [rows[0].id, second.metadata.storedMessageId]);
