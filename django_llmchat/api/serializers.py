@@ -30,6 +30,7 @@ from .fields import (
 )
 from .message_serializers import (
     AttachmentSerializer,
+    BranchSwitchSerializer,
     MessageContentSerializer,
     MessageCreateSerializer,
     MessageSerializer,
@@ -40,6 +41,7 @@ from .message_serializers import (
 
 __all__ = [
     "AttachmentSerializer",
+    "BranchSwitchSerializer",
     "ChatSerializer",
     "CostSerializer",
     "LLMModelSerializer",
