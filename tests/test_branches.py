@@ -299,3 +299,21 @@ def test_siblings_for_a_page_in_one_query(chat, fake_llm):
     replies = [m.pk for m in page if m.role == "assistant"]
     assert all(found[pk] == replies for pk in replies)
     assert found[page[0].pk] == [page[0].pk]
+
+
+def test_the_export_follows_the_active_path(chat, fake_llm):
+    import json
+
+    from django_llmchat.export import finetune_lines
+
+    def contents():
+        [line] = finetune_lines([chat])
+        return [m["content"] for m in json.loads(line)["messages"]]
+
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    chat.branch_from(a1, "And Italy?")
+    assert contents() == ["Capital of France?", "Paris.", "And Italy?", "Rome."]
+    chat.switch_to(germany)
+    assert contents() == ["Capital of France?", "Paris.", "And Germany?", "Berlin."]
