@@ -86,6 +86,10 @@ def test_a_branch_posted_with_parent_sends_only_the_edited_path(api, talk, fake_
         "Rome.",
     ]
     assert [m["on_path"] for m in everything] == [True, True, False, False, True, True]
+    usage = api.get(url("chat-usage", pk=talk.pk)).json()
+    check(schema, "Usage", usage)
+    assert usage["attempts"] == {"succeeded": 3}  # every branch paid
+    assert usage["path"]["tokens"]["total_tokens"] < usage["tokens"]["total_tokens"]
     check(
         schema,
         "PaginatedMessageList",
