@@ -41,6 +41,7 @@ __all__ = [
     "ROOT",
     "branch_here",
     "busy",
+    "check_parent",
     "branching",
     "drop_reply",
     "leaf_id",
@@ -87,7 +88,7 @@ def _changed(chat_id: int) -> None:
     transaction.on_commit(lambda: transcript_changed.send(sender=Message, chat_id=chat_id))
 
 
-def _parent_row(chat_id: int, parent: Any) -> tuple[int, int] | None:
+def check_parent(chat_id: int, parent: Any) -> tuple[int, int] | None:
     """``(id, position)`` of ``parent`` (a Message, an id, or :data:`ROOT`: ``None``),
     checked to be a message of the chat a prompt may follow."""
     if parent is ROOT:
@@ -117,7 +118,7 @@ def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> int | None:
     lock (``in_progress``: the chat has an unfinished run, and the branch is refused), every
     on-path message after ``parent`` leaves the path, with the summaries covering them.
     Returns the parent's id for the prompt (``None`` for :data:`ROOT`)."""
-    row = _parent_row(chat_id, parent)
+    row = check_parent(chat_id, parent)
     if in_progress:
         raise busy(chat_id, "branching")
     after = -(2**62) if row is None else row[1]

@@ -299,3 +299,51 @@ def test_siblings_for_a_page_in_one_query(chat, fake_llm):
     replies = [m.pk for m in page if m.role == "assistant"]
     assert all(found[pk] == replies for pk in replies)
     assert found[page[0].pk] == [page[0].pk]
+
+
+def test_the_export_follows_the_active_path(chat, fake_llm):
+    import json
+
+    from django_llmchat.export import finetune_lines
+
+    def contents():
+        [line] = finetune_lines([chat])
+        return [m["content"] for m in json.loads(line)["messages"]]
+
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    chat.branch_from(a1, "And Italy?")
+    assert contents() == ["Capital of France?", "Paris.", "And Italy?", "Rome."]
+    chat.switch_to(germany)
+    assert contents() == ["Capital of France?", "Paris.", "And Germany?", "Berlin."]
+
+
+def test_racing_branches_one_wins_the_others_are_refused_and_the_tree_stays_valid(fake_llm):
+    """Eight edits of one prompt at once (each a branch after the same reply): one is
+    admitted, the others find its run in progress; after it, the path is valid and each
+    branch made follows the reply."""
+    from tests.test_gate import Provider, finish, needs_server_database, race
+
+    needs_server_database()
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    fake_llm.script(Reply("Paris."), Reply("Berlin."))
+    reply = chat.ask("Capital of France?")
+    chat.ask("And Germany?")
+    provider = Provider(fake_llm, hold=True)
+    threads, outcomes = race(
+        8, lambda i: Chat.objects.get(pk=chat.pk).branch_from(reply, f"Edit {i}?")
+    )
+    finish(
+        threads,
+        provider,
+        settled=lambda: sum(isinstance(o, ChatBusyError) for o in outcomes) == 7,
+    )
+    assert sum(isinstance(o, ChatBusyError) for o in outcomes) == 7, outcomes
+    (won,) = [o for o in outcomes if isinstance(o, Message)]
+    valid_tree(chat)
+    assert texts(chat)[-2:] == [won.parent.content, "answered"]
+    edits = Message.objects.filter(chat=chat, content__startswith="Edit ")
+    assert edits.count() == 1 and edits.get().parent_id == reply.pk
+    assert [m.content for m in won.parent.alternatives()] == ["And Germany?", edits.get().content]
