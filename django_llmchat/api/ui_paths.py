@@ -57,21 +57,21 @@ class UINode:
 
 class Tree:
     """A chat's stored messages as UI nodes (system messages and summaries are no UI
-    messages), read in one query."""
+    messages), read in two queries."""
 
     def __init__(self, chat: Chat | int):
-        rows = (
-            Message.objects.filter(
-                chat=chat, summary_until__isnull=True, position__lt=QUEUED_POSITION
-            )
-            .exclude(role="system")
-            .order_by("id")
-            .values_list("id", "role", "parent_id", "run_id", "raw", "on_path")
-        )
+        tree = Message.objects.filter(
+            chat=chat, summary_until__isnull=True, position__lt=QUEUED_POSITION
+        ).exclude(role="system")
+        rows = tree.order_by("id").values_list("id", "role", "parent_id", "run_id", "on_path")
+        # the client's ids are in the user messages' raw (a reply's raw, the provider's
+        # whole answer, stays in the database)
+        raws = dict(tree.filter(role="user").values_list("id", "raw"))
         self.nodes: list[UINode] = []
         self.node_of: dict[int, UINode] = {}  # stored message id -> its node
         self._run_of: dict[int, int | None] = {}  # a node's first message -> its run
-        for pk, role, parent, run_id, raw, on_path in rows:
+        for pk, role, parent, run_id, on_path in rows:
+            raw = raws.get(pk)
             above = self.node_of.get(parent) if parent is not None else None
             if role != "user" and above is not None and above.role == "assistant":
                 if self._run_of.get(above.first) == run_id:  # the same reply goes on
@@ -134,7 +134,7 @@ def branch_of(tree: Tree, node: UINode) -> dict[str, Any] | None:
 def reply_branch(chat_id: int, run_id: Any) -> dict[str, Any]:
     """``{"branch": ...}`` for the reply of run ``run_id`` when it has alternatives (a
     regenerated reply), else ``{}``: what a streamed reply's ``finish`` chunk adds to its
-    metadata, so the client draws "< 2/2 >" without a reload. One query."""
+    metadata, so the client draws "< 2/2 >" without a reload. Two queries."""
     try:
         tree = Tree(chat_id)
         node = tree.by_id(f"run-{run_id}")

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat.models import Feedback, Message
+from django_llmchat.models import Feedback, Message, Run
 from django_llmchat.testing import Fault, Reply
 
 from .conftest import url
@@ -300,3 +300,14 @@ def test_a_reload_with_branches_takes_constant_queries(api, chat, fake_llm):
         chunks(post(api, chat.pk, *path[:-1], trigger="regenerate-message", messageId=got["id"]))
         path[-1] = sent_as({"id": ui_messages(api, chat.pk)[-1]["id"], "text": ""})
     assert count() == few
+
+
+def test_a_branch_while_a_run_is_in_progress_is_a_409(api, chat, fake_llm, two_turns):
+    u1, a1, u2, a2 = two_turns
+    running = Run.objects.create(chat=chat, status=Run.RUNNING)
+    refused = post(api, chat.pk, u1, a1, user("Tell me about plums"))
+    assert refused.status_code == 409
+    assert refused.content.decode().startswith("The chat has a run in progress")
+    assert chat.messages.count() == 4
+    assert [m.content for m in chat.transcript()][2] == "Tell me about pears"
+    running.delete()
