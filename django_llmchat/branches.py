@@ -261,6 +261,7 @@ def _sibling_rows(parents: list[int], roots: list[int]) -> list[tuple]:
     using = router.db_for_read(Message)
     connection = connections[using]
     qn = connection.ops.quote_name
+
     def column(name: str) -> str:
         return qn(Message._meta.get_field(name).column)
 
