@@ -361,3 +361,13 @@ def test_racing_branches_one_wins_the_others_are_refused_and_the_tree_stays_vali
     edits = Message.objects.filter(chat=chat, content__startswith="Edit ")
     assert edits.count() == 1 and edits.get().parent_id == reply.pk
     assert [m.content for m in won.parent.alternatives()] == ["And Germany?", edits.get().content]
+
+
+def test_aask_takes_a_parent_too(chat, fake_llm):
+    import asyncio
+
+    fake_llm.script(Reply("Paris."), Reply("Rome."))
+    chat.ask("Capital of France?")
+    reply = asyncio.run(chat.aask("Capital of Italy?", parent=branches.ROOT))
+    assert reply.content == "Rome." and sent(fake_llm) == [("user", "Capital of Italy?")]
+    assert texts(chat) == ["Capital of Italy?", "Rome."]
