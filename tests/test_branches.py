@@ -287,6 +287,20 @@ def test_add_message_and_orm_rows_follow_the_active_leaf(chat):
     assert chat.active_leaf == a
 
 
+def test_link_parents_mends_rows_written_in_bulk(chat):
+    rows = [
+        Message(chat=chat, role=role, content=text)
+        for role, text in [("user", "a"), ("system", "rules"), ("assistant", "b")]
+    ]
+    Message.objects.bulk_create(rows)
+    assert [m.parent_id for m in chat.transcript()] == [None, None, None]
+    assert branches.link_parents(chat.pk) == 1
+    a, rules, b = chat.transcript()
+    assert (a.parent_id, rules.parent_id, b.parent_id) == (None, None, a.pk)
+    assert branches.link_parents(chat.pk) == 0
+    assert branches.siblings([b])[b.pk] == [b.pk]
+
+
 def test_siblings_for_a_page_in_one_query(chat, fake_llm):
     fake_llm.script(Reply("Paris."), Reply("It is Paris."), Reply("Paris, France."))
     chat.ask("Capital of France?")
@@ -347,3 +361,13 @@ def test_racing_branches_one_wins_the_others_are_refused_and_the_tree_stays_vali
     edits = Message.objects.filter(chat=chat, content__startswith="Edit ")
     assert edits.count() == 1 and edits.get().parent_id == reply.pk
     assert [m.content for m in won.parent.alternatives()] == ["And Germany?", edits.get().content]
+
+
+def test_aask_takes_a_parent_too(chat, fake_llm):
+    import asyncio
+
+    fake_llm.script(Reply("Paris."), Reply("Rome."))
+    chat.ask("Capital of France?")
+    reply = asyncio.run(chat.aask("Capital of Italy?", parent=branches.ROOT))
+    assert reply.content == "Rome." and sent(fake_llm) == [("user", "Capital of Italy?")]
+    assert texts(chat) == ["Capital of Italy?", "Rome."]
