@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_llmchat.api.ui_paths import placement_of
 from django_llmchat.models import Feedback, Message, Run
 from django_llmchat.testing import Fault, Reply
 
@@ -311,3 +312,27 @@ def test_a_branch_while_a_run_is_in_progress_is_a_409(api, chat, fake_llm, two_t
     assert chat.messages.count() == 4
     assert [m.content for m in chat.transcript()][2] == "Tell me about pears"
     running.delete()
+
+
+def test_placing_a_message_takes_constant_queries(api, chat, fake_llm):
+    """Where a sent message goes is read in the same queries however long the chat."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(*[Reply(f"Answer {n}.") for n in range(6)])
+    path: list = []
+
+    def turn(n: int) -> None:
+        u = user(f"Question {n}")
+        path.extend([u, sent_as(reply_of(chunks(post(api, chat.pk, *path, u))))])
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert placement_of(chat, path[:2]).parent is not None  # a branch: all read
+            assert placement_of(chat, path).append
+        return len(queries)
+
+    turn(0)
+    turn(1)
+    few = count()
+    for n in range(2, 6):
+        turn(n)
+    assert count() == few
