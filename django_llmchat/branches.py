@@ -36,6 +36,7 @@ from django.db.models import Q
 from .errors import ArgumentError, RunInProgress
 from .models import Message
 from .models.message import QUEUED_POSITION, branching, pending_branch, transcript_changed
+from .prepared import PreparedQuery
 
 __all__ = [
     "ROOT",
@@ -64,10 +65,15 @@ ROOT: Any = _Root()
 """Pass as ``parent`` to branch before the first message (an edit of the first prompt)."""
 
 
+# on the hot path (every new prompt): compiled once per database
+_LEAF = PreparedQuery(lambda chat_id: Message.objects.leaf_rows(chat_id)[:1])
+
+
 def leaf_row(chat_id: int) -> tuple[int, int] | None:
     """``(id, position)`` of the chat's active leaf (the last message on its path, system
     messages aside), or ``None``. One query."""
-    return Message.objects.leaf_row(chat_id)
+    rows = _LEAF.rows(chat_id)
+    return tuple(rows[0]) if rows else None
 
 
 def leaf_id(chat_id: int) -> int | None:
