@@ -371,3 +371,14 @@ def test_aask_takes_a_parent_too(chat, fake_llm):
     reply = asyncio.run(chat.aask("Capital of Italy?", parent=branches.ROOT))
     assert reply.content == "Rome." and sent(fake_llm) == [("user", "Capital of Italy?")]
     assert texts(chat) == ["Capital of Italy?", "Rome."]
+
+
+def test_prompts_with_files_take_the_parent_decided_under_the_lock(chat, fake_llm):
+    """A prompt with attachments is saved with ``save()``: it keeps the parent its run's
+    admission decided (none before the first message), not the active leaf."""
+    fake_llm.script(Reply("Paris."), Reply("A note."))
+    chat.ask("Capital of France?")
+    reply = chat.ask("Read this", [("note.txt", b"hello")], parent=branches.ROOT)
+    prompt = reply.parent
+    assert prompt.parent_id is None and prompt.attachments.count() == 1
+    assert texts(chat) == ["Read this", "A note."]
