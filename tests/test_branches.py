@@ -20,8 +20,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @tool
-def lookup(city: str) -> str:
-    """Looks a city up"""
+def city_population(city: str) -> str:
+    """Tells how many people live in a city"""
     return f"{city}: 3 million people"
 
 
@@ -71,16 +71,23 @@ def test_messages_follow_one_another(chat, fake_llm):
 
 
 def test_tool_results_follow_their_call_one_after_another(chat, fake_llm):
-    chat.with_tools(lookup)
+    chat.with_tools(city_population)
     fake_llm.script(
         Reply(
-            tool_calls=[ToolCall("lookup", {"city": "Paris"}), ToolCall("lookup", {"city": "Rome"})]
+            tool_calls=[
+                ToolCall("city_population", {"city": "Paris"}),
+                ToolCall("city_population", {"city": "Rome"}),
+            ]
         ),
         Reply("Both big."),
     )
     chat.ask("How big are Paris and Rome?")
     valid_tree(chat)
     assert [m.role for m in chat.transcript()] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [m.content for m in chat.transcript().filter(role="tool")] == [
+        "Paris: 3 million people",
+        "Rome: 3 million people",
+    ]
 
 
 def test_regenerate_keeps_the_old_reply_as_a_sibling(chat, fake_llm):
