@@ -389,3 +389,18 @@ def test_prompts_with_files_take_the_parent_decided_under_the_lock(chat, fake_ll
     prompt = reply.parent
     assert prompt.parent_id is None and prompt.attachments.count() == 1
     assert texts(chat) == ["Read this", "A note."]
+
+
+def test_a_branch_asked_for_without_a_prompt_is_not_one(chat):
+    """Only a new prompt branches: a regenerate admitted inside ``branching()`` answers
+    the path's last prompt again, as anywhere."""
+    from django_llmchat.models import Run
+
+    prompt = chat.add_message(role="user", content="Capital of France?")
+    reply = chat.add_message(role="assistant", content="Paris.")
+    Run.objects.create(chat=chat, status=Run.SUCCEEDED, prompt=prompt)
+    with branches.branching(prompt):
+        run, _ = runs.enqueue(chat, regenerate=True)
+    assert run.prompt_id is None and texts(chat) == ["Capital of France?"]
+    reply.refresh_from_db()
+    assert not reply.on_path
