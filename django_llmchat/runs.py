@@ -375,7 +375,6 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         prompt.parent_id = branches.branch_here(chat.pk, branch, in_progress=head is not None)
     verdict = _admit(chat)
     if prompt is not None:
-        prompt.placed = True  # its parent is decided here
         if branch is None and head is not None:
             prompt.position += QUEUED_POSITION  # its parent is given when it is placed
         elif branch is None:

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @tool
-def lookup(city: str) -> str:
-    """Looks a city up"""
+def city_population(city: str) -> str:
+    """Tells how many people live in a city"""
     return f"{city}: 3 million people"
 
 
@@ -71,16 +71,23 @@ def test_messages_follow_one_another(chat, fake_llm):
 
 
 def test_tool_results_follow_their_call_one_after_another(chat, fake_llm):
-    chat.with_tools(lookup)
+    chat.with_tools(city_population)
     fake_llm.script(
         Reply(
-            tool_calls=[ToolCall("lookup", {"city": "Paris"}), ToolCall("lookup", {"city": "Rome"})]
+            tool_calls=[
+                ToolCall("city_population", {"city": "Paris"}),
+                ToolCall("city_population", {"city": "Rome"}),
+            ]
         ),
         Reply("Both big."),
     )
     chat.ask("How big are Paris and Rome?")
     valid_tree(chat)
     assert [m.role for m in chat.transcript()] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [m.content for m in chat.transcript().filter(role="tool")] == [
+        "Paris: 3 million people",
+        "Rome: 3 million people",
+    ]
 
 
 def test_regenerate_keeps_the_old_reply_as_a_sibling(chat, fake_llm):
@@ -371,3 +378,29 @@ def test_aask_takes_a_parent_too(chat, fake_llm):
     reply = asyncio.run(chat.aask("Capital of Italy?", parent=branches.ROOT))
     assert reply.content == "Rome." and sent(fake_llm) == [("user", "Capital of Italy?")]
     assert texts(chat) == ["Capital of Italy?", "Rome."]
+
+
+def test_prompts_with_files_take_the_parent_decided_under_the_lock(chat, fake_llm):
+    """A prompt with attachments is saved with ``save()``: it keeps the parent its run's
+    admission decided (none before the first message), not the active leaf."""
+    fake_llm.script(Reply("Paris."), Reply("A note."))
+    chat.ask("Capital of France?")
+    reply = chat.ask("Read this", [("note.txt", b"hello")], parent=branches.ROOT)
+    prompt = reply.parent
+    assert prompt.parent_id is None and prompt.attachments.count() == 1
+    assert texts(chat) == ["Read this", "A note."]
+
+
+def test_a_branch_asked_for_without_a_prompt_is_not_one(chat):
+    """Only a new prompt branches: a regenerate admitted inside ``branching()`` answers
+    the path's last prompt again, as anywhere."""
+    from django_llmchat.models import Run
+
+    prompt = chat.add_message(role="user", content="Capital of France?")
+    reply = chat.add_message(role="assistant", content="Paris.")
+    Run.objects.create(chat=chat, status=Run.SUCCEEDED, prompt=prompt)
+    with branches.branching(prompt):
+        run, _ = runs.enqueue(chat, regenerate=True)
+    assert run.prompt_id is None and texts(chat) == ["Capital of France?"]
+    reply.refresh_from_db()
+    assert not reply.on_path
