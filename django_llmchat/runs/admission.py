@@ -1,0 +1,183 @@
+"""The gate: every run is created here (:func:`enqueue`: a prompt, a continuation, a
+regenerate), admitted in the transaction that writes it.
+
+After the chat's lock the gate takes the user's lock (a PostgreSQL advisory lock; SQLite's
+write lock is already held; a row lock on the user elsewhere), checks every spending limit
+(:func:`django_llmchat.limits.admit`) and only then writes. Racing requests of one user are
+so admitted one at a time, whatever path they came by, and ``concurrent_runs`` is exact. A
+run queued again by its last tool-call decision passes the same gate
+(:mod:`.decisions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from django.db import connections, router, transaction
+from django.utils import timezone
+
+from .. import limits
+from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
+from ..models import Chat, Message, Run
+from ..models.message import QUEUED_POSITION
+from ..prepared import PreparedInsert
+from .base import _CHAT_RUNNING, _CHAT_STATUS, _head, _lease_until, _lock, worker_name
+from .execution import Execution
+
+_INSERT_MESSAGE = PreparedInsert(Message)
+_INSERT_RUN = PreparedInsert(Run)
+
+# the advisory lock space of users' admissions: "llmc"
+_USER_LOCK_SPACE = 0x6C6C6D63
+
+
+def _lock_user(user_id: int) -> None:
+    """Take the user's admission lock for this transaction, after the chat's: a
+    PostgreSQL advisory lock (released at commit or rollback); on SQLite the chat's lock
+    already holds the database's write lock; elsewhere a row lock on the user."""
+    connection = connections[router.db_for_write(Run)]
+    if connection.vendor == "sqlite":
+        return
+    if connection.vendor == "postgresql":
+        key = ((int(user_id) + 2**31) % 2**32) - 2**31  # any id into the int4 key
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_USER_LOCK_SPACE, key])
+        return
+    from django.contrib.auth import get_user_model
+
+    list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values("pk"))
+
+
+def _admit(chat: Chat) -> limits.Verdict | None:
+    """The gate, in the caller's transaction after the chat's lock: the user's lock, then
+    every limit. Over a hard limit :class:`BudgetExceededError` (the caller rolls back
+    and sends the signal)."""
+    if not limits.enabled() or chat.user_id is None:
+        return None
+    _lock_user(chat.user_id)
+    return limits.admit(chat, signal=False)
+
+
+_ON_ADMIT: ContextVar[Callable[[Run], None] | None] = ContextVar("llmchat_on_admit", default=None)
+
+
+@contextmanager
+def on_admit(callback: Callable[[Run], None]) -> Iterator[None]:
+    """While in this block, ``callback(run)`` is called inside the transaction that admits
+    a run (:func:`enqueue`, after the run row is written) or records a tool-call decision
+    (:func:`decide`, with the run waiting for it), under the chat's lock: what it writes
+    commits with the run, and an exception it raises rolls everything back."""
+    token = _ON_ADMIT.set(callback)
+    try:
+        yield
+    finally:
+        _ON_ADMIT.reset(token)
+
+
+def _admitted(run: Run) -> None:
+    callback = _ON_ADMIT.get()
+    if callback is not None:
+        callback(run)
+
+
+# -- enqueue and claim ----------------------------------------------------------------------
+def enqueue(
+    chat: Chat,
+    prompt: Message | None = None,
+    attachments: list[tuple] | None = None,
+    *,
+    task_id: str = "",
+    start: bool = False,
+    wait: bool = False,
+    regenerate: bool = False,
+) -> tuple[Run, Execution | None]:
+    """Admit and store ``prompt`` (unsaved, with its attachments) and a queued run
+    answering it, in one transaction (the gate: the chat's lock, the user's lock, every
+    limit; over one :class:`BudgetExceededError` and nothing is stored). ``start=True``
+    also claims the run when nothing is ahead of it (the caller runs it now).
+    ``wait=True``: the caller will wait for the run's turn (the run holds a lease the
+    waiting renews, so nobody else takes it); it raises :class:`ChatBusyError` instead
+    when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
+    the messages of the chat's last run, but its prompt, leave the transcript and the
+    new run answers again; :class:`ChatBusyError` while a run is unfinished.
+
+    The admission's verdict (``None`` with limits off) is ``run.verdict``."""
+    if chat.pk is None:
+        raise ArgumentError(
+            "save the chat before running it (Chat.objects.create(...) or chat.save())"
+        )
+    if regenerate and prompt is not None:
+        raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
+    worker = worker_name() if (start or wait) else ""
+    try:
+        with transaction.atomic():
+            run, claimed, chat.status = _enqueue(
+                chat, prompt, attachments, task_id, start, wait, regenerate, worker
+            )
+    except BudgetExceededError as exc:
+        limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+        raise
+    return run, (Execution(run, worker=worker) if claimed else None)
+
+
+def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker):
+    if not _lock(chat.pk):
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    head = _head(chat.pk)
+    if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
+        raise ChatBusyError(
+            f"chat {chat.pk} is waiting for a decision on its tool calls: approve or "
+            "deny them (or cancel the run) first"
+        )
+    if regenerate:
+        _drop_last_reply(chat, head)
+    verdict = _admit(chat)
+    if prompt is not None:
+        if head is not None:
+            prompt.position += QUEUED_POSITION
+        if attachments:
+            chat._insert(prompt, attachments)
+        else:
+            _INSERT_MESSAGE.save(prompt)
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    now = timezone.now()
+    claimed = start and head is None
+    if claimed:
+        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    elif wait:
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    _INSERT_RUN.save(run)
+    _admitted(run)
+    if claimed:
+        _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
+    elif head is None:
+        _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
+    run.verdict = verdict
+    return run, claimed, (run.status if head is None else head.status)
+
+
+def _drop_last_reply(chat: Chat, head: Run | None) -> None:
+    """Regenerate, under the chat's lock: the messages the chat's last run stored but its
+    prompt leave the transcript (every usage row stays). One regenerate of many racing
+    wins; the others find its run unfinished."""
+    if head is not None:
+        raise RunInProgress(
+            f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) "
+            "before regenerating"
+        )
+    last = Run.objects.filter(chat_id=chat.pk).order_by("-id").values_list("pk", flat=True)
+    last_id = last.first()
+    if last_id is None:
+        raise NothingToRegenerate(f"chat {chat.pk} has no reply to regenerate")
+    Message.objects.filter(chat_id=chat.pk, run_id=last_id).exclude(role="user").delete()
+
+
+class NothingToRegenerate(ArgumentError):
+    """A regenerate on a chat that has no run yet."""
+
+
+class RunInProgress(ChatBusyError):
+    """A regenerate while a run of the chat is unfinished."""
