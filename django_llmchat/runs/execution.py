@@ -85,7 +85,7 @@ class Execution:
         # just claimed: the first read of the run is a poll interval away (saves a round
         # trip before the first token; a stop asked for meanwhile is seen at that poll)
         self._last_poll = time.monotonic()
-        _keeper().add(self)
+        _keep_alive(self)
 
     def __repr__(self) -> str:
         return f"<Execution run={self.pk} attempt={self.attempt}>"
@@ -287,6 +287,21 @@ class _Keeper:
                 if self.thread is threading.current_thread():
                     self.thread = None
             connections.close_all()
+
+
+def _keep_alive(execution: Execution) -> None:
+    """Renew ``execution``'s lease from the keeper thread: at once, or, when the run was
+    claimed inside a transaction still open (``ATOMIC_REQUESTS``, a caller's ``atomic``
+    block), once that transaction commits. Until then no other process can see the run,
+    neither to take it over nor to renew it: the keeper's own connection would find no
+    row and take the run for lost."""
+    using = router.db_for_write(Run)
+    if connections[using].in_atomic_block:
+        transaction.on_commit(
+            lambda: None if execution.done else _keeper().add(execution), using=using
+        )
+    else:
+        _keeper().add(execution)
 
 
 def _tick() -> float:

@@ -9,7 +9,7 @@ import json
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_llmchat import runs
@@ -410,6 +410,45 @@ def test_runs_one_after_another_share_the_lease_thread_which_then_ends(chat, fak
     assert not threads[0].is_alive() and keeper.thread is None and not keeper.connected
     chat.ask("again")  # and the next run starts one
     assert keeper.thread is not None and keeper.thread is not threads[0]
+
+
+def test_a_run_inside_an_open_transaction_is_not_taken_for_lost(chat, fake_llm):
+    """``ATOMIC_REQUESTS`` or a caller's ``atomic`` block: the run row is not committed, so
+    the keeper's own connection cannot see it. Its lease is renewed once the block commits,
+    never before: a streamed reply slower than a lease tick is still stored."""
+    if connection.vendor == "sqlite":
+        pytest.skip("an in-memory database has no other process to prove alive to")
+    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=0.6)  # a tick every 0.2 s
+    fake_llm.server.first_byte_delay = 1.0
+    fake_llm.script("Slow, but mine.")
+    keeper = runs._keeper()
+    with transaction.atomic():
+        events = list(chat.stream("Q"))
+        assert not keeper.live
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "succeeded"
+    assert "".join(e.content for e in events if isinstance(e, TextDelta)) == "Slow, but mine."
+    assert run_statuses(chat) == ["succeeded"]
+    assert list(chat.messages.values_list("content", flat=True)) == ["Q", "Slow, but mine."]
+
+
+def test_a_run_claimed_in_an_open_transaction_is_renewed_once_it_commits(chat, fake_llm):
+    if connection.vendor == "sqlite":
+        pytest.skip("an in-memory database has no other process to prove alive to")
+    fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=3.0)
+    keeper = runs._keeper()
+    with transaction.atomic():
+        prompt = chat.add_message(role="user", content="Q")
+        run = Run.objects.create(chat=chat, prompt=prompt, status="queued")
+        execution = runs.claim(chat.pk, run_id=run.pk).execution
+        assert execution not in keeper.live
+    assert execution in keeper.live  # committed: now the keeper renews it
+    execution.finish("succeeded")
+    assert execution not in keeper.live
+    with transaction.atomic():
+        run = Run.objects.create(chat=chat, prompt=prompt, status="queued")
+        execution = runs.claim(chat.pk, run_id=run.pk).execution
+        execution.finish("succeeded")
+    assert execution not in keeper.live  # ended before the commit: nothing to renew
 
 
 def test_a_working_process_keeps_renewing_its_lease(chat, fake_llm, settings):
