@@ -19,12 +19,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_llmchat import runs
-from django_llmchat.runs import admission, base, claims
-from django_llmchat.runs import execution as runs_execution
 from django_llmchat.errors import ArgumentError, ChatBusyError, RunLostError
 from django_llmchat.events import RunFinished
 from django_llmchat.models import Attachment, Chat, Message, Run, ToolCall
 from django_llmchat.models.message import QUEUED_POSITION
+from django_llmchat.runs import admission, base, claims
+from django_llmchat.runs import execution as runs_execution
 from tests.factories import taken_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -691,7 +691,8 @@ def test_poll_reads_the_run_at_most_every_quarter_second_unless_forced(chat, mon
     """poll reads the row only when CANCEL_POLL_SECONDS passed since the last read (or
     when forced): a stop asked for meanwhile is seen at the next read."""
     ticks = [1000.0]
-    monkeypatch.setattr(runs_execution, "time", SimpleNamespace(monotonic=lambda: ticks[0], sleep=time.sleep))
+    clock = SimpleNamespace(monotonic=lambda: ticks[0], sleep=time.sleep)
+    monkeypatch.setattr(runs_execution, "time", clock)
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
     runs.interrupt(chat.pk, "why")
     execution.poll()  # just claimed: the first read is a poll interval away

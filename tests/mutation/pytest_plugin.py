@@ -1,9 +1,9 @@
 """Loaded by mutmut's test runs only (``[tool.mutmut]`` in pyproject.toml).
 
 The run package and limits.py compile some statements once per process (``prepared.py``),
-from functions such as ``runs.execution._fenced``: a mutant of such a function would be called only by
-the first test that compiles the statement, and never in a mutant's process forked after
-the clean run had compiled them all. Forgetting the compiled SQL before each test makes
+from functions such as ``runs.execution._fenced``: a mutant of such a function would be
+called only by the first test that compiles the statement, and never in a mutant's process
+forked after the clean run had compiled them all. Forgetting the compiled SQL before each test makes
 every test that runs a statement build it again, through the mutant under test.
 """
 
