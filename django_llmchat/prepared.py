@@ -26,6 +26,7 @@ just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done`
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -42,6 +43,7 @@ from django.db.models import (
     CharField,
     Field,
     IntegerField,
+    JSONField,
     Model,
     PositiveBigIntegerField,
     PositiveIntegerField,
@@ -71,6 +73,7 @@ __all__ = [
     "known_relations",
     "known_rows",
     "mark_saved",
+    "row_values",
 ]
 
 # Placeholders that cannot collide with real arguments.
@@ -335,6 +338,37 @@ class PreparedUpdate(PreparedQuery):
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
+
+
+def row_values(obj: Model, using: str, *, new: bool = True) -> dict[str, Any]:
+    """``obj``'s row as JSON-ready column values, prepared as Django would write them
+    (``get_db_prep_save``: an encrypted field's ciphertext, a redacted text), for a
+    database function to store (``jsonb_populate_record``). ``new``: a row to insert,
+    each field's ``pre_save`` applied (``auto_now_add``, redaction) and the primary key
+    left out; otherwise the values as they are, the primary key included."""
+    connection = connections[using]
+    meta = obj._meta
+    row: dict[str, Any] = {}
+    for f in meta.concrete_fields:
+        if f.generated or (new and f is meta.auto_field):
+            continue
+        value = f.pre_save(obj, True) if new else getattr(obj, f.attname)
+        if isinstance(f, JSONField):
+            # the JSON value itself (an encrypted one: its ciphertext, a JSON string)
+            value = f.get_prep_value(value)
+            row[f.column] = None if value is None else json.loads(json.dumps(value, cls=f.encoder))
+            continue
+        value = f.get_db_prep_save(value, connection)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, Decimal):
+            value = str(value)
+        elif isinstance(value, bytes | bytearray | memoryview):
+            value = "\\x" + bytes(value).hex()
+        elif value is not None and not isinstance(value, str | int | float | bool):
+            value = str(value)
+        row[f.column] = value
+    return row
 
 
 def is_new(obj: Model) -> bool:

@@ -562,6 +562,9 @@ def save_step(
         run_id=execution.pk,
     )
     message.thinking = response.thinking
+    if final and not response.tool_calls and execution.store_last_step(message, usages):
+        known_relations(message, tool_calls=[], attachments=[], usages=usages)
+        return message, []  # stored with the run's end in one call (PostgreSQL)
     with transaction.atomic():
         if final:
             execution.lock_chat()  # first: the run's end changes the chat's status

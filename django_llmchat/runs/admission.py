@@ -11,8 +11,9 @@ run queued again by its last tool-call decision passes the same gate
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 
 from django.db import connections, router, transaction
@@ -22,7 +23,8 @@ from .. import limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
 from ..models import Chat, Message, Run
 from ..models.message import QUEUED_POSITION
-from ..prepared import PreparedInsert
+from ..prepared import PreparedInsert, mark_saved, row_values
+from . import pg
 from .base import _CHAT_RUNNING, _CHAT_STATUS, _head, _lease_until, _lock, worker_name
 from .execution import Execution
 
@@ -111,11 +113,20 @@ def enqueue(
     if regenerate and prompt is not None:
         raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
     worker = worker_name() if (start or wait) else ""
+    using = router.db_for_write(Run)
     try:
-        with transaction.atomic():
-            run, claimed, chat.status = _enqueue(
-                chat, prompt, attachments, task_id, start, wait, regenerate, worker
-            )
+        one_call = _in_one_call(chat, attachments, regenerate, using)
+        # one call commits alone; statements (or a callback's writes) in one transaction
+        alone = one_call and _ON_ADMIT.get() is None
+        with nullcontext() if alone else transaction.atomic(using=using):
+            if one_call:
+                run, claimed, chat.status = _enqueue_call(
+                    chat, prompt, task_id, start, wait, worker, using
+                )
+            else:
+                run, claimed, chat.status = _enqueue(
+                    chat, prompt, attachments, task_id, start, wait, regenerate, worker
+                )
     except BudgetExceededError as exc:
         limits.exceeded(chat, exc)  # after the rollback: a receiver may write
         raise
@@ -127,10 +138,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         raise ArgumentError(f"chat {chat.pk} does not exist")
     head = _head(chat.pk)
     if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
-        raise ChatBusyError(
-            f"chat {chat.pk} is waiting for a decision on its tool calls: approve or "
-            "deny them (or cancel the run) first"
-        )
+        raise _paused(chat.pk)
     if regenerate:
         _drop_last_reply(chat, head)
     verdict = _admit(chat)
@@ -157,6 +165,61 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
     run.verdict = verdict
     return run, claimed, (run.status if head is None else head.status)
+
+
+def _in_one_call(chat: Chat, attachments, regenerate: bool, using: str) -> bool:
+    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
+    prompt without attachments (or none), no regenerate, no limit to check for the
+    chat's user; otherwise the statements of :func:`_enqueue`."""
+    if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
+        return False
+    return pg.available(using, Message, Run)
+
+
+def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):
+    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status)."""
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    now = timezone.now()
+    lease = _lease_until() if (start or wait) else None
+    outcome, run_id, prompt_id, claimed, behind, status = pg.call(
+        using,
+        "llmchat_run_enqueue_v1",
+        (chat.pk, "bigint"),
+        (None if prompt is None else json.dumps(row_values(prompt, using)), "jsonb"),
+        (json.dumps(row_values(run, using)), "jsonb"),
+        (start, "boolean"),
+        (wait, "boolean"),
+        (worker, "text"),
+        (now, "timestamptz"),
+        (lease, "timestamptz"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "no_chat":
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    if outcome == "paused":
+        raise _paused(chat.pk)
+    if prompt is not None:
+        if behind:
+            prompt.position += QUEUED_POSITION
+        prompt.pk = prompt_id
+        mark_saved(prompt, using)
+    run.pk, run.prompt_id = run_id, prompt_id
+    if claimed:
+        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.worker, run.lease_expires_at = worker, lease
+    elif wait:
+        run.worker, run.lease_expires_at = worker, lease
+    mark_saved(run, using)
+    _admitted(run)
+    run.verdict = None
+    return run, claimed, status
+
+
+def _paused(chat_id: int) -> ChatBusyError:
+    return ChatBusyError(
+        f"chat {chat_id} is waiting for a decision on its tool calls: approve or "
+        "deny them (or cancel the run) first"
+    )
 
 
 def _drop_last_reply(chat: Chat, head: Run | None) -> None:

@@ -8,6 +8,7 @@ it works, a thread of the process (:class:`_Keeper`) renews the lease every thir
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -19,8 +20,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..errors import ArgumentError, RunLostError
-from ..models import Run
-from ..prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate
+from ..models import Message, Run, Usage
+from ..prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved, row_values
+from . import pg
 from .base import (
     _lease_seconds,
     _lease_until,
@@ -151,6 +153,48 @@ class Execution:
         self.run.steps += 1
         if final_status is not None:
             self._ended(final_status, _release(self.chat_id, self.pk))
+
+    def store_last_step(self, message: Message, usages: list[Usage]) -> bool:
+        """Store the run's last provider response and end the run ``succeeded``, in one
+        call of ``llmchat_run_store_last_step_v1`` (:mod:`.pg`): ``message`` (the reply,
+        unsaved) and ``usages`` (its attempts: a row closing a pending one is written
+        over it, others inserted) linked to it. ``False`` where that function is not
+        available (the caller stores the step with :meth:`step_stored`); raises
+        :class:`RunLostError` (nothing stored) when the run is not ours any more."""
+        using = router.db_for_write(Run)
+        if not pg.available(using, Message, Usage):
+            return False
+        items = [
+            {"row": row_values(row, using, new=not closes), "closes": closes}
+            for row in usages
+            for closes in [bool(getattr(row, "closes_pending", False))]
+        ]
+        outcome, message_id, usage_ids, next_run, next_status, next_lease = pg.call(
+            using,
+            "llmchat_run_store_last_step_v1",
+            (self.pk, "bigint"),
+            (self.attempt, "integer"),
+            (self.chat_id, "bigint"),
+            (json.dumps(row_values(message, using)), "jsonb"),
+            (json.dumps(items), "jsonb"),
+        )
+        if outcome == "lost":
+            raise self._lost()
+        message.pk = message_id
+        mark_saved(message, using)
+        for row, pk in zip(usages, usage_ids, strict=True):
+            row.pk, row.message = pk, message
+            if getattr(row, "closes_pending", False):
+                row.estimated = False
+            mark_saved(row, using)
+        self.run.steps += 1
+        self.run.finished_at = timezone.now()
+        head = None
+        if next_run is not None:
+            head = Run(pk=next_run, chat_id=self.chat_id, status=next_status)
+            head.lease_expires_at = next_lease
+        self._ended(Run.SUCCEEDED, head)
+        return True
 
     def fence(self) -> None:
         """In a transaction storing tool results: raise :class:`RunLostError` when the run
