@@ -1,5 +1,6 @@
 """The run transitions as PostgreSQL functions, version 1 (``django_llmchat/sql/v1/``):
-``llmchat_run_enqueue_v1`` and ``llmchat_run_store_last_step_v1``. Nothing on other
+``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1`` and
+``llmchat_run_store_last_step_v1``. Nothing on other
 databases, which run the same transitions as separate statements."""
 
 from pathlib import Path
@@ -22,14 +23,16 @@ class PostgreSQLOnly(migrations.RunSQL):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_llmchat', '0012_feedback'),
+        ("django_llmchat", "0012_feedback"),
     ]
 
     operations = [
         PostgreSQLOnly(
-            sql=[(SQL / name).read_text() for name in ("run_enqueue.sql", "run_store_last_step.sql")],
+            sql=[
+                (SQL / name).read_text()
+                for name in ("run_enqueue.sql", "run_claim.sql", "run_store_last_step.sql")
+            ],
             reverse_sql=(SQL / "drop.sql").read_text(),
         ),
     ]

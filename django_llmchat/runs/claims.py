@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,9 +22,12 @@ from .. import signals
 from ..conf import settings
 from ..errors import ChatBusyError, RunLostError
 from ..models import Run
-from . import base
+from ..models.message import QUEUED_POSITION
+from ..prepared import mark_saved
+from . import base, pg
 from .base import (
     _CHAT_RUNNING,
+    _HEAD_FIELDS,
     BUSY,
     NOTHING,
     PAUSED,
@@ -73,6 +76,11 @@ def claim(
     turn (``waiting=True``) renews its run's lease and gets ``BUSY``. A run taken on
     ``RUN_MAX_ATTEMPTS`` times ends failed instead."""
     worker = worker or worker_name()
+    using = router.db_for_write(Run)
+    if pg.available(using):
+        found = _claim_call(chat_id, run_id, task_id, waiting, worker, using)
+        if found is not None:
+            return found
     for _ in range(100):  # each pass fails one run that cannot be resumed, or returns
         with transaction.atomic():
             if not _lock(chat_id):
@@ -146,6 +154,57 @@ def claim(
                 setattr(head, name, value)
             return Claim(execution=Execution(head, worker=worker))
     raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
+
+
+def _claim_call(chat_id, run_id, task_id, waiting, worker, using) -> Claim | None:
+    """:func:`claim` as one call of ``llmchat_run_claim_v1`` (:mod:`.pg`); ``None`` when
+    the function left the case to the statements (a caller waiting behind another run, a
+    run to give up), having written nothing."""
+    now = timezone.now()
+    outcome, taken_over, previous_worker, *values = pg.call(
+        using,
+        "llmchat_run_claim_v1",
+        (chat_id, "bigint"),
+        (run_id, "bigint"),
+        (waiting, "boolean"),
+        (worker, "text"),
+        (task_id[:255], "text"),
+        (now, "timestamptz"),
+        (_lease_until(), "timestamptz"),
+        (int(settings.RUN_MAX_ATTEMPTS), "integer"),
+        (base.clock_position(), "bigint"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "statements":
+        return None
+    if outcome == NOTHING:
+        return Claim(state=NOTHING)
+    if outcome == PAUSED:
+        return Claim(state=PAUSED)
+    row = dict(zip(_HEAD_FIELDS, values, strict=True))
+    if outcome == BUSY:
+        return _busy_or_paused(
+            Run(status=row["status"], lease_expires_at=row["lease_expires_at"]), now
+        )
+    run = Run(**row)
+    mark_saved(run, using)
+    if taken_over:
+        signals.send_after_commit(
+            signals.run_recovered,
+            run_id=run.pk,
+            chat_id=chat_id,
+            attempt=run.attempt,
+            previous_worker=previous_worker,
+        )
+        logger.warning(
+            "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
+            "it from its last stored step (attempt %d)",
+            run.pk,
+            chat_id,
+            previous_worker,
+            run.attempt,
+        )
+    return Claim(execution=Execution(run, worker=worker))
 
 
 _resumes_sent: dict[int, float] = {}
