@@ -161,6 +161,7 @@ class PreparedInsert:
         ]
         self.returning = meta.db_returning_fields
         self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
+        self._plans: dict[str, list[tuple]] = {}
         self._lock = threading.Lock()
 
     def _plan(self, connection) -> list[tuple]:
@@ -255,6 +256,55 @@ class PreparedInsert:
             setattr(obj, field.attname, value)
         mark_saved(obj, using)
 
+    def row(self, obj: Model, using: str) -> str:
+        """``obj``'s new row as a JSON object of its column values, prepared as
+        :meth:`save` prepares them (each field's ``pre_save``, then ``get_db_prep_save``:
+        an encrypted field's ciphertext, a redacted text; a JSON field's value as JSON),
+        for a database function to insert (``jsonb_populate_record``). The primary key is
+        left out: the function takes it from the table's sequence."""
+        connection = connections[using]
+        plan = self._plans.get(using)
+        if plan is None:
+            plan = self._plans[using] = [
+                (f, reads, unchanged, json.dumps(f.column) + ":", isinstance(f, JSONField))
+                for f, reads, unchanged, _ in self._plan(connection)
+            ]
+        parts = []
+        for field, reads_attribute, unchanged, key, is_json in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None:
+                parts.append(key + "null")
+                continue
+            if is_json:  # the value itself (an encrypted one: its ciphertext, a JSON string)
+                value = field.get_prep_value(value)
+                parts.append(key + json.dumps(value, cls=field.encoder, ensure_ascii=False))
+                continue
+            if type(value) not in unchanged:
+                value = _json_scalar(field.get_db_prep_save(value, connection))
+            parts.append(key + json.dumps(value, ensure_ascii=False))
+        return "{" + ",".join(parts) + "}"
+
+
+def _json_scalar(value: Any) -> Any:
+    """A prepared column value as JSON takes it (the column's text form)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # a Decimal, a UUID
+
+
+def row_values(obj: Model) -> dict[str, Any]:
+    """``obj``'s columns as they are, primary key included (JSON-ready: the text form of
+    a date or a decimal): a row a database function writes over its stored one
+    (``jsonb_populate_record``)."""
+    return {
+        field.column: _json_scalar(getattr(obj, field.attname))
+        for field in obj._meta.concrete_fields
+    }
+
 
 _UNKNOWN = object()
 _INTEGER_FIELDS = (
@@ -338,37 +388,6 @@ class PreparedUpdate(PreparedQuery):
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-
-
-def row_values(obj: Model, using: str, *, new: bool = True) -> dict[str, Any]:
-    """``obj``'s row as JSON-ready column values, prepared as Django would write them
-    (``get_db_prep_save``: an encrypted field's ciphertext, a redacted text), for a
-    database function to store (``jsonb_populate_record``). ``new``: a row to insert,
-    each field's ``pre_save`` applied (``auto_now_add``, redaction) and the primary key
-    left out; otherwise the values as they are, the primary key included."""
-    connection = connections[using]
-    meta = obj._meta
-    row: dict[str, Any] = {}
-    for f in meta.concrete_fields:
-        if f.generated or (new and f is meta.auto_field):
-            continue
-        value = f.pre_save(obj, True) if new else getattr(obj, f.attname)
-        if isinstance(f, JSONField):
-            # the JSON value itself (an encrypted one: its ciphertext, a JSON string)
-            value = f.get_prep_value(value)
-            row[f.column] = None if value is None else json.loads(json.dumps(value, cls=f.encoder))
-            continue
-        value = f.get_db_prep_save(value, connection)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, Decimal):
-            value = str(value)
-        elif isinstance(value, bytes | bytearray | memoryview):
-            value = "\\x" + bytes(value).hex()
-        elif value is not None and not isinstance(value, str | int | float | bool):
-            value = str(value)
-        row[f.column] = value
-    return row
 
 
 def is_new(obj: Model) -> bool:

@@ -11,7 +11,6 @@ run queued again by its last tool-call decision passes the same gate
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
@@ -23,7 +22,7 @@ from .. import limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
 from ..models import Chat, Message, Run
 from ..models.message import QUEUED_POSITION
-from ..prepared import PreparedInsert, mark_saved, row_values
+from ..prepared import PreparedInsert, mark_saved
 from . import pg
 from .base import _CHAT_RUNNING, _CHAT_STATUS, _head, _lease_until, _lock, worker_name
 from .execution import Execution
@@ -185,8 +184,8 @@ def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):
         using,
         "llmchat_run_enqueue_v1",
         (chat.pk, "bigint"),
-        (None if prompt is None else json.dumps(row_values(prompt, using)), "jsonb"),
-        (json.dumps(row_values(run, using)), "jsonb"),
+        (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
+        (_INSERT_RUN.row(run, using), "jsonb"),
         (start, "boolean"),
         (wait, "boolean"),
         (worker, "text"),

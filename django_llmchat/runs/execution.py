@@ -21,7 +21,15 @@ from django.utils import timezone
 
 from ..errors import ArgumentError, RunLostError
 from ..models import Message, Run, Usage
-from ..prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved, row_values
+from ..prepared import (
+    INT_ARG,
+    Arg,
+    PreparedInsert,
+    PreparedQuery,
+    PreparedUpdate,
+    mark_saved,
+    row_values,
+)
 from . import pg
 from .base import (
     _lease_seconds,
@@ -35,6 +43,10 @@ from .base import (
 )
 
 CANCEL_POLL_SECONDS = 0.25
+
+# the rows a function stores, prepared as their INSERT would prepare them
+_INSERT_MESSAGE = PreparedInsert(Message)
+_INSERT_USAGE = PreparedInsert(Usage)
 
 # the attempt is a positive 32-bit column: its stand-in must be in range
 _FENCED = (INT_ARG, 2_147_483_000)
@@ -164,19 +176,20 @@ class Execution:
         using = router.db_for_write(Run)
         if not pg.available(using, Message, Usage):
             return False
-        items = [
-            {"row": row_values(row, using, new=not closes), "closes": closes}
+        items = ",".join(
+            '{"closes":true,"row":' + json.dumps(row_values(row)) + "}"
+            if getattr(row, "closes_pending", False)
+            else '{"closes":false,"row":' + _INSERT_USAGE.row(row, using) + "}"
             for row in usages
-            for closes in [bool(getattr(row, "closes_pending", False))]
-        ]
+        )
         outcome, message_id, usage_ids, next_run, next_status, next_lease = pg.call(
             using,
             "llmchat_run_store_last_step_v1",
             (self.pk, "bigint"),
             (self.attempt, "integer"),
             (self.chat_id, "bigint"),
-            (json.dumps(row_values(message, using)), "jsonb"),
-            (json.dumps(items), "jsonb"),
+            (_INSERT_MESSAGE.row(message, using), "jsonb"),
+            ("[" + items + "]", "jsonb"),
         )
         if outcome == "lost":
             raise self._lost()
