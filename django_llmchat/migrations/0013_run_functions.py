@@ -1,6 +1,7 @@
 """The run transitions as PostgreSQL functions, version 1 (``django_llmchat/sql/v1/``):
-``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1`` and
-``llmchat_run_store_last_step_v1``. Nothing on other
+``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1``, ``llmchat_run_store_last_step_v1``
+and ``llmchat_run_end_v1`` (with the two they share, ``llmchat_run_place_prompt_v1`` and
+``llmchat_run_release_v1``). Nothing on other
 databases, which run the same transitions as separate statements."""
 
 from pathlib import Path
@@ -31,7 +32,13 @@ class Migration(migrations.Migration):
         PostgreSQLOnly(
             sql=[
                 (SQL / name).read_text()
-                for name in ("run_enqueue.sql", "run_claim.sql", "run_store_last_step.sql")
+                for name in (
+                    "run_shared.sql",
+                    "run_enqueue.sql",
+                    "run_claim.sql",
+                    "run_store_last_step.sql",
+                    "run_end.sql",
+                )
             ],
             reverse_sql=(SQL / "drop.sql").read_text(),
         ),

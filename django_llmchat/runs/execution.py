@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ..errors import ArgumentError, RunLostError
 from ..models import Message, Run, Usage
+from ..models.message import QUEUED_POSITION
 from ..prepared import (
     INT_ARG,
     Arg,
@@ -30,7 +31,7 @@ from ..prepared import (
     mark_saved,
     row_values,
 )
-from . import pg
+from . import base, pg
 from .base import (
     _lease_seconds,
     _lease_until,
@@ -202,11 +203,7 @@ class Execution:
             mark_saved(row, using)
         self.run.steps += 1
         self.run.finished_at = timezone.now()
-        head = None
-        if next_run is not None:
-            head = Run(pk=next_run, chat_id=self.chat_id, status=next_status)
-            head.lease_expires_at = next_lease
-        self._ended(Run.SUCCEEDED, head)
+        self._ended(Run.SUCCEEDED, _next_run(self.chat_id, next_run, next_status, next_lease))
         return True
 
     def fence(self) -> None:
@@ -251,13 +248,17 @@ class Execution:
         if self.done:
             return False
         head = None
-        with transaction.atomic():
-            _lock(self.chat_id)
-            changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
-            if changed:
-                if status in Run.FINISHED and self.run.prompt_id is not None:
-                    _move_prompt_into_place(self.chat_id, self.run.prompt_id)
-                head = _release(self.chat_id, self.pk)
+        using = router.db_for_write(Run)
+        if pg.available(using):
+            changed, head = self._end_call(status, updates, using)
+        else:
+            with transaction.atomic():
+                _lock(self.chat_id)
+                changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
+                if changed:
+                    if status in Run.FINISHED and self.run.prompt_id is not None:
+                        _move_prompt_into_place(self.chat_id, self.run.prompt_id)
+                    head = _release(self.chat_id, self.pk)
         if not changed:
             self._lost()
             return False
@@ -266,6 +267,25 @@ class Execution:
             setattr(self.run, name, value)
         return True
 
+    def _end_call(self, status: str, updates: dict, using: str) -> tuple[bool, Run | None]:
+        """:meth:`_transition` as one call of ``llmchat_run_end_v1`` (:mod:`.pg`): whether
+        the run was still ours, and the chat's next run."""
+        outcome, next_run, next_status, next_lease = pg.call(
+            using,
+            "llmchat_run_end_v1",
+            (self.pk, "bigint"),
+            (self.attempt, "integer"),
+            (self.chat_id, "bigint"),
+            (status, "text"),
+            (updates.get("error_type"), "text"),
+            (updates.get("error"), "text"),
+            (updates.get("interrupt_reason"), "text"),
+            (updates.get("finished_at"), "timestamptz"),
+            (base.clock_position(), "bigint"),
+            (QUEUED_POSITION, "bigint"),
+        )
+        return outcome == "ended", _next_run(self.chat_id, next_run, next_status, next_lease)
+
     def _ended(self, status: str, head: Run | None) -> None:
         self.outcome = status
         self.run.status = status
@@ -273,6 +293,13 @@ class Execution:
         _keeper().discard(self)
         if self.kick_next and status != Run.QUEUED and _waits_for_a_worker(head):
             transaction.on_commit(lambda: _send(head))
+
+
+def _next_run(chat_id: int, pk: int | None, status: str | None, lease) -> Run | None:
+    """The chat's next run as a function returned it (what sending its task reads)."""
+    if pk is None:
+        return None
+    return Run(pk=pk, chat_id=chat_id, status=status, lease_expires_at=lease)
 
 
 # -- lease renewal ----------------------------------------------------------------------------

@@ -23,7 +23,14 @@ logger = logging.getLogger("django_llmchat.runs")
 VERSION = 1
 """The version of the functions this code calls (``llmchat_<transition>_v1``)."""
 
-FUNCTIONS = ("llmchat_run_enqueue_v1", "llmchat_run_claim_v1", "llmchat_run_store_last_step_v1")
+FUNCTIONS = (
+    "llmchat_run_place_prompt_v1",
+    "llmchat_run_release_v1",
+    "llmchat_run_enqueue_v1",
+    "llmchat_run_claim_v1",
+    "llmchat_run_store_last_step_v1",
+    "llmchat_run_end_v1",
+)
 
 _installed: dict[str, bool] = {}
 _mutex = threading.Lock()

@@ -212,3 +212,61 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
     finally:
         call_command("migrate", "django_llmchat", verbosity=0)
     assert installed() == set(pg.FUNCTIONS) and pg.available("default")
+
+
+def test_a_claim_is_one_call(chat):
+    """A queued run started by a worker: one statement, one round trip; its prompt moved
+    into place, the chat running it."""
+    ahead = taken_run(chat, lease=600)
+    run, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="later"))
+    Run.objects.filter(pk=ahead.pk).update(status="succeeded", lease_expires_at=None)
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        found = runs.claim(chat.pk, run_id=run.pk, task_id="t-1", worker="w:1")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"] and len(wire.trips) == 1
+    execution = found.execution
+    assert execution.pk == run.pk and execution.attempt == 1 and execution.worker == "w:1"
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.attempt, row.worker, row.task_id) == ("running", 1, "w:1", "t-1")
+    assert row.started_at is not None and row.lease_expires_at is not None
+    prompt = Message.objects.get(pk=run.prompt_id)
+    assert prompt.position < QUEUED_POSITION
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("running", run.pk)
+
+
+def test_a_dead_processs_run_is_taken_over_in_one_call(chat):
+    """Running with its lease run out: taken over (attempt + 1), the attempt its process
+    left pending marked lost, in one statement."""
+    dead = taken_run(chat, lease=-1)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:2")
+    assert len(ctx) == 1 and found.execution.pk == dead.pk and found.execution.attempt == 2
+    assert Usage.objects.get(pk=pending.pk).status == "lost"
+    assert Run.objects.values_list("attempt", "worker").get(pk=dead.pk) == (2, "w:2")
+
+
+def test_ending_or_pausing_a_run_is_one_call(chat):
+    """finish, pause and requeue: one statement each, fenced (a run no longer ours ends
+    nothing), the chat released."""
+    for end in ("finish", "pause", "requeue"):
+        run, execution = runs.enqueue(
+            chat, Message(chat=chat, role="user", content=end), start=True
+        )
+        with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+            if end == "finish":
+                assert execution.finish("failed", error_type="boom", error="It failed.")
+            elif end == "pause":
+                assert execution.pause()
+            else:
+                assert execution.requeue("rate_limited", "Later.")
+        assert _statements(ctx) == ["SELECT llmchat_run_end_v1"] and len(wire.trips) == 1
+        row = Run.objects.get(pk=run.pk)
+        expected = {"finish": "failed", "pause": "awaiting_approval", "requeue": "queued"}[end]
+        assert row.status == expected and row.lease_expires_at is None
+        if end == "finish":
+            assert (row.error_type, row.error) == ("boom", "It failed.") and row.finished_at
+        Run.objects.filter(pk=run.pk).update(status="cancelled")  # out of the way
+    run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="x"), start=True)
+    Run.objects.filter(pk=run.pk).update(attempt=5)
+    assert not execution.finish("failed") and execution.lost
+    assert Run.objects.get(pk=run.pk).status == "running"

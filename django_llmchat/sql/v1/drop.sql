@@ -6,3 +6,8 @@ DROP FUNCTION IF EXISTS llmchat_run_store_last_step_v1(bigint, integer, bigint, 
 DROP FUNCTION IF EXISTS llmchat_run_claim_v1(
     bigint, bigint, boolean, text, text, timestamptz, timestamptz, integer, bigint, bigint
 );
+DROP FUNCTION IF EXISTS llmchat_run_end_v1(
+    bigint, integer, bigint, text, text, text, text, timestamptz, bigint, bigint
+);
+DROP FUNCTION IF EXISTS llmchat_run_release_v1(bigint, bigint);
+DROP FUNCTION IF EXISTS llmchat_run_place_prompt_v1(bigint, bigint, bigint, bigint);

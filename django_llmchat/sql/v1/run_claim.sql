@@ -51,8 +51,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     head llmchat_run;
-    latest bigint;
-    placed bigint;
 BEGIN
     UPDATE llmchat_chat SET updated_at = now() WHERE llmchat_chat.id = p_chat;
     IF NOT FOUND THEN
@@ -104,16 +102,8 @@ BEGIN
            SET status = 'lost',
                error = 'The process making this attempt stopped before the attempt ended.'
          WHERE u.run_id = head.id AND u.status = 'pending';
-    ELSIF head.prompt_id IS NOT NULL THEN
-        -- the prompt reads after the chat's messages from the moment its run starts
-        SELECT max(m.position) INTO latest FROM llmchat_message m
-         WHERE m.chat_id = p_chat AND m.position < p_queued_offset;
-        placed := p_clock;
-        IF latest IS NOT NULL AND placed <= latest THEN
-            placed := latest + 1;
-        END IF;
-        UPDATE llmchat_message m SET position = placed
-         WHERE m.id = head.prompt_id AND m.position >= p_queued_offset;
+    ELSE  -- the prompt reads after the chat's messages from the moment its run starts
+        PERFORM llmchat_run_place_prompt_v1(p_chat, head.prompt_id, p_clock, p_queued_offset);
     END IF;
     UPDATE llmchat_chat SET status = 'running', active_run_id = head.id
      WHERE llmchat_chat.id = p_chat;

@@ -71,19 +71,10 @@ BEGIN
         END IF;
         usage_ids := usage_ids || usage.id;
     END LOOP;
-    SELECT * INTO head FROM llmchat_run
-     WHERE chat_id = p_chat AND status IN ('queued', 'running', 'awaiting_approval')
-     ORDER BY id LIMIT 1;
-    IF FOUND THEN
-        next_run := head.id;
-        next_status := head.status;
-        next_lease := head.lease_expires_at;
-    END IF;
-    UPDATE llmchat_chat SET status = coalesce(next_status, 'idle'), active_run_id = NULL
-     WHERE id = p_chat AND active_run_id = p_run;
-    IF NOT FOUND THEN
-        UPDATE llmchat_chat SET status = coalesce(next_status, 'idle') WHERE id = p_chat;
-    END IF;
+    head := llmchat_run_release_v1(p_chat, p_run);
+    next_run := head.id;
+    next_status := head.status;
+    next_lease := head.lease_expires_at;
     outcome := 'stored';
 END;
 $$;
