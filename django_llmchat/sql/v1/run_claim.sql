@@ -126,3 +126,7 @@ BEGIN
     finished_at := head.finished_at;
 END;
 $$;
+
+COMMENT ON FUNCTION llmchat_run_claim_v1(
+    bigint, bigint, boolean, text, text, timestamptz, timestamptz, integer, bigint, bigint
+) IS 'queued -> running; running (lease run out) -> running: the chat''s next run taken';

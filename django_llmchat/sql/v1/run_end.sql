@@ -56,3 +56,7 @@ BEGIN
     outcome := 'ended';
 END;
 $$;
+
+COMMENT ON FUNCTION llmchat_run_end_v1(
+    bigint, integer, bigint, text, text, text, text, timestamptz, bigint, bigint
+) IS 'running -> succeeded | failed | cancelled | interrupted | awaiting_approval | queued: a run ends, pauses or goes back to the queue (fenced by its attempt)';

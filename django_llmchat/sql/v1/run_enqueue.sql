@@ -85,3 +85,7 @@ BEGIN
     outcome := 'admitted';
 END;
 $$;
+
+COMMENT ON FUNCTION llmchat_run_enqueue_v1(
+    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint
+) IS '(none) -> queued | running: a prompt and the run answering it, admitted (and started when nothing is ahead)';

@@ -48,3 +48,8 @@ BEGIN
     RETURN head;
 END;
 $$;
+
+COMMENT ON FUNCTION llmchat_run_place_prompt_v1(bigint, bigint, bigint, bigint)
+IS 'shared: a queued prompt moved after the chat''s messages';
+COMMENT ON FUNCTION llmchat_run_release_v1(bigint, bigint)
+IS 'shared: a run lets go of the chat (its cached status, active_run)';

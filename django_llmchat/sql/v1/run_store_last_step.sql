@@ -78,3 +78,6 @@ BEGIN
     outcome := 'stored';
 END;
 $$;
+
+COMMENT ON FUNCTION llmchat_run_store_last_step_v1(bigint, integer, bigint, jsonb, jsonb)
+IS 'running -> succeeded: the last provider response stored with its usage rows (fenced by the attempt)';
