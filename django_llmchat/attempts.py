@@ -38,6 +38,7 @@ from .providers.types import ProviderRequest, ProviderResponse
 from .transcript import (
     closed_attempt,
     open_attempt,
+    path_leaf,
     record_failed_attempts,
     save_step,
     save_summary,
@@ -81,6 +82,7 @@ class ProviderAttempts:
             usages=usages,
             execution=self.execution,
             final=final,
+            parent_id=path_leaf(self.history.messages),
         )
 
     def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
@@ -56,16 +57,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="llmchat.E001",
             )
         ]
-    errors: list = []
-    for key in raw:
-        if key not in DEFAULTS:
-            errors.append(
-                Warning(
-                    f"LLMCHAT[{key!r}] is not a django-llmchat setting and is ignored.",
-                    hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                    id="llmchat.W001",
-                )
-            )
+    ignored = " is not a django-llmchat setting and is ignored."
+    errors: list = _unknown_keys(raw, DEFAULTS, "LLMCHAT", ignored, "settings", "llmchat.W001")
     merged = {**DEFAULTS, **raw}
     for key, (types, minimum) in NUMBERS.items():
         value = merged[key]
@@ -136,15 +129,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="llmchat.E006",
                 )
             )
-        for option in options:
-            if option not in PROVIDER_KEYS:
-                errors.append(
-                    Warning(
-                        f"{where}[{option!r}] is not a provider option.",
-                        hint=f"Known options: {', '.join(sorted(PROVIDER_KEYS))}.",
-                        id="llmchat.W002",
-                    )
-                )
+        problem = " is not a provider option."
+        errors += _unknown_keys(options, PROVIDER_KEYS, where, problem, "options", "llmchat.W002")
     default = merged["DEFAULT_PROVIDER"]
     if not isinstance(default, str) or (default not in known and default not in providers):
         errors.append(
@@ -244,16 +230,12 @@ def _check_telemetry(merged: dict[str, Any]) -> list:
                 )
             )
     if merged["OPENTELEMETRY"] is True:
-        try:
-            import opentelemetry.trace  # noqa: F401
-        except ImportError:
-            errors.append(
-                Error(
-                    "LLMCHAT['OPENTELEMETRY'] is True but opentelemetry-api is not installed.",
-                    hint="pip install 'django-llmchat[otel]' (or set it to False).",
-                    id="llmchat.E030",
-                )
-            )
+        errors += _missing(
+            "opentelemetry.trace",
+            "LLMCHAT['OPENTELEMETRY'] is True but opentelemetry-api is not installed.",
+            hint="pip install 'django-llmchat[otel]' (or set it to False).",
+            id="llmchat.E030",
+        )
     return errors
 
 
@@ -272,17 +254,30 @@ def _check_mcp_servers(merged: dict[str, Any]) -> list:
         for problem in setting_errors(servers)
     ]
     if isinstance(servers, dict) and servers:
-        try:
-            import mcp  # noqa: F401
-        except ImportError:
-            errors.append(
-                Error(
-                    "LLMCHAT['MCP_SERVERS'] is set but the MCP SDK is not installed.",
-                    hint='Install the extra: pip install "django-llmchat[mcp]".',
-                    id="llmchat.E041",
-                )
-            )
+        errors += _missing(
+            "mcp",
+            "LLMCHAT['MCP_SERVERS'] is set but the MCP SDK is not installed.",
+            hint='Install the extra: pip install "django-llmchat[mcp]".',
+            id="llmchat.E041",
+        )
     return errors
+
+
+def _unknown_keys(given: Any, known: Any, where: str, problem: str, what: str, id: str) -> list:
+    """A warning ``id`` for each key of ``given`` that is not in ``known``."""
+    hint = f"Known {what}: {', '.join(sorted(known))}."
+    return [
+        Warning(f"{where}[{key!r}]{problem}", hint=hint, id=id) for key in given if key not in known
+    ]
+
+
+def _missing(module: str, message: str, **kw: Any) -> list:
+    """``[Error(message, **kw)]`` when the optional ``module`` cannot be imported, else []."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return [Error(message, **kw)]
+    return []
 
 
 def _check_privacy(merged: dict[str, Any]) -> list:
@@ -468,19 +463,14 @@ def _check_registries(merged: dict[str, Any]) -> list:
 def _check_limits(merged: dict[str, Any]) -> list:
     from .limits import validate_setting
 
-    errors: list = [
-        Error(problem, hint="See the Limits page of the documentation.", id="llmchat.E020")
-        for problem in validate_setting(merged["LIMITS"])
-    ]
-    if not _callable_setting(merged["LIMITS_FOR"]):
-        errors.append(
-            Error(
-                f"LLMCHAT['LIMITS_FOR'] is not a callable or an importable dotted path: "
-                f"{merged['LIMITS_FOR']!r}.",
-                hint="Give a function (user) -> dict of limits, or its dotted path.",
-                id="llmchat.E021",
-            )
-        )
+    errors = _policy_errors(
+        merged,
+        "LIMITS",
+        validate_setting,
+        "Limits",
+        "llmchat.E02",
+        "Give a function (user) -> dict of limits, or its dotted path.",
+    )
     allowed = merged["ALLOWED_MODELS"]
     if allowed is not None and (
         not isinstance(allowed, list | tuple)
@@ -501,20 +491,27 @@ def _check_retention(merged: dict[str, Any]) -> list:
     """``RETENTION``: None or {"days", "action"}; ``RETENTION_FOR``: a callable."""
     from .retention import validate_setting
 
-    errors = [
-        Error(problem, hint="See the Data lifecycle page of the documentation.", id="llmchat.E050")
-        for problem in validate_setting(merged["RETENTION"])
-    ]
-    if not _callable_setting(merged["RETENTION_FOR"]):
-        errors.append(
-            Error(
-                f"LLMCHAT['RETENTION_FOR'] is not a callable or an importable dotted "
-                f"path: {merged['RETENTION_FOR']!r}.",
-                hint='Give a function (user) -> {"days": ..., "action": ...} or None, or '
-                "its dotted path.",
-                id="llmchat.E051",
-            )
-        )
+    return _policy_errors(
+        merged,
+        "RETENTION",
+        validate_setting,
+        "Data lifecycle",
+        "llmchat.E05",
+        'Give a function (user) -> {"days": ..., "action": ...} or None, or its dotted path.',
+    )
+
+
+def _policy_errors(
+    merged: dict[str, Any], key: str, validate: Any, page: str, ids: str, hint_for: str
+) -> list:
+    """``key`` (its problems from ``validate``: ``<ids>0``) and ``<key>_FOR``, a callable or
+    an importable dotted path (``<ids>1``)."""
+    hint = f"See the {page} page of the documentation."
+    errors = [Error(problem, hint=hint, id=f"{ids}0") for problem in validate(merged[key])]
+    value = merged[f"{key}_FOR"]
+    if not _callable_setting(value):
+        message = f"LLMCHAT['{key}_FOR'] is not a callable or an importable dotted path: "
+        errors.append(Error(f"{message}{value!r}.", hint=hint_for, id=f"{ids}1"))
     return errors
 
 

@@ -6,6 +6,7 @@ re-read when ``override_settings`` changes ``LLMCHAT``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -160,9 +161,15 @@ class LLMChatSettings:
 settings = LLMChatSettings()
 
 
-def _reload(*, setting: str, **kwargs: Any) -> None:
-    if setting == "LLMCHAT":
-        settings.reload()
+def on_change(forget: Callable[[], Any]) -> None:
+    """Call ``forget()`` each time ``LLMCHAT`` changes (``override_settings``): for what
+    is built from the settings and cached."""
+
+    def receiver(*, setting: str, **kwargs: Any) -> None:
+        if setting == "LLMCHAT":
+            forget()
+
+    setting_changed.connect(receiver, weak=False)
 
 
-setting_changed.connect(_reload)
+on_change(settings.reload)

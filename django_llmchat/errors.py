@@ -66,6 +66,9 @@ class ProviderError(LLMChatError):
     """
 
     retryable_statuses = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+    default_retryable: bool | None = None
+    """Whether an error of this class is retried when the caller does not say (``None``:
+    by its HTTP status)."""
 
     def __init__(
         self,
@@ -86,6 +89,8 @@ class ProviderError(LLMChatError):
         self.headers = dict(headers or {})
         self.retry_after = retry_after
         self.code = code
+        if retryable is None:
+            retryable = self.default_retryable
         if retryable is None:
             retryable = status in self.retryable_statuses if status is not None else False
         self.retryable = retryable
@@ -118,41 +123,31 @@ def _rebuild(cls: type[ProviderError], message: str, state: dict[str, Any]) -> P
 class AuthenticationError(ProviderError):
     """401 or 403: the key is missing, wrong or lacks permission."""
 
-    def __init__(self, message: str, **kw: Any):
-        kw.setdefault("retryable", False)
-        super().__init__(message, **kw)
+    default_retryable = False
 
 
 class RateLimitError(ProviderError):
     """429: too many requests. ``retry_after`` holds the provider's hint when it gave one."""
 
-    def __init__(self, message: str, **kw: Any):
-        kw.setdefault("retryable", True)
-        super().__init__(message, **kw)
+    default_retryable = True
 
 
 class ContextLengthExceededError(ProviderError):
     """The prompt does not fit in the model's context window."""
 
-    def __init__(self, message: str, **kw: Any):
-        kw.setdefault("retryable", False)
-        super().__init__(message, **kw)
+    default_retryable = False
 
 
 class OverloadedError(ProviderError):
     """The provider is overloaded (Anthropic 529 / ``overloaded_error``)."""
 
-    def __init__(self, message: str, **kw: Any):
-        kw.setdefault("retryable", True)
-        super().__init__(message, **kw)
+    default_retryable = True
 
 
 class ProviderTimeoutError(ProviderError):
     """The provider did not answer in time, or the connection failed."""
 
-    def __init__(self, message: str, **kw: Any):
-        kw.setdefault("retryable", True)
-        super().__init__(message, **kw)
+    default_retryable = True
 
 
 class IncompleteStreamError(ProviderError):
@@ -161,8 +156,9 @@ class IncompleteStreamError(ProviderError):
     Events already yielded were delivered; nothing from the failed step is stored.
     """
 
+    default_retryable = True
+
     def __init__(self, message: str = "stream ended before its terminal event", **kw: Any):
-        kw.setdefault("retryable", True)
         super().__init__(message, **kw)
 
 
@@ -184,6 +180,11 @@ class InterruptError(LLMChatError):
 class ChatBusyError(LLMChatError):
     """The chat cannot take this run now: its current run waits for a tool-call decision
     (approve or deny it, or cancel the run, first)."""
+
+
+class RunInProgress(ChatBusyError):
+    """A regenerate, a branch or a switch of branches while a run of the chat is queued,
+    running or waiting for a tool-call decision: the path does not move under a run."""
 
 
 class RunLostError(LLMChatError):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,65 +138,66 @@ class Removed:
     chat_ids: list[int] = field(default_factory=list)
 
 
-def _after_commit(removed: Removed, files: list[str], chat_ids: list[int]) -> None:
-    def clean() -> None:
-        removed.files = _remove_files(files)
-        removed.streams = _remove_streams(chat_ids)
+def _remove(chats: QuerySet, each_chunk: Callable[[list[int], Removed], None]) -> Removed:
+    """In one transaction, ``each_chunk(ids, removed)`` for the ids of ``chats`` a chunk at
+    a time; once it commits, their attachment files and event streams are removed."""
+    removed = Removed()
+    with transaction.atomic():
+        chat_ids = list(chats.order_by().values_list("pk", flat=True))
+        if not chat_ids:
+            return removed
+        files = _files(chat_ids)
+        for chunk in _chunks(chat_ids):
+            each_chunk(chunk, removed)
+        removed.chat_ids = chat_ids
 
-    transaction.on_commit(clean)
+        def clean() -> None:
+            removed.files = _remove_files(files)
+            removed.streams = _remove_streams(chat_ids)
+
+        transaction.on_commit(clean)
+    return removed
 
 
 def purge_chats(chats: QuerySet) -> Removed:
     """Delete ``chats`` with their transcripts, attachment files and event streams (the
     usage rows stay, with the chat's id and title). The caller filters out busy chats
     (:func:`idle`) when it must."""
-    removed = Removed()
-    with transaction.atomic():
-        chat_ids = list(chats.order_by().values_list("pk", flat=True))
-        if not chat_ids:
-            return removed
-        files = _files(chat_ids)
-        for chunk in _chunks(chat_ids):
-            _, counts = Chat.objects.filter(pk__in=chunk).delete()
-            removed.chats += counts.get(Chat._meta.label, 0)
-            removed.idempotency_keys += counts.get(IdempotencyKey._meta.label, 0)
-        removed.chat_ids = chat_ids
-        _after_commit(removed, files, chat_ids)
-    return removed
+
+    def delete(chunk: list[int], removed: Removed) -> None:
+        _, counts = Chat.objects.filter(pk__in=chunk).delete()
+        removed.chats += counts.get(Chat._meta.label, 0)
+        removed.idempotency_keys += counts.get(IdempotencyKey._meta.label, 0)
+
+    return _remove(chats, delete)
 
 
 def anonymise_chats(chats: QuerySet) -> Removed:
     """Empty the transcripts of ``chats`` and unlink them from their user, keeping the
     messages' roles, models, token counts and times (and the usage rows)."""
-    removed = Removed()
-    with transaction.atomic():
-        chat_ids = list(chats.order_by().values_list("pk", flat=True))
-        if not chat_ids:
-            return removed
-        files = _files(chat_ids)
-        now = timezone.now()
-        for chunk in _chunks(chat_ids):
-            Attachment.objects.filter(message__chat_id__in=chunk).delete()
-            Message.objects.filter(chat_id__in=chunk).update(
-                content="",
-                thinking_text="",
-                thinking_signature="",
-                citations=[],
-                server_tool_calls=[],
-                raw=None,
-            )
-            ToolCall.objects.filter(chat_id__in=chunk).update(arguments={}, thought_signature="")
-            # the ratings stay (as the token counts do), without their words and users
-            Feedback.objects.filter(message__chat_id__in=chunk).update(comment="", user=None)
-            # a key's stored answer holds the messages it answered with
-            keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
-            removed.idempotency_keys += keys
-            removed.chats += Chat.objects.filter(pk__in=chunk).update(
-                title="", user=None, context={}, client_id="", anonymised_at=now
-            )
-        removed.chat_ids = chat_ids
-        _after_commit(removed, files, chat_ids)
-    return removed
+    now = timezone.now()
+
+    def empty(chunk: list[int], removed: Removed) -> None:
+        Attachment.objects.filter(message__chat_id__in=chunk).delete()
+        Message.objects.filter(chat_id__in=chunk).update(
+            content="",
+            thinking_text="",
+            thinking_signature="",
+            citations=[],
+            server_tool_calls=[],
+            raw=None,
+        )
+        ToolCall.objects.filter(chat_id__in=chunk).update(arguments={}, thought_signature="")
+        # the ratings stay (as the token counts do), without their words and users
+        Feedback.objects.filter(message__chat_id__in=chunk).update(comment="", user=None)
+        # a key's stored answer holds the messages it answered with
+        keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
+        removed.idempotency_keys += keys
+        removed.chats += Chat.objects.filter(pk__in=chunk).update(
+            title="", user=None, context={}, client_id="", anonymised_at=now
+        )
+
+    return _remove(chats, empty)
 
 
 # -- a user's data -----------------------------------------------------------------------------

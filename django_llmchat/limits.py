@@ -372,19 +372,25 @@ def _verdict(chat, *, admission: bool) -> Verdict | None:
     return verdict
 
 
+def _send(signal, chat, reached: BudgetExceededError | SoftLimitReached) -> None:
+    """Send ``signal`` for ``chat`` with the limit ``reached``: its name, use, allowance
+    and reset."""
+    signal.send(
+        sender=type(chat),
+        chat=chat,
+        user_id=chat.user_id,
+        limit=reached.limit,
+        used=reached.used,
+        allowed=reached.allowed,
+        resets_at=reached.resets_at,
+    )
+
+
 def exceeded(chat, exc: BudgetExceededError) -> None:
     """Send the ``budget_exceeded`` signal for ``exc``."""
     from .signals import budget_exceeded
 
-    budget_exceeded.send(
-        sender=type(chat),
-        chat=chat,
-        user_id=chat.user_id,
-        limit=exc.limit,
-        used=exc.used,
-        allowed=exc.allowed,
-        resets_at=exc.resets_at,
-    )
+    _send(budget_exceeded, chat, exc)
 
 
 def admit(chat, *, signal: bool = True) -> Verdict | None:
@@ -417,15 +423,7 @@ def warn(chat, warning: SoftLimitReached) -> None:
     """Send the ``budget_warning`` signal for ``warning``."""
     from .signals import budget_warning
 
-    budget_warning.send(
-        sender=type(chat),
-        chat=chat,
-        user_id=chat.user_id,
-        limit=warning.limit,
-        used=warning.used,
-        allowed=warning.allowed,
-        resets_at=warning.resets_at,
-    )
+    _send(budget_warning, chat, warning)
 
 
 def validate_setting(value: Any) -> list[str]:

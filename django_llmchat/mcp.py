@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from .conf import settings
+from .conf import on_change, settings
 from .errors import ArgumentError
 from .tools import Tool, ToolResult
 
@@ -304,12 +303,7 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == "LLMCHAT":
-        clear_cache()
-
-
-setting_changed.connect(_settings_changed)
+on_change(clear_cache)
 
 
 def list_tools(server: str, *, chat: Any = None, context: Any = None) -> list[Listed]:

@@ -391,6 +391,18 @@ class Runner(ProviderAttempts, ToolRunning):
             pass
         return self.result.message
 
+    def regenerate(self):
+        """Answer the active path's last prompt again (the reply it had leaves the path);
+        the new final Message."""
+        for _ in RunSession(self, None, [], regenerate=True, stream=False, totals=False):
+            pass
+        return self.result.message
+
+    @staticmethod
+    def switch_to(chat: Chat, message) -> int:
+        """Make the branch through ``message`` the chat's active path; the new leaf's id."""
+        return runs.switch_to(chat.pk, message)
+
     def events(self, prompt, attachments, *, stream: bool, resume: Run | None = None):
         """The run's :class:`~django_llmchat.session.RunSession`: ``RunStarted``, the
         loop's events, one ``RunFinished``; an error ending the run is raised after it.

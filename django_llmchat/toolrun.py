@@ -20,7 +20,7 @@ from .models import ToolCall
 from .providers.types import ProviderMessage
 from .skills import ACTIVATE_TOOL
 from .tools import Tool, ToolResult
-from .transcript import provider_message, save_tool_results
+from .transcript import path_leaf, provider_message, save_tool_results
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -66,7 +66,7 @@ class ToolRunning:
         # keep the transcript's order: results follow their calls
         order = {c.pk: i for i, c in enumerate(calls)}
         results.sort(key=lambda pair: order[pair[0].pk])
-        saved = save_tool_results(self.chat, results, self.execution)
+        saved = save_tool_results(self.chat, results, self.execution, parent_id=path_leaf(history))
         for m, (call, result) in zip(saved, results, strict=True):
             yield ToolResultDone(
                 call_id=call.call_id,

@@ -172,6 +172,7 @@ class _Built:
     count: int
     top: int  # the highest message id read
     last: tuple[int, int]
+    anchor: int | None  # the last message of the tree read (no system message)
     calls: dict[int, tuple[str, str]]  # tool call pk -> (call_id, name)
     unanswered: dict[int, None]  # tool call pks without a result, in order
     summary: tuple | None
@@ -226,14 +227,16 @@ def _history_sql(connection) -> str:
     chat, position, pk = column("chat_id"), column("position"), column("id")
     call_message = qn(ToolCall._meta.get_field("message").column)
     file_message = qn(Attachment._meta.get_field("message").column)
+    on_path = column("on_path")
     selected = ", ".join(f"m.{column(name)}" for name in MESSAGE_COLUMNS)
     return (
-        f"SELECT a.n, a.top, {selected}, "
+        f"SELECT a.n, a.top, a.kept, {selected}, "
         f"EXISTS (SELECT 1 FROM {calls} c WHERE c.{call_message} = m.{pk}), "
         f"EXISTS (SELECT 1 FROM {files} f WHERE f.{file_message} = m.{pk}) "
-        f"FROM (SELECT COUNT(*) AS n, MAX({pk}) AS top FROM {message} "
-        f"WHERE {chat} = %s AND {position} < %s) a "
-        f"LEFT JOIN {message} m ON m.{chat} = %s AND m.{position} < %s "
+        f"FROM (SELECT COUNT(*) AS n, MAX({pk}) AS top, "
+        f"SUM(CASE WHEN {pk} = %s THEN 1 ELSE 0 END) AS kept FROM {message} "
+        f"WHERE {chat} = %s AND {on_path} = %s AND {position} < %s) a "
+        f"LEFT JOIN {message} m ON m.{chat} = %s AND m.{on_path} = %s AND m.{position} < %s "
         f"AND (m.{position} > %s OR (m.{position} = %s AND m.{pk} > %s)) "
         f"ORDER BY m.{position}, m.{pk}"
     )
@@ -242,14 +245,27 @@ def _history_sql(connection) -> str:
 _sql: dict[str, str] = {}
 
 
-def _read(chat: Chat, after: tuple[int, int]) -> list[tuple]:
+def _read(chat: Chat, after: tuple[int, int], anchor: int | None = None) -> list[tuple]:
+    """The chat's active path after ``after`` (``(position, id)``), with the count and
+    highest id of the whole path and whether ``anchor`` (a message id) is still on it."""
     using = router.db_for_read(Message)
     connection = connections[using]
     sql = _sql.get(connection.vendor)
     if sql is None:
         sql = _sql[connection.vendor] = _history_sql(connection)
     # prompts queued behind the run wait for their own turn
-    params = [chat.pk, QUEUED_POSITION, chat.pk, QUEUED_POSITION, after[0], after[0], after[1]]
+    params = [
+        anchor or 0,
+        chat.pk,
+        True,
+        QUEUED_POSITION,
+        chat.pk,
+        True,
+        QUEUED_POSITION,
+        after[0],
+        after[0],
+        after[1],
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -268,17 +284,23 @@ def load_history(chat: Chat) -> LoadedHistory:
         built = _built.get(key)
     if built is not None and built.expires <= now:
         built = None
-    rows = _read(chat, built.last if built is not None else _FIRST)
-    count, top = rows[0][0], rows[0][1]
-    rows = [row[2:] for row in rows if row[2] is not None]
+    if built is None:
+        rows = _read(chat, _FIRST)
+    else:
+        rows = _read(chat, built.last, built.anchor)
+    count, top, kept = rows[0][0], rows[0][1], rows[0][2]
+    rows = [row[3:] for row in rows if row[3] is not None]
     if built is not None and (
         count != built.count + len(rows)
         or (top or 0) != max([built.top, *(row[0] for row in rows)])
+        or (built.anchor is not None and not kept)
     ):
-        built = None  # a message was deleted, or stored out of order: read it all
-        rows = [row[2:] for row in _read(chat, _FIRST) if row[2] is not None]
+        # a message was deleted or stored out of order, or the path moved (its last
+        # message read is off it now): read it all
+        built = None
+        rows = [row[3:] for row in _read(chat, _FIRST) if row[3] is not None]
     if built is None:
-        built = _Built([], 0, 0, _FIRST, {}, {}, None, {}, now + HISTORY_CACHE_TTL)
+        built = _Built([], 0, 0, _FIRST, None, {}, {}, None, {}, now + HISTORY_CACHE_TTL)
     if not rows:
         fresh = built
     else:
@@ -390,17 +412,32 @@ def _extend(chat: Chat, built: _Built, rows: list[tuple]) -> _Built:
             )
         )
     last = rows[-1]
+    anchor = built.anchor
+    for row in reversed(rows):
+        if row[1] != "system":
+            anchor = row[0]
+            break
     return _Built(
         messages=messages,
         count=built.count + len(rows),
         top=max(built.top, max(row[0] for row in rows)),
         last=(last[11], last[0]),
+        anchor=anchor,
         calls=calls,
         unanswered=unanswered,
         summary=summary,
         tokens=built.tokens if keep else {},
         expires=built.expires if keep else None,
     )
+
+
+def path_leaf(messages: list[ProviderMessage]) -> int | None:
+    """The id of the last stored message of a run's history that is part of the tree
+    (system messages aside): what the run's next message follows."""
+    for message in reversed(messages):
+        if message.role != "system" and message.ref is not None:
+            return message.ref
+    return None
 
 
 def last_reported_step(chat_id: Any) -> tuple[int, int] | None:
@@ -534,12 +571,13 @@ def save_step(
     usages: list[Usage],
     execution,
     final: bool = False,
+    parent_id: int | None = None,
 ) -> tuple[Message, list[ToolCall]]:
     """Write one provider response: the assistant message, its tool calls, citations and
     the link to its usage rows, in ONE transaction, fenced by the run's ``execution``
     (a run this process lost stores nothing). ``final``: the run ends with this response,
     so it is marked succeeded in the same transaction. Returns the message and its tool
-    calls."""
+    calls. ``parent_id``: the message the step answers (the last of the history sent)."""
     raw: dict[str, Any] = {}
     if isinstance(response.raw, dict):
         raw["response"] = response.raw
@@ -560,7 +598,9 @@ def save_step(
         server_tool_calls=list(response.server_tool_calls),
         raw=raw or None,
         run_id=execution.pk,
+        parent_id=parent_id,
     )
+    message.placed = True
     message.thinking = response.thinking
     if final and not response.tool_calls and execution.store_last_step(message, usages):
         known_relations(message, tool_calls=[], attachments=[], usages=usages)
@@ -630,11 +670,17 @@ def save_tool_results(
     execution=None,
     *,
     run_id: int | None = None,
+    parent_id: Any = None,
 ) -> list[Message]:
     """Write the tool messages answering ``results``' calls, in one transaction (fenced by
-    the run's ``execution`` when given)."""
+    the run's ``execution`` when given). They follow one another on the path, the first
+    after ``parent_id`` (the path's last message; read when not given)."""
     if not results:
         return []
+    if parent_id is None:
+        from .branches import leaf_id
+
+        parent_id = leaf_id(chat.pk)
     messages = []
     for call, result in results:
         raw = {"error": result.content["error"]} if result.is_error else None
@@ -645,10 +691,16 @@ def save_tool_results(
             parent_tool_call=call,
             raw=raw,
             run_id=execution.pk if execution is not None else run_id,
+            parent_id=parent_id if not messages else None,
         )
+        m.placed = True
         messages.append(m)
     with transaction.atomic():
         Message.objects.bulk_create(messages)
+        if len(messages) > 1:  # each result follows the one before it
+            for before, m in zip(messages, messages[1:], strict=False):
+                m.parent_id = before.pk
+            Message.objects.bulk_update(messages[1:], ["parent"])
         atts = []
         for m, (_call, result) in zip(messages, results, strict=True):
             for item in result.attachments or []:
@@ -676,6 +728,7 @@ __all__ = [
     "LoadedHistory",
     "forget_history",
     "last_reported_step",
+    "path_leaf",
     "provider_message",
     "record_failed_attempts",
     "save_step",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 TOKEN_FIELDS = (
     "input_tokens",
@@ -149,12 +149,24 @@ class Thinking:
         return out
 
 
-def _compact(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None and v != [] and v != {}}
+class _Record:
+    """``to_dict()`` leaves out what is empty (``None``, ``[]``, ``{}``); ``from_dict()``
+    ignores unknown keys."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {k: v for k, v in out.items() if v is not None and v != [] and v != {}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True, slots=True)
-class Citation:
+class Citation(_Record):
     """A source the model cited, normalized across providers."""
 
     url: str | None = None
@@ -166,17 +178,9 @@ class Citation:
     """Document or file identifier when the citation is not a URL."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _compact({f.name: getattr(self, f.name) for f in fields(self)})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Citation:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 @dataclass(frozen=True, slots=True)
-class ServerToolCall:
+class ServerToolCall(_Record):
     """A tool the provider ran itself (web search, code execution) during a response."""
 
     name: str
@@ -184,11 +188,3 @@ class ServerToolCall:
     arguments: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     status: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _compact({f.name: getattr(self, f.name) for f in fields(self)})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ServerToolCall:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})

@@ -263,7 +263,8 @@ def test_racing_regenerates_leave_one_reply(user, fake_llm):
     )
     assert [o[0] for o in outcomes].count(409) == 9, outcomes
     replies = Message.objects.filter(chat=chat, role="assistant")
-    assert list(replies.values_list("content", flat=True)) == ["answered"]
+    assert [m.content for m in chat.transcript()] == ["Tell me.", "answered"]
+    assert list(replies.values_list("content", flat=True)) == ["First reply.", "answered"]
     assert list(chat.messages.filter(role="user").values_list("content", flat=True)) == ["Tell me."]
     assert Usage.objects.filter(chat=chat).count() == 2  # the first reply's usage stays
 
@@ -276,7 +277,7 @@ def test_a_regenerate_while_a_run_works_is_a_409_and_drops_nothing(user, fake_ll
     Run.objects.create(chat=chat, status=Run.QUEUED)
     status, body = ui_regenerate(chat)
     assert status == 409 and "in progress" in body["detail"]
-    assert chat.messages.filter(role="assistant").count() == 1
+    assert chat.messages.filter(role="assistant", on_path=True).count() == 1
 
 
 def test_a_regenerate_over_a_limit_is_a_429_and_keeps_the_reply(user, fake_llm, limit):
@@ -442,6 +443,7 @@ def test_a_regenerate_keeps_the_dropped_replys_usage_on_the_ledger(user, fake_ll
     runner.admit(None, regenerate=True)
     runner.take_turn()
     list(runner.run(stream=False))
-    assert list(chat.messages.values_list("content", flat=True)) == ["Q", "Two."]
+    assert [m.content for m in chat.transcript()] == ["Q", "Two."]
+    assert list(chat.messages.values_list("content", flat=True)) == ["Q", "One.", "Two."]
     assert Usage.objects.filter(chat=chat).count() == 2
     assert json.dumps(fake_llm.requests[-1].body).count("One.") == 0

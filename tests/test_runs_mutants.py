@@ -1465,9 +1465,9 @@ def test_a_lost_execution_says_why(chat):
 
 
 def test_regenerate_drops_the_last_runs_reply_and_keeps_its_prompt_and_the_rest(chat):
-    """A regenerate takes out the messages of the chat's last run but its prompt; the
-    earlier runs' messages stay. Refused, word for word, while a run is unfinished or
-    when the chat has no run."""
+    """A regenerate takes the messages after the path's last prompt off the path (they
+    stay stored); the earlier messages stay on it. Refused, word for word, while a run is
+    unfinished, when the chat has no run, or no prompt on its path."""
     with pytest.raises(ArgumentError) as raised:
         runs.enqueue(chat, regenerate=True)
     assert str(raised.value) == f"chat {chat.pk} has no reply to regenerate"
@@ -1482,15 +1482,20 @@ def test_regenerate_drops_the_last_runs_reply_and_keeps_its_prompt_and_the_rest(
     chat.add_message(role="assistant", content="A2", run=last)
     chat.add_message(role="tool", content="T2", run=last)
     run, _ = runs.enqueue(chat, regenerate=True)
-    assert sorted(Message.objects.filter(chat=chat).values_list("pk", flat=True)) == sorted(
-        [*kept, last_prompt.pk]
-    )
+    on_path = Message.objects.filter(chat=chat, on_path=True)
+    assert sorted(on_path.values_list("pk", flat=True)) == sorted([*kept, last_prompt.pk])
+    assert Message.objects.filter(chat=chat).count() == 5  # nothing deleted
     with pytest.raises(ChatBusyError) as raised:
         runs.enqueue(chat, regenerate=True)
     assert str(raised.value) == (
         f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) before "
         "regenerating"
     )
+    runs.cancel_queued(chat.pk, run.pk)
+    Message.objects.filter(chat=chat, role="user").update(on_path=False)
+    with pytest.raises(ArgumentError) as raised:
+        runs.enqueue(chat, regenerate=True)
+    assert str(raised.value) == f"chat {chat.pk} has no prompt to answer again"
 
 
 def test_prompts_queued_behind_a_run_keep_their_order_of_arrival(chat):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.template.defaultfilters import floatformat
+from django.utils.html import format_html
 
 
 def _money(value: Any) -> str:
@@ -29,6 +30,26 @@ def _short(text: str, limit: int = 40) -> str:
 class _Styled:
     class Media:
         css = {"all": ("django_llmchat/admin.css",)}
+
+
+class _ViewOnly:
+    """Rows shown, never added or saved (no SAVE button): every column read-only."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return _column_fields(self.model)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj: Any = None) -> bool:
+        return False
+
+
+def _model_html(obj: Any, limit: int) -> str:
+    """``provider/model_id``, the provider dimmed, the id cut at ``limit`` characters."""
+    return format_html(
+        '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, limit)
+    )
 
 
 def _column_fields(model) -> list[str]:

@@ -10,11 +10,10 @@ from django.contrib import admin
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.formats import date_format
-from django.utils.html import format_html
 from django.utils.timezone import localtime
 
 from ..models import Chat, Usage
-from .base import _money, _short, _Styled
+from .base import _model_html, _money, _short, _Styled
 from .feedback import FeedbackFilter
 from .lifecycle import _users_of, erase_users_view, export_users_response
 from .transcripts import build_transcript, transcript_page
@@ -130,9 +129,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="model", ordering="model_id")
     def model_display(self, obj: Chat) -> str:
-        return format_html(
-            '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, 32)
-        )
+        return _model_html(obj, 32)
 
     @admin.display(description="messages", ordering="message_count")
     def messages_count(self, obj: Chat) -> int:

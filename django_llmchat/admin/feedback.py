@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import Exists, OuterRef
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
 from ..models import Feedback
-from .base import _column_fields, _short, _Styled
+from .base import _short, _Styled, _ViewOnly
 
 
 class FeedbackFilter(admin.SimpleListFilter):
@@ -33,7 +30,7 @@ class FeedbackFilter(admin.SimpleListFilter):
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(_Styled, admin.ModelAdmin):
+class FeedbackAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
     """Every rating of a reply, with its comment: filter by rating, open the chat at the
     reply. Read-only: feedback is the users' (``Message.rate()``, the REST route)."""
 
@@ -43,15 +40,6 @@ class FeedbackAdmin(_Styled, admin.ModelAdmin):
     list_select_related = ("user", "message", "message__chat")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at", "-id")
-
-    def get_readonly_fields(self, request, obj=None):
-        return _column_fields(self.model)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="rating", ordering="rating")
     def thumb(self, obj: Feedback) -> str:

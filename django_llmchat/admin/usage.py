@@ -14,11 +14,17 @@ from django.utils.html import format_html
 from django.utils.timezone import localtime
 
 from ..models import Run, Usage, UsageDashboard
-from .base import _column_fields, _count, _money, _short, _Styled
+from .base import _column_fields, _count, _model_html, _money, _short, _Styled, _ViewOnly
+
+
+def _estimated(usage: Usage, value: Any, shown: Any) -> str:
+    """``shown(value)``, marked ``~... (estimated)`` when the row's counts were estimated."""
+    text = shown(value)
+    return f"~{text} (estimated)" if usage.estimated and value is not None else text
 
 
 @admin.register(Run)
-class RunAdmin(_Styled, admin.ModelAdmin):
+class RunAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
     """Every run: what it answered, how it ended (with its safe error), its attempts, steps,
     worker and cost. Read-only: runs change through django_llmchat.runs alone."""
 
@@ -42,22 +48,13 @@ class RunAdmin(_Styled, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(_cost=Sum("usages__total_cost"))
 
-    def get_readonly_fields(self, request, obj=None):
-        return _column_fields(self.model)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # shown, never saved: no SAVE button
-
     @admin.display(description="cost (USD)", ordering="_cost")
     def cost_display(self, obj: Run) -> str:
         return _money(getattr(obj, "_cost", None))
 
 
 @admin.register(Usage)
-class UsageAdmin(_Styled, admin.ModelAdmin):
+class UsageAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
     """Every provider attempt with its tokens and frozen cost. Read-only: an audit trail."""
 
     list_display = (
@@ -95,12 +92,6 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         return self.get_readonly_fields(request, obj)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # shown, never saved: no SAVE button
-
     @admin.display(description="chat", ordering="chat")
     def chat_display(self, obj: Usage) -> str:
         return _short(obj.chat_label, 24)
@@ -121,14 +112,11 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="model", ordering="model_id")
     def model_display(self, obj: Usage) -> str:
-        return format_html(
-            '<span class="llmchat-meta">{}/</span>{}', obj.provider, _short(obj.model_id, 28)
-        )
+        return _model_html(obj, 28)
 
     @admin.display(description="in", ordering="input_tokens")
     def input_display(self, obj: Usage) -> str:
-        shown = _count(obj.input_tokens)
-        return f"~{shown} (estimated)" if obj.estimated and obj.input_tokens is not None else shown
+        return _estimated(obj, obj.input_tokens, _count)
 
     @admin.display(description="out", ordering="output_tokens")
     def output_display(self, obj: Usage) -> str:
@@ -142,8 +130,7 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
     @admin.display(description="cost (USD)", ordering="total_cost")
     def total_cost_display(self, obj: Usage) -> str:
-        shown = _money(obj.total_cost)
-        return f"~{shown} (estimated)" if obj.estimated and obj.total_cost is not None else shown
+        return _estimated(obj, obj.total_cost, _money)
 
     @admin.display(description="time", ordering="duration_ms")
     def duration_display(self, obj: Usage) -> str:
@@ -151,7 +138,7 @@ class UsageAdmin(_Styled, admin.ModelAdmin):
 
 
 @admin.register(UsageDashboard)
-class UsageDashboardAdmin(admin.ModelAdmin):
+class UsageDashboardAdmin(_ViewOnly, admin.ModelAdmin):
     """The usage dashboard: spend and tokens over time, by model, provider, user, status and
     chat, for a date range. Needs the permission to view usage rows."""
 
@@ -170,12 +157,6 @@ class UsageDashboardAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self._can_view(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -301,17 +301,7 @@ class Idempotency:
         def store(run: Run) -> None:
             if self.row is not None:
                 return  # one request, one key (several decisions of one ui/chat request)
-            IdempotencyKey.objects.filter(
-                user=self.user, scope=self.scope, key=self.key, created_at__lt=_cutoff()
-            ).delete()
-            row = IdempotencyKey(
-                user=self.user,
-                scope=self.scope,
-                key=self.key,
-                chat=self.chat,
-                request_hash=self.hash,
-                run=run,
-            )
+            row = self._new_row(run=run)
             if stream is not None:
                 row.response_status = 200
                 row.response_body = {
@@ -330,6 +320,13 @@ class Idempotency:
             self.row = None
             raise Replayed(self._after_race()) from None
 
+    def _new_row(self, **fields: Any) -> IdempotencyKey:
+        """This request's key row, not saved yet; an expired row of the key is deleted
+        first."""
+        identity = {"user": self.user, "scope": self.scope, "key": self.key}
+        IdempotencyKey.objects.filter(**identity, created_at__lt=_cutoff()).delete()
+        return IdempotencyKey(**identity, chat=self.chat, request_hash=self.hash, **fields)
+
     def _after_race(self) -> IdempotencyKey:
         row = self.earlier()
         if row is None:  # the winner rolled back meanwhile
@@ -342,16 +339,7 @@ class Idempotency:
         transaction."""
         try:
             with transaction.atomic():
-                IdempotencyKey.objects.filter(
-                    user=self.user, scope=self.scope, key=self.key, created_at__lt=_cutoff()
-                ).delete()
-                row = IdempotencyKey(
-                    user=self.user,
-                    scope=self.scope,
-                    key=self.key,
-                    chat=self.chat,
-                    request_hash=self.hash,
-                )
+                row = self._new_row()
                 with transaction.atomic():
                     row.save(force_insert=True)
                 self.row = row

@@ -179,10 +179,10 @@ def _usd(value) -> str | None:
 
 
 def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:
-    """The chat as ``UIMessage[]``, in a constant number of queries."""
+    """The chat's active path as ``UIMessage[]``, in a constant number of queries."""
     runs = {run.pk: run for run in Run.objects.filter(chat=chat).with_totals()}
     messages = (
-        Message.objects.filter(chat=chat, summary_until__isnull=True)
+        Message.objects.filter(chat=chat, on_path=True, summary_until__isnull=True)
         .exclude(role="system")
         .transcript()
         .order_by("position", "id")

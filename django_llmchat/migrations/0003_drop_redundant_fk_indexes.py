@@ -4,6 +4,20 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+CASCADE = django.db.models.deletion.CASCADE
+SET_NULL = django.db.models.deletion.SET_NULL
+
+
+def without_own_index(model_name, name, related_name, to, on_delete=CASCADE, **options):
+    """The foreign key ``model_name.name`` altered to ``db_index=False``."""
+    return migrations.AlterField(
+        model_name=model_name,
+        name=name,
+        field=models.ForeignKey(
+            db_index=False, on_delete=on_delete, related_name=related_name, to=to, **options
+        ),
+    )
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -12,78 +26,15 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
-            model_name="attachment",
-            name="message",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="attachments",
-                to="django_llmchat.message",
-            ),
+        without_own_index("attachment", "message", "attachments", "django_llmchat.message"),
+        without_own_index(
+            "chat", "user", "llm_chats", settings.AUTH_USER_MODEL, blank=True, null=True
         ),
-        migrations.AlterField(
-            model_name="chat",
-            name="user",
-            field=models.ForeignKey(
-                blank=True,
-                db_index=False,
-                null=True,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="llm_chats",
-                to=settings.AUTH_USER_MODEL,
-            ),
-        ),
-        migrations.AlterField(
-            model_name="message",
-            name="chat",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="messages",
-                to="django_llmchat.chat",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="toolcall",
-            name="chat",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="tool_calls",
-                to="django_llmchat.chat",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="toolcall",
-            name="message",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="tool_calls",
-                to="django_llmchat.message",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="usage",
-            name="chat",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="usages",
-                to="django_llmchat.chat",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="usage",
-            name="message",
-            field=models.ForeignKey(
-                blank=True,
-                db_index=False,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="usages",
-                to="django_llmchat.message",
-            ),
+        without_own_index("message", "chat", "messages", "django_llmchat.chat"),
+        without_own_index("toolcall", "chat", "tool_calls", "django_llmchat.chat"),
+        without_own_index("toolcall", "message", "tool_calls", "django_llmchat.message"),
+        without_own_index("usage", "chat", "usages", "django_llmchat.chat"),
+        without_own_index(
+            "usage", "message", "usages", "django_llmchat.message", SET_NULL, blank=True, null=True
         ),
     ]

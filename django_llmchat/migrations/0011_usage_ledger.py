@@ -6,18 +6,14 @@ the dashboard sum by them), and ``chat_title`` keeps the title of a deleted chat
 already there get their chat's user where they had none. A chat gets ``retention_days``
 (its own retention) and ``anonymised_at`` (when the retention emptied it)."""
 
+from importlib import import_module
+
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
-from django.db.models import OuterRef, Subquery
 
-
-def copy_users(apps, schema_editor):
-    Chat = apps.get_model("django_llmchat", "Chat")
-    Usage = apps.get_model("django_llmchat", "Usage")
-    db = schema_editor.connection.alias
-    user = Chat.objects.using(db).filter(pk=OuterRef("chat_id")).values("user_id")[:1]
-    Usage.objects.using(db).filter(user__isnull=True).update(user_id=Subquery(user))
+# 0008's data step again: usage rows still without a user get their chat's
+copy_users = import_module("django_llmchat.migrations.0008_limits").copy_users
 
 
 class Migration(migrations.Migration):

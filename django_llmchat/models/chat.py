@@ -18,7 +18,7 @@ from ..prepared import is_new
 from ..values import TOKEN_FIELDS, Cost, Tokens
 from .attachment import Attachment
 from .llm_model import find_model
-from .message import Message
+from .message import Message, branching
 from .run import Run
 from .usage import Usage
 
@@ -190,9 +190,46 @@ class AbstractChat(models.Model):
 
     # -- transcript -----------------------------------------------------------------------
     def transcript(self):
-        """The messages in order, with tool calls, results, attachments and usage loaded in a
-        constant number of queries."""
+        """The messages of the active path in order, with tool calls, results, attachments
+        and usage loaded in a constant number of queries (every branch: :meth:`tree`)."""
+        return self.messages.filter(on_path=True).transcript().order_by("position", "id")
+
+    def path(self):
+        """The active path: the messages the next request is built from (as
+        :meth:`transcript`)."""
+        return self.transcript()
+
+    def tree(self):
+        """Every stored message of the chat, every branch, in the order they were stored
+        (``parent`` and ``on_path`` tell the shape), loaded as :meth:`transcript` is."""
         return self.messages.transcript().order_by("position", "id")
+
+    @property
+    def active_leaf(self):
+        """The last message of the active path (system messages aside), or ``None``."""
+        row = Message.objects.leaf_row(self.pk) if self.pk is not None else None
+        return None if row is None else self.messages.get(pk=row[0])
+
+    def switch_to(self, message):
+        """Make the branch through ``message`` (a Message of this chat or its id) the
+        active path: its ancestors, itself, then the newest reply each time down to a
+        leaf. Returns the new active leaf. :class:`~django_llmchat.errors.ChatBusyError`
+        while a run of the chat is unfinished."""
+        runner = import_string(self.runner_class)
+        return self.messages.get(pk=runner.switch_to(self, message))
+
+    def branch_from(self, parent, prompt: str, attachments=None, *, context=None):
+        """Ask ``prompt`` as a new branch after ``parent`` (a Message of this chat, its
+        id, or ``django_llmchat.branches.ROOT`` to start over): the active path's messages
+        after ``parent`` leave the path (kept as the other branch) and the reply answers
+        the new path alone. ``chat.ask(prompt, parent=parent)``."""
+        return self.ask(prompt, attachments, context=context, parent=parent)
+
+    def regenerate(self, *, context=None):
+        """Answer the active path's last prompt again: the reply it had (with its tool
+        calls and results) leaves the path, kept as a sibling of the new one (see
+        ``Message.alternatives()``). Returns the new final Message."""
+        return self.runner(context).regenerate()
 
     def add_message(
         self,
@@ -300,7 +337,7 @@ class AbstractChat(models.Model):
 
     def cache_until_here(self):
         """Mark the latest message as the end of the cacheable prefix."""
-        last = self.messages.order_by("-position", "-id").first()
+        last = self.messages.filter(on_path=True).order_by("-position", "-id").first()
         if last is None:
             raise ArgumentError("the chat has no message to mark as a cache boundary")
         last.cache_until_here()
@@ -329,13 +366,20 @@ class AbstractChat(models.Model):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         return _attachment_items(attachments)
 
-    def ask(self, prompt: str | None = None, attachments=None, *, context=None):
+    def ask(self, prompt: str | None = None, attachments=None, *, context=None, parent=None):
         """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
         returns the final assistant Message (``None`` when a guardrail blocked the run).
         ``chat.last_run`` is the run. Asked while another run of the chat works, it waits
-        for its turn."""
+        for its turn. ``parent``: the prompt starts a new branch after that message (see
+        :meth:`branch_from`)."""
         runner = self.runner(context)
-        return runner.ask(prompt, self._check_prompt_type(prompt, attachments))
+        items = self._check_prompt_type(prompt, attachments)
+        if parent is None:
+            return runner.ask(prompt, items)
+        if prompt is None:
+            raise ArgumentError("a branch needs a prompt")
+        with branching(parent):
+            return runner.ask(prompt, items)
 
     def complete(self, *, context=None):
         """Continue the saved history without a new prompt (answers pending tool calls
@@ -352,7 +396,7 @@ class AbstractChat(models.Model):
         items = self._check_prompt_type(prompt, attachments)
         return runner.events(prompt, items, stream=True)
 
-    def ask_later(self, prompt: str, attachments=None):
+    def ask_later(self, prompt: str, attachments=None, *, parent=None):
         """Store ``prompt`` (before-guardrails applied) with a queued run, and let a worker
         answer it: ``tasks.complete_chat`` is sent when the current transaction commits.
         Returns the user Message (``None`` when a before-guardrail blocked the prompt:
@@ -361,10 +405,16 @@ class AbstractChat(models.Model):
 
         Prompts asked while an earlier one is still being answered are queued runs, each
         answered in order. With no Celery broker configured, the task runs in this process
-        (see ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``)."""
+        (see ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``). ``parent``: the prompt starts a
+        new branch after that message (refused with ``ChatBusyError`` while a run is
+        unfinished)."""
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
-        return self.runner().ask_later(prompt, _attachment_items(attachments))
+        items = _attachment_items(attachments)
+        if parent is None:
+            return self.runner().ask_later(prompt, items)
+        with branching(parent):
+            return self.runner().ask_later(prompt, items)
 
     async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
         """Async twin of :meth:`ask` for ASGI views."""
@@ -436,6 +486,27 @@ class AbstractChat(models.Model):
         return self.runner().decide(call_id, "denied", resume=resume)
 
     # -- totals ---------------------------------------------------------------------------
+    def path_tokens(self) -> Tokens:
+        """Tokens of the active path's messages (their provider attempts, plus hand-built
+        messages' own counts): what this branch cost to produce. ``tokens`` is every
+        attempt of every branch."""
+        on_path = Message.objects.filter(chat=self, on_path=True)
+        usage = Usage.objects.filter(message__in=on_path).tokens()
+        manual = on_path.filter(usages__isnull=True).aggregate(**{n: Sum(n) for n in TOKEN_FIELDS})
+        return usage + Tokens(**manual)
+
+    def path_cost(self) -> Cost:
+        """USD of the active path's messages (their attempts, plus supplied costs of
+        hand-built ones). ``cost()`` is everything paid, every branch and failed attempt."""
+        on_path = Message.objects.filter(chat=self, on_path=True)
+        total = Usage.objects.filter(message__in=on_path).cost()
+        supplied = on_path.filter(usages__isnull=True, supplied_cost__isnull=False).aggregate(
+            s=Sum("supplied_cost")
+        )["s"]
+        if supplied is not None:
+            total = total + Cost(total=supplied)
+        return total
+
     @property
     def tokens(self) -> Tokens:
         """Tokens over every provider attempt, plus hand-built messages without usage rows."""

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any
 
@@ -39,7 +42,39 @@ def _changed(message: Any) -> None:
     transcript_changed.send(sender=type(message), chat_id=getattr(message, "chat_id", None))
 
 
+_BRANCH: ContextVar[Any] = ContextVar("llmchat_branch", default=None)
+
+
+@contextmanager
+def branching(parent: Any) -> Iterator[None]:
+    """While in this block, the prompt a run is admitted with (``runs.enqueue``) follows
+    ``parent`` (a Message of the chat, its id, or ``django_llmchat.branches.ROOT``)
+    instead of the chat's active leaf: a new branch, made in the admission's
+    transaction."""
+    token = _BRANCH.set(parent)
+    try:
+        yield
+    finally:
+        _BRANCH.reset(token)
+
+
+def pending_branch() -> Any:
+    """The parent :func:`branching` asked for (``None``: none)."""
+    return _BRANCH.get()
+
+
 class MessageQuerySet(models.QuerySet):
+    def leaf_row(self, chat_id: Any) -> tuple[int, int] | None:
+        """``(id, position)`` of the chat's active leaf: the last message on its path that
+        is part of the tree (no system message, no prompt still queued), or ``None``."""
+        return (
+            self.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+            .exclude(role="system")
+            .order_by("-position", "-id")
+            .values_list("pk", "position")
+            .first()
+        )
+
     def transcript(self):
         """Messages with everything a transcript shows, in a constant number of queries:
         tool calls (with their result ids), attachments, usage rows, the answered call."""
@@ -108,11 +143,32 @@ class AbstractMessage(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save the message; a stored message changed here is read again by the next run
-        (see ``django_llmchat.transcript.HISTORY_CACHE_TTL``)."""
+        (see ``django_llmchat.transcript.HISTORY_CACHE_TTL``). A new message of the tree
+        (no system message) saved without a parent follows the chat's active leaf."""
         changed = self.pk is not None
+        if not changed and self.needs_parent():
+            leaf = type(self).objects.leaf_row(self.chat_id)
+            self.parent_id = leaf[0] if leaf is not None else None
+            self.placed = True
         super().save(*args, **kwargs)
         if changed:
             _changed(self)
+
+    placed = False
+    """Set on an unsaved message whose parent was decided by its writer (so ``save()``
+    does not look for the active leaf)."""
+
+    def needs_parent(self) -> bool:
+        """An unsaved message of the tree whose parent nobody decided yet."""
+        return (
+            not self.placed
+            and hasattr(type(self), "parent")
+            and self.parent_id is None
+            and self.role != "system"
+            and getattr(self, "summary_until_id", None) is None
+            and self.position < QUEUED_POSITION
+            and getattr(self, "chat_id", None) is not None
+        )
 
     # -- reasoning and tool links ---------------------------------------------------------
     @property
@@ -192,6 +248,27 @@ class AbstractMessage(models.Model):
     def tool_results(self) -> models.QuerySet:
         """The tool messages answering this message's tool calls."""
         return type(self).objects.filter(parent_tool_call__message=self).order_by("position", "id")
+
+    # -- the tree ----------------------------------------------------------------------------
+    def alternatives(self) -> models.QuerySet:
+        """This message and its siblings (the other replies to its parent: regenerated
+        replies, edited prompts), oldest first; a system message has none but itself."""
+        manager = type(self).objects
+        if self.pk is None or self.role == "system" or self.position >= QUEUED_POSITION:
+            return manager.filter(pk=self.pk) if self.pk else manager.none()
+        if self.parent_id is not None:
+            found = manager.filter(parent_id=self.parent_id)
+        else:
+            found = manager.filter(
+                chat_id=self.chat_id, parent__isnull=True, position__lt=QUEUED_POSITION
+            ).exclude(role="system")
+        return found.order_by("position", "id")
+
+    @property
+    def siblings(self) -> models.QuerySet:
+        """The other messages with this message's parent (:meth:`alternatives` but itself),
+        oldest first."""
+        return self.alternatives().exclude(pk=self.pk)
 
     # -- feedback ---------------------------------------------------------------------------
     def rate(self, rating: int, comment: str = "", *, user: Any = None):
@@ -339,7 +416,7 @@ class Message(AbstractMessage):
         "django_llmchat.Chat",
         on_delete=models.CASCADE,
         related_name="messages",
-        db_index=False,  # llmchat_message_chat_idx starts with it
+        db_index=False,  # llmchat_message_path_idx starts with it
     )
     parent_tool_call = models.OneToOneField(
         "django_llmchat.ToolCall",
@@ -357,6 +434,23 @@ class Message(AbstractMessage):
         db_index=False,  # llmchat_message_run_idx
         help_text="The run that stored the message (a prompt's runs are prompted_runs).",
     )
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="children",
+        db_index=False,  # llmchat_message_parent_idx
+        help_text="The message this one follows in the conversation's tree (empty for "
+        "system messages, the first message, and a prompt still queued behind a run).",
+    )
+    on_path = models.BooleanField(
+        default=True,
+        editable=False,
+        help_text="Whether the message is on the chat's active path (the branch the "
+        "transcript, the next request, the API and the admin show); kept by "
+        "django_llmchat.branches.",
+    )
     summary_until = models.ForeignKey(
         "self",
         on_delete=models.CASCADE,
@@ -372,7 +466,10 @@ class Message(AbstractMessage):
     class Meta(AbstractMessage.Meta):
         db_table = "llmchat_message"
         indexes = [
-            models.Index(fields=["chat", "position", "id"], name="llmchat_message_chat_idx"),
+            models.Index(
+                fields=["chat", "on_path", "position", "id"], name="llmchat_message_path_idx"
+            ),
+            models.Index(fields=["parent"], name="llmchat_message_parent_idx"),
             models.Index(fields=["run"], name="llmchat_message_run_idx"),
             models.Index(
                 fields=["summary_until"],

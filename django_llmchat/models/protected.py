@@ -149,6 +149,16 @@ def stored_field_name(field: models.Field, instance: Any) -> str:
 
 class _ProtectedMixin:
     redact_as: str | None = None
+    stored_as: str = ""
+    """The plain field migrations record (the encryption is no part of the schema)."""
+
+    def __init__(self, *args: Any, redact_as: str | None = None, **kwargs: Any):
+        self.redact_as = redact_as
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self):
+        name, _path, args, kwargs = super().deconstruct()
+        return name, self.stored_as, args, kwargs
 
     def _redacted(self, instance: Any, value: Any) -> Any:
         from ..providers.redact import redact_values, stored_redactor
@@ -175,13 +185,7 @@ class _ProtectedMixin:
 class ProtectedTextField(_ProtectedMixin, models.TextField):
     """A ``TextField`` stored encrypted with ``LLMCHAT["ENCRYPTION_KEYS"]``."""
 
-    def __init__(self, *args: Any, redact_as: str | None = None, **kwargs: Any):
-        self.redact_as = redact_as
-        super().__init__(*args, **kwargs)
-
-    def deconstruct(self):
-        name, _path, args, kwargs = super().deconstruct()
-        return name, "django.db.models.TextField", args, kwargs
+    stored_as = "django.db.models.TextField"
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         return decrypt(value, self._where()) if isinstance(value, str) else value
@@ -197,13 +201,7 @@ class ProtectedTextField(_ProtectedMixin, models.TextField):
 class ProtectedJSONField(_ProtectedMixin, models.JSONField):
     """A ``JSONField`` whose value is stored as an encrypted JSON string."""
 
-    def __init__(self, *args: Any, redact_as: str | None = None, **kwargs: Any):
-        self.redact_as = redact_as
-        super().__init__(*args, **kwargs)
-
-    def deconstruct(self):
-        name, _path, args, kwargs = super().deconstruct()
-        return name, "django.db.models.JSONField", args, kwargs
+    stored_as = "django.db.models.JSONField"
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         value = super().from_db_value(value, expression, connection)

@@ -14,9 +14,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from django.core.signals import setting_changed
-
-from ..conf import settings
+from ..conf import on_change, settings
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -205,9 +203,4 @@ def clear_provider_cache() -> None:
         _instances.clear()
 
 
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == "LLMCHAT":
-        clear_provider_cache()
-
-
-setting_changed.connect(_on_setting_changed)
+on_change(clear_provider_cache)

@@ -18,18 +18,10 @@ from typing import Any, ClassVar
 
 from ..errors import UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
+from . import anthropic_wire as wire
 from .anthropic_stream import AnthropicStreamParser
-from .anthropic_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    SERVER_TOOL_USES,
-    add_server_result,
-    finish_reason,
-    is_server_result,
-    to_citation,
-    usage_tokens,
-    web_sources,
-)
-from .base import Provider, StreamParser, merge_vendor_options
+from .anthropic_wire import FINISH_REASONS
+from .base import Provider, copy_params, merge_vendor_options
 from .types import (
     AttachmentData,
     Capabilities,
@@ -55,6 +47,9 @@ MODEL_MAX_TOKENS: dict[str, int] = {
 # ``params["thinking"] = {"effort": ...}`` expressed as a thinking budget.
 EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 
+# ``params`` -> body fields, copied when set (``max_tokens`` is always sent, see above).
+GENERATION_PARAMS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
+
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_CACHE_BREAKPOINTS = 4
 
@@ -78,6 +73,7 @@ class AnthropicProvider(Provider):
         citations=True,
         server_tools=True,
     )
+    stream_parser_class = AnthropicStreamParser
 
     # -- connection ----------------------------------------------------------------------
     def auth_headers(self) -> dict[str, str]:
@@ -145,11 +141,7 @@ class AnthropicProvider(Provider):
             explicit = params.get("max_tokens") or self.options.get("max_tokens")
             if budget >= body["max_tokens"] and not explicit:
                 body["max_tokens"] = budget + DEFAULT_MAX_TOKENS
-        if params.get("temperature") is not None:
-            body["temperature"] = params["temperature"]
-        for key in ("top_p", "top_k"):
-            if params.get(key) is not None:
-                body[key] = params[key]
+        body.update(copy_params(params, GENERATION_PARAMS))
         stop = params.get("stop_sequences", params.get("stop"))
         if stop:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -303,7 +295,7 @@ class AnthropicProvider(Provider):
                 piece = block.get("text") or ""
                 text.append(piece)
                 for raw in block.get("citations") or []:
-                    citations.append(to_citation(raw, offset, offset + len(piece)))
+                    citations.append(wire.to_citation(raw, offset, offset + len(piece)))
                 offset += len(piece)
             elif kind == "thinking":
                 thinking_parts.append(block.get("thinking") or "")
@@ -324,16 +316,16 @@ class AnthropicProvider(Provider):
                         arguments=block.get("input") or {},
                     )
                 )
-            elif kind in SERVER_TOOL_USES:
+            elif kind in wire.SERVER_TOOL_USES:
                 server_calls[block["id"]] = {
                     "name": block.get("name") or "",
                     "id": block["id"],
                     "arguments": block.get("input") or {},
                 }
-            elif is_server_result(block):
-                add_server_result(server_calls, block)
+            elif wire.is_server_result(block):
+                wire.add_server_result(server_calls, block)
         raw_reason = data.get("stop_reason")
-        reason = finish_reason(raw_reason, tool_calls=bool(tool_calls), structured=structured)
+        reason = wire.finish_reason(raw_reason, tool_calls=bool(tool_calls), structured=structured)
         thinking = None
         if thinking_parts or signature:
             thinking = Thinking("".join(thinking_parts), signature)
@@ -346,10 +338,7 @@ class AnthropicProvider(Provider):
             server_tool_calls=[ServerToolCall(**c) for c in server_calls.values()],
             finish_reason=reason,
             raw_finish_reason=raw_reason,
-            tokens=usage_tokens(data.get("usage")),
+            tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return AnthropicStreamParser(self, request)

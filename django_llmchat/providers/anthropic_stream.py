@@ -8,30 +8,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-    WebSearchDone,
-    WebSearchStatus,
-)
+from .. import events as ev
 from ..values import ServerToolCall
+from . import anthropic_wire as wire
 from ._json import loads
-from .anthropic_wire import (
-    SERVER_TOOL_USES,
-    add_server_result,
-    finish_reason,
-    is_server_result,
-    to_citation,
-    usage_tokens,
-    web_sources,
-)
 from .base import Provider, StreamParser, parse_arguments
 from .types import (
     ProviderRequest,
@@ -68,7 +48,7 @@ class AnthropicStreamParser(StreamParser):
         self.structured = False
         self.handlers = {kind: getattr(self, f"on_{kind}") for kind in self.handled}
 
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+    def feed(self, event: str | None, data: str) -> Iterable[ev.StreamEvent]:
         if event == "ping":
             return ()
         payload = loads(data)  # the base turns a decoding error into a ProviderError
@@ -82,18 +62,18 @@ class AnthropicStreamParser(StreamParser):
             return ()
         return handler(payload)
 
-    def text(self, piece: str) -> TextDelta:
+    def text(self, piece: str) -> ev.TextDelta:
         self.text_length += len(piece)
-        return TextDelta(piece)
+        return ev.TextDelta(piece)
 
     # -- message -------------------------------------------------------------------------
-    def on_message_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_message_start(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         self.message = dict(payload.get("message") or {})
         self.merge_usage(self.message.get("usage"))
         self.builder.model_id = self.message.get("model")
         return []
 
-    def on_message_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_message_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         for key, value in (payload.get("delta") or {}).items():
             if value is not None or key not in self.message:
                 self.message[key] = value
@@ -105,10 +85,10 @@ class AnthropicStreamParser(StreamParser):
             if value is not None:
                 self.usage[key] = value
 
-    def on_message_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_message_stop(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         self.done = True
         raw_reason = self.message.get("stop_reason")
-        reason = finish_reason(
+        reason = wire.finish_reason(
             raw_reason, tool_calls=bool(self.builder.tool_calls), structured=self.structured
         )
         for index in self.blocks:
@@ -118,38 +98,40 @@ class AnthropicStreamParser(StreamParser):
         self.builder.raw = self.message
         self.builder.server_tool_calls = [ServerToolCall(**c) for c in self.server_calls.values()]
         return [
-            TokenUsageDone(token_usage=usage_tokens(self.usage)),
-            FinishReasonDone(finish_reason=reason, raw_finish_reason=raw_reason),
+            ev.TokenUsageDone(token_usage=wire.usage_tokens(self.usage)),
+            ev.FinishReasonDone(finish_reason=reason, raw_finish_reason=raw_reason),
         ]
 
     # -- content blocks ------------------------------------------------------------------
-    def on_content_block_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_content_block_start(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         index = payload.get("index", len(self.blocks))
         block = dict(payload.get("content_block") or {})
         kind = block.get("type")
         self.blocks[index] = block
         state: dict[str, Any] = {"json": [], "emitted": False, "offset": self.text_length}
         self.state[index] = state
-        events: list[StreamEvent] = []
+        events: list[ev.StreamEvent] = []
         if kind == "text":
             block["citations"] = list(block.get("citations") or [])
             if block.get("text"):
                 events.append(self.text(block["text"]))
         elif kind == "thinking":
             if block.get("thinking"):
-                events.append(ReasoningDelta(block["thinking"]))
+                events.append(ev.ReasoningDelta(block["thinking"]))
         elif kind == "redacted_thinking":
             self.builder.reasoning_items.append(dict(block))
         elif kind == "tool_use":
             state["schema"] = bool(self.schema_tool) and block.get("name") == self.schema_tool
-        elif is_server_result(block):
-            call = add_server_result(self.server_calls, block)
+        elif wire.is_server_result(block):
+            call = wire.add_server_result(self.server_calls, block)
             if kind == "web_search_tool_result":
                 query = (call.get("arguments") or {}).get("query")
-                events.append(WebSearchDone(query, sources=web_sources(block.get("content"))))
+                events.append(
+                    ev.WebSearchDone(query, sources=wire.web_sources(block.get("content")))
+                )
         return events
 
-    def on_content_block_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_content_block_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         index = payload.get("index", 0)
         block = self.blocks.get(index)
         if block is None:
@@ -168,7 +150,7 @@ class AnthropicStreamParser(StreamParser):
             piece = delta.get("thinking") or ""
             if piece:
                 state.setdefault("parts", []).append(piece)
-            return [ReasoningDelta(piece)] if piece else []
+            return [ev.ReasoningDelta(piece)] if piece else []
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
             return []
@@ -187,7 +169,7 @@ class AnthropicStreamParser(StreamParser):
             first = not state["emitted"]
             state["emitted"] = True
             return [
-                ToolCallDelta(
+                ev.ToolCallDelta(
                     item_id=block.get("id"),
                     name=block.get("name") if first else None,
                     arguments_delta=piece,
@@ -204,7 +186,7 @@ class AnthropicStreamParser(StreamParser):
         key = "thinking" if block.get("type") == "thinking" else "text"
         block[key] = block.get(key, "") + "".join(parts)
 
-    def on_content_block_stop(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_content_block_stop(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         index = payload.get("index", 0)
         self.join_parts(index)
         block = self.blocks.get(index) or {}
@@ -214,37 +196,38 @@ class AnthropicStreamParser(StreamParser):
             text = block.get("text") or ""
             start = state["offset"]
             self.builder.citations.extend(
-                to_citation(raw, start, start + len(text)) for raw in block.get("citations") or []
+                wire.to_citation(raw, start, start + len(text))
+                for raw in block.get("citations") or []
             )
             if not block.get("citations"):
                 block.pop("citations", None)
             return []
         if kind == "thinking":
-            part = ReasoningPart(
+            part = ev.ReasoningPart(
                 type="text",
                 text=block.get("thinking") or "",
                 format="anthropic",
                 signature=block.get("signature") or None,
             )
-            return [ReasoningDone(part)]
-        if kind != "tool_use" and kind not in SERVER_TOOL_USES:
+            return [ev.ReasoningDone(part)]
+        if kind != "tool_use" and kind not in wire.SERVER_TOOL_USES:
             return []
         arguments = "".join(state["json"]).strip()
         if not arguments:
             initial = block.get("input")
             arguments = json.dumps(initial, ensure_ascii=False) if initial else "{}"
         block["input"] = parse_arguments(arguments)
-        if kind in SERVER_TOOL_USES:
+        if kind in wire.SERVER_TOOL_USES:
             call = self.server_calls.setdefault(block.get("id") or "", {})
             call.update(name=block.get("name") or "", id=block.get("id"), arguments=block["input"])
             if block.get("name") == "web_search":
-                return [WebSearchStatus("searching", query=block["input"].get("query"))]
+                return [ev.WebSearchStatus("searching", query=block["input"].get("query"))]
             return []
         if state.get("schema"):
             self.structured = True
             return [] if state["emitted"] else [self.text(arguments)]
         return [
-            ToolCallDone(
+            ev.ToolCallDone(
                 item_id=block.get("id"),
                 call_id=block.get("id") or "",
                 name=block.get("name") or "",

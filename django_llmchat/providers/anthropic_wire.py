@@ -1,6 +1,6 @@
-"""The Anthropic Messages wire vocabulary that whole answers (:mod:`.anthropic`) and the stream
-parser (:mod:`.anthropic_stream`) share: finish reasons, token usage, citations, call ids.
-Both import it; it imports neither."""
+"""Words of the Anthropic Messages API that :mod:`.anthropic` and
+:mod:`.anthropic_stream` both read: ``stop_reason``, ``usage``, citation blocks, and the
+server tools' uses and results (web search, MCP)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,12 @@ A vendor module subclasses :class:`Provider` and only builds requests and reads 
 * ``build_payload(request, stream=...)``: the JSON body;
 * ``parse_response(data, request)``: the whole JSON answer to ``request`` ->
   :class:`ProviderResponse`;
-* ``new_stream_parser(request)``: a :class:`StreamParser` for one streamed answer.
+* ``new_stream_parser(request)``: a :class:`StreamParser` for one streamed answer (by
+  default ``stream_parser_class(self, request)``).
+
+A bundled protocol is three modules: ``<vendor>.py`` (requests and whole answers),
+``<vendor>_stream.py`` (its stream parser) and ``<vendor>_wire.py``, the vocabulary both
+read (finish reasons, usage, citations, call ids), which imports neither.
 
 Everything else lives here and beside it: one pooled httpx client per configuration and
 process, timeouts, the User-Agent, translation of HTTP and network failures into
@@ -66,6 +71,8 @@ __all__ = [
     "backoff_delay",
     "close_clients",
     "merge_vendor_options",
+    "as_authentication_error",
+    "copy_params",
 ]
 
 logger = logging.getLogger("django_llmchat.providers")
@@ -103,6 +110,20 @@ def merge_vendor_options(body: dict[str, Any], options: Any) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def as_authentication_error(error: ProviderError) -> AuthenticationError:
+    """``error`` as an :class:`AuthenticationError` (never retried), all else kept: for a
+    vendor that answers a bad key with a status other than 401 or 403."""
+    attributes = error._attributes()
+    del attributes["retryable"]
+    return AuthenticationError(error.message, **attributes)
+
+
+def copy_params(params: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """The generation parameters of ``params`` named in ``names`` (ours -> the vendor's
+    field) that are set, in the order of ``names``."""
+    return {field: params[key] for key, field in names.items() if params.get(key) is not None}
 
 
 def _sse_error_payload(text: str) -> Any:
@@ -195,6 +216,8 @@ class Provider:
     requires_api_key: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities()
     stream_framing: ClassVar[str] = "sse"  # or "ndjson"
+    stream_parser_class: ClassVar[type[StreamParser] | None] = None
+    """What :meth:`new_stream_parser` builds: ``stream_parser_class(provider, request)``."""
 
     sleep: Callable[[float], Any] = staticmethod(time.sleep)
 
@@ -234,6 +257,14 @@ class Provider:
     def max_retries(self, value: int | None) -> None:
         self._max_retries = value
 
+    def option(self, key: str) -> Any:
+        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
+        given beside the standard settings)."""
+        nested = self.options.get("options")
+        if isinstance(nested, dict) and nested.get(key) is not None:
+            return nested[key]
+        return self.options.get(key)
+
     # -- what a vendor module implements -------------------------------------------------
     def auth_headers(self) -> dict[str, str]:
         return {}
@@ -265,7 +296,9 @@ class Provider:
             cls.parse_response = parse_response
 
     def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        raise NotImplementedError
+        if self.stream_parser_class is None:
+            raise NotImplementedError
+        return self.stream_parser_class(self, request)
 
     # -- errors --------------------------------------------------------------------------
     def error_details(self, payload: Any) -> tuple[str, str | None]:

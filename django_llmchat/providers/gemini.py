@@ -18,17 +18,10 @@ from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError
 from ..values import Thinking
-from .base import Provider, StreamParser, merge_vendor_options
+from . import gemini_wire as wire
+from .base import Provider, as_authentication_error, copy_params, merge_vendor_options
 from .gemini_stream import GeminiStreamParser
-from .gemini_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    REASONING_FORMAT,
-    CallIds,
-    finish_reason,
-    grounding_citations,
-    grounding_search,
-    usage_tokens,
-)
+from .gemini_wire import FINISH_REASONS
 from .types import (
     AttachmentData,
     Capabilities,
@@ -40,6 +33,9 @@ from .types import (
 )
 
 __all__ = ["FINISH_REASONS", "GeminiProvider", "gemini_schema"]
+
+# ``params`` -> ``generationConfig`` fields, copied when set.
+GENERATION_PARAMS = {"temperature": "temperature", "top_p": "topP", "max_tokens": "maxOutputTokens"}
 
 
 # ``params["thinking"] = {"effort": ...}`` as a thinking budget (Gemini 2.x); Gemini 3
@@ -152,16 +148,9 @@ class GeminiProvider(Provider):
         citations=True,
         server_tools=True,
     )
+    stream_parser_class = GeminiStreamParser
 
     # -- request ---------------------------------------------------------------------
-    def option(self, key: str) -> Any:
-        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
-        given beside the standard settings)."""
-        nested = self.options.get("options")
-        if isinstance(nested, dict) and nested.get(key) is not None:
-            return nested[key]
-        return self.options.get(key)
-
     def auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self.api_key} if self.api_key else {}
 
@@ -193,13 +182,7 @@ class GeminiProvider(Provider):
 
     def generation_config(self, request: ProviderRequest) -> dict[str, Any]:
         params = request.params or {}
-        config: dict[str, Any] = {}
-        if params.get("temperature") is not None:
-            config["temperature"] = params["temperature"]
-        if params.get("top_p") is not None:
-            config["topP"] = params["top_p"]
-        if params.get("max_tokens") is not None:
-            config["maxOutputTokens"] = params["max_tokens"]
+        config: dict[str, Any] = copy_params(params, GENERATION_PARAMS)
         thinking = self.thinking_config(request.model_id, params.get("thinking"))
         if thinking:
             config["thinkingConfig"] = thinking
@@ -329,7 +312,7 @@ class GeminiProvider(Provider):
     def parse_response(self, data: dict[str, Any], request: ProviderRequest) -> ProviderResponse:
         if isinstance(data, dict) and "error" in data and not data.get("candidates"):
             raise self.error_from_payload(data)
-        ids = CallIds(data.get("responseId"))
+        ids = wire.CallIds(data.get("responseId"))
         candidate = (data.get("candidates") or [{}])[0]
         text: list[str] = []
         thoughts: list[str] = []
@@ -359,25 +342,22 @@ class GeminiProvider(Provider):
         if raw is None and block:
             reason, raw = "content_filter", block
         else:
-            reason = finish_reason(raw, bool(tool_calls))
+            reason = wire.finish_reason(raw, bool(tool_calls))
         thought_text = "".join(thoughts)
         grounding = candidate.get("groundingMetadata")
-        search = grounding_search(grounding)
+        search = wire.grounding_search(grounding)
         return ProviderResponse(
             content="".join(text),
             tool_calls=tool_calls,
             thinking=Thinking(thought_text, signature) if (thought_text or signature) else None,
-            citations=grounding_citations(grounding),
+            citations=wire.grounding_citations(grounding),
             server_tool_calls=[search] if search else [],
             finish_reason=reason,
             raw_finish_reason=raw,
-            tokens=usage_tokens(data.get("usageMetadata")),
+            tokens=wire.usage_tokens(data.get("usageMetadata")),
             model_id=data.get("modelVersion"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return GeminiStreamParser(self, request)
 
     # -- errors ----------------------------------------------------------------------
     def error_details(self, payload: Any) -> tuple[str, str | None]:
@@ -404,15 +384,7 @@ class GeminiProvider(Provider):
         if not isinstance(error, AuthenticationError) and (
             reason in AUTH_REASONS or err.get("status") in AUTH_STATUSES
         ):
-            error = AuthenticationError(
-                error.message,
-                provider=error.provider,
-                status=error.status,
-                body=error.body,
-                headers=error.headers,
-                retry_after=error.retry_after,
-                code=error.code,
-            )
+            error = as_authentication_error(error)
         return error
 
 

@@ -9,28 +9,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-    WebSearchDone,
-)
+from .. import events as ev
+from . import gemini_wire as wire
 from ._json import loads
 from .base import Provider, StreamParser
-from .gemini_wire import (
-    REASONING_FORMAT,
-    CallIds,
-    finish_reason,
-    grounding_citations,
-    grounding_search,
-    usage_tokens,
-)
 from .types import (
     ProviderRequest,
     ProviderResponse,
@@ -51,7 +33,7 @@ class GeminiStreamParser(StreamParser):
 
     def __init__(self, provider: Provider, request: ProviderRequest):
         super().__init__(provider, request)
-        self.ids: CallIds | None = None
+        self.ids: wire.CallIds | None = None
         self.thoughts: list[str] = []
         self.thinking_open = False
         self.signature: str | None = None
@@ -62,20 +44,20 @@ class GeminiStreamParser(StreamParser):
         self.finished: tuple[str | None, str | None] | None = None
         self.last_chunk: dict[str, Any] = {}
 
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+    def feed(self, event: str | None, data: str) -> Iterable[ev.StreamEvent]:
         payload = loads(data)  # the base turns a decoding error into a ProviderError
         if isinstance(payload, list):  # tolerate the array framing of non-SSE streams
             return [e for chunk in payload for e in self.chunk(chunk)]
         return self.chunk(payload)
 
-    def chunk(self, payload: Any) -> list[StreamEvent]:
+    def chunk(self, payload: Any) -> list[ev.StreamEvent]:
         if not isinstance(payload, dict):
             return []
         candidates = payload.get("candidates")
         if not candidates and "error" in payload:
             raise self.provider.error_from_payload(payload)
         if self.ids is None:
-            self.ids = CallIds(payload.get("responseId"))
+            self.ids = wire.CallIds(payload.get("responseId"))
         version = payload.get("modelVersion")
         if version:
             self.builder.model_id = version
@@ -83,7 +65,7 @@ class GeminiStreamParser(StreamParser):
         if usage:
             self.usage = usage
         candidate = candidates[0] if candidates else {}
-        events: list[StreamEvent] = []
+        events: list[ev.StreamEvent] = []
         content = candidate.get("content")
         for part in (content.get("parts") if content else None) or ():
             if "functionCall" in part:
@@ -100,11 +82,11 @@ class GeminiStreamParser(StreamParser):
             if part.get("thought"):
                 self.thoughts.append(text)
                 self.thinking_open = True
-                events.append(ReasoningDelta(text))
+                events.append(ev.ReasoningDelta(text))
             else:
                 if self.thinking_open:
                     events.extend(self.close_thinking())
-                events.append(TextDelta(text))
+                events.append(ev.TextDelta(text))
         grounding = candidate.get("groundingMetadata")
         if grounding:
             self.grounding = grounding
@@ -117,15 +99,15 @@ class GeminiStreamParser(StreamParser):
         self.last_chunk = payload
         return events
 
-    def end_of_stream(self) -> Iterable[StreamEvent]:
+    def end_of_stream(self) -> Iterable[ev.StreamEvent]:
         if self.finished is None:
             return ()
-        events: list[StreamEvent] = list(self.close_thinking())
+        events: list[ev.StreamEvent] = list(self.close_thinking())
         raw, block = self.finished
         if raw is None:
             reason, raw = "content_filter", block
         else:
-            reason = finish_reason(raw, bool(self.builder.tool_calls))
+            reason = wire.finish_reason(raw, bool(self.builder.tool_calls))
         self.finish_grounding(events)
         if self.signature and not self.builder.reasoning_signature:
             self.builder.reasoning_signature = self.signature
@@ -134,11 +116,11 @@ class GeminiStreamParser(StreamParser):
             raw_body["usageMetadata"] = self.usage
         self.builder.raw = raw_body
         self.done = True
-        events.append(TokenUsageDone(token_usage=usage_tokens(self.usage)))
-        events.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
+        events.append(ev.TokenUsageDone(token_usage=wire.usage_tokens(self.usage)))
+        events.append(ev.FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
         return events
 
-    def function_call(self, part: dict[str, Any]) -> list[StreamEvent]:
+    def function_call(self, part: dict[str, Any]) -> list[ev.StreamEvent]:
         call = part.get("functionCall") or {}
         assert self.ids is not None
         call_id = self.ids.call_id(call)
@@ -151,30 +133,30 @@ class GeminiStreamParser(StreamParser):
         name = call.get("name") or ""
         arguments = json.dumps(call.get("args") or {}, ensure_ascii=False)
         return [
-            ToolCallDelta(item_id=call_id, name=name, arguments_delta=arguments),
-            ToolCallDone(item_id=call_id, call_id=call_id, name=name, arguments=arguments),
+            ev.ToolCallDelta(item_id=call_id, name=name, arguments_delta=arguments),
+            ev.ToolCallDone(item_id=call_id, call_id=call_id, name=name, arguments=arguments),
         ]
 
-    def close_thinking(self) -> list[StreamEvent]:
+    def close_thinking(self) -> list[ev.StreamEvent]:
         if not self.thinking_open:
             return []
         self.thinking_open = False
         text = "".join(self.thoughts)
         self.thoughts = []
-        part = ReasoningPart(
-            type="text", text=text, format=REASONING_FORMAT, signature=self.signature
+        part = ev.ReasoningPart(
+            type="text", text=text, format=wire.REASONING_FORMAT, signature=self.signature
         )
-        return [ReasoningDone(part)]
+        return [ev.ReasoningDone(part)]
 
-    def finish_grounding(self, events: list[StreamEvent]) -> None:
+    def finish_grounding(self, events: list[ev.StreamEvent]) -> None:
         if not self.grounding:
             return
-        self.builder.citations.extend(grounding_citations(self.grounding))
-        search = grounding_search(self.grounding)
+        self.builder.citations.extend(wire.grounding_citations(self.grounding))
+        search = wire.grounding_search(self.grounding)
         if search is not None:
             self.builder.server_tool_calls.append(search)
             query = "; ".join(search.arguments.get("queries") or []) or None
-            events.append(WebSearchDone(query, sources=list(search.result or [])))
+            events.append(ev.WebSearchDone(query, sources=list(search.result or [])))
 
     def finish(self) -> ProviderResponse:
         response = self.builder.build()

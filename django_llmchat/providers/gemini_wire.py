@@ -1,6 +1,6 @@
-"""The Gemini wire vocabulary that whole answers (:mod:`.gemini`) and the stream
-parser (:mod:`.gemini_stream`) share: finish reasons, token usage, citations, call ids.
-Both import it; it imports neither."""
+"""What :mod:`.gemini` and :mod:`.gemini_stream` both read of a ``GenerateContentResponse``:
+``finishReason`` and ``blockReason``, ``usageMetadata``, grounding (citations and the search
+it ran) and function call ids (Gemini's own, or made up when it sends none)."""
 
 from __future__ import annotations
 

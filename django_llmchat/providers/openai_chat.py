@@ -13,18 +13,10 @@ from typing import Any, ClassVar
 
 from ..errors import ArgumentError, ConfigurationError, UnsupportedFeatureError
 from ..values import Thinking
-from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
+from . import openai_chat_wire as wire
+from .base import Provider, copy_params, merge_vendor_options, parse_arguments
 from .openai_chat_stream import ChatCompletionsStreamParser
-from .openai_chat_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    arguments_text,
-    citations_of,
-    finish_reason,
-    new_call_id,
-    split_content,
-    usage_tokens,
-    wire_call_id,
-)
+from .openai_chat_wire import FINISH_REASONS, usage_tokens
 from .types import (
     AttachmentData,
     Capabilities,
@@ -51,8 +43,12 @@ __all__ = [
 def call_id_or_new(value: Any) -> str:
     """The id to store: the server's own (``""`` stays ``""``), or a made-up one only when
     the server sent no id at all."""
-    call_id = wire_call_id(value)
-    return new_call_id() if call_id is None else call_id
+    call_id = wire.wire_call_id(value)
+    return wire.new_call_id() if call_id is None else call_id
+
+
+# ``params`` -> body fields, copied when set (``max_tokens`` under ``max_tokens_param``).
+GENERATION_PARAMS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop"}
 
 
 class ChatCompletionsProvider(Provider):
@@ -61,6 +57,7 @@ class ChatCompletionsProvider(Provider):
     label = "OpenAI-compatible Chat Completions"
     api_key_env: ClassVar[str | None] = None
     capabilities = Capabilities(vision=True, structured_output=True, thinking=True)
+    stream_parser_class = ChatCompletionsStreamParser
 
     system_role: ClassVar[str] = "system"
     """Role of the leading instructions message; ``options["system_role"]`` overrides it
@@ -114,11 +111,8 @@ class ChatCompletionsProvider(Provider):
                 },
             }
         params = request.params
-        for key in ("temperature", "top_p", "stop"):
-            if params.get(key) is not None:
-                body[key] = params[key]
-        if params.get("max_tokens") is not None:
-            body[self.max_tokens_param] = params["max_tokens"]
+        names = {**GENERATION_PARAMS, "max_tokens": self.max_tokens_param}
+        body.update(copy_params(params, names))
         if params.get("thinking"):
             body.update(self.thinking_params(params["thinking"]))
         return merge_vendor_options(body, params.get(self.name))
@@ -206,7 +200,7 @@ class ChatCompletionsProvider(Provider):
         choices = data.get("choices") or [{}]
         choice = choices[0]
         message = choice.get("message") or {}
-        text, reasoning = split_content(message.get("content"))
+        text, reasoning = wire.split_content(message.get("content"))
         reasoning = message.get("reasoning_content") or message.get("reasoning") or reasoning
         refusal = message.get("refusal")
         if refusal and not text:
@@ -224,16 +218,13 @@ class ChatCompletionsProvider(Provider):
             content=text,
             tool_calls=calls,
             thinking=Thinking(reasoning) if reasoning else None,
-            citations=citations_of(data, message),
-            finish_reason=finish_reason(raw, tool_calls=bool(calls), refusal=bool(refusal)),
+            citations=wire.citations_of(data, message),
+            finish_reason=wire.finish_reason(raw, tool_calls=bool(calls), refusal=bool(refusal)),
             raw_finish_reason=raw,
             tokens=usage_tokens(data.get("usage")),
             model_id=data.get("model"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return ChatCompletionsStreamParser(self, request)
 
 
 def _parsed_arguments(value: Any) -> dict[str, Any]:

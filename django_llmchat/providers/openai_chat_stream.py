@@ -8,28 +8,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-)
+from .. import events as ev
+from . import openai_chat_wire as wire
 from ._json import loads
 from .base import StreamParser
-from .openai_chat_wire import (
-    arguments_text,
-    citations_of,
-    finish_reason,
-    new_call_id,
-    split_content,
-    usage_tokens,
-    wire_call_id,
-)
 from .types import ProviderRequest
 
 if TYPE_CHECKING:
@@ -85,7 +67,7 @@ class ChatCompletionsStreamParser(StreamParser):
         # Only vendors declaring citations put search results on their chunks.
         self.cites = provider.capabilities.citations
 
-    def feed(self, event: str | None, data: str) -> list[StreamEvent]:
+    def feed(self, event: str | None, data: str) -> list[ev.StreamEvent]:
         if data.startswith("[") and data.strip() == "[DONE]":
             return self._close()
         chunk = loads(data)
@@ -93,7 +75,7 @@ class ChatCompletionsStreamParser(StreamParser):
             return []
         if chunk.get("error"):
             raise self.provider.error_from_payload(chunk, body=data)
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         usage = chunk.get("usage")
         if usage:
             self.usage = usage
@@ -101,7 +83,7 @@ class ChatCompletionsStreamParser(StreamParser):
         if builder.model_id is None:
             builder.model_id = chunk.get("model")
         if self.cites and (chunk.get("search_results") or chunk.get("citations")):
-            builder.citations = citations_of(chunk)  # each chunk repeats the full list
+            builder.citations = wire.citations_of(chunk)  # each chunk repeats the full list
         choices = chunk.get("choices")
         if not choices:
             return out
@@ -111,22 +93,22 @@ class ChatCompletionsStreamParser(StreamParser):
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning and isinstance(reasoning, str):
                 self.reasoning.append(reasoning)
-                out.append(ReasoningDelta(reasoning))
+                out.append(ev.ReasoningDelta(reasoning))
             content = delta.get("content")
             if content:
                 if not isinstance(content, str):
-                    content, thought = split_content(content)
+                    content, thought = wire.split_content(content)
                     if thought:
                         self.reasoning.append(thought)
-                        out.append(ReasoningDelta(thought))
+                        out.append(ev.ReasoningDelta(thought))
                 if content:
                     if self.reasoning:
                         out.append(self._end_reasoning())
-                    out.append(TextDelta(content))
+                    out.append(ev.TextDelta(content))
             refusal = delta.get("refusal")
             if refusal:
                 self.refusal = True
-                out.append(TextDelta(refusal))
+                out.append(ev.TextDelta(refusal))
             calls = delta.get("tool_calls")
             if calls:
                 if self.reasoning:
@@ -134,19 +116,19 @@ class ChatCompletionsStreamParser(StreamParser):
                 self._fragments(calls, out)
             notes = delta.get("annotations")
             if notes:
-                builder.citations.extend(citations_of({}, {"annotations": notes}))
+                builder.citations.extend(wire.citations_of({}, {"annotations": notes}))
         raw = choice.get("finish_reason")
         if raw and self.raw_finish is None:
             self.raw_finish = raw
             self._end_turn(out)
         return out
 
-    def _fragments(self, fragments: list[dict[str, Any]], out: list[StreamEvent]) -> None:
+    def _fragments(self, fragments: list[dict[str, Any]], out: list[ev.StreamEvent]) -> None:
         for frag in fragments:
             if not isinstance(frag, dict):
                 continue
             fn = frag.get("function") or {}
-            call_id = wire_call_id(frag.get("id"))
+            call_id = wire.wire_call_id(frag.get("id"))
             name = fn.get("name") or ""
             key = frag.get("index")
             if key is None:
@@ -160,14 +142,14 @@ class ChatCompletionsStreamParser(StreamParser):
                 if not call.done:
                     out.append(self._call_done(call))
                 call = None
-            arguments = arguments_text(fn.get("arguments"))
+            arguments = wire.arguments_text(fn.get("arguments"))
             if call is None:
                 call = self.open[key] = _Call(call_id, name)
                 self.calls.append(call)
                 if arguments:
                     call.arguments.append(arguments)
                 out.append(
-                    ToolCallDelta(item_id=call_id, name=call.name, arguments_delta=arguments)
+                    ev.ToolCallDelta(item_id=call_id, name=call.name, arguments_delta=arguments)
                 )
                 continue
             if (call_id and not call.call_id) or call.call_id is None:
@@ -176,7 +158,7 @@ class ChatCompletionsStreamParser(StreamParser):
                 call.name = name
             if arguments:
                 call.arguments.append(arguments)
-                out.append(ToolCallDelta(item_id=call.call_id, arguments_delta=arguments))
+                out.append(ev.ToolCallDelta(item_id=call.call_id, arguments_delta=arguments))
 
     @staticmethod
     def _starts_new_call(call: _Call, call_id: str | None, name: str) -> bool:
@@ -186,42 +168,42 @@ class ChatCompletionsStreamParser(StreamParser):
         # arguments is the next call.
         return call_id is not None and bool(name and call.name) and call.complete_json()
 
-    def _call_done(self, call: _Call) -> ToolCallDone:
+    def _call_done(self, call: _Call) -> ev.ToolCallDone:
         call.done = True
         if call.call_id is None:  # the server sent no id at all: make one up
-            call.call_id = new_call_id()
-        return ToolCallDone(
+            call.call_id = wire.new_call_id()
+        return ev.ToolCallDone(
             item_id=call.call_id,
             call_id=call.call_id,
             name=call.name,
             arguments="".join(call.arguments) or "{}",
         )
 
-    def _end_reasoning(self) -> ReasoningDone:
+    def _end_reasoning(self) -> ev.ReasoningDone:
         text = "".join(self.reasoning)
         self.reasoning = []
-        return ReasoningDone(ReasoningPart(type="text", text=text, format=None))
+        return ev.ReasoningDone(ev.ReasoningPart(type="text", text=text, format=None))
 
-    def _end_turn(self, out: list[StreamEvent]) -> None:
+    def _end_turn(self, out: list[ev.StreamEvent]) -> None:
         if self.reasoning:
             out.append(self._end_reasoning())
         for call in self.calls:
             if not call.done:
                 out.append(self._call_done(call))
 
-    def _close(self) -> list[StreamEvent]:
+    def _close(self) -> list[ev.StreamEvent]:
         if self.done:
             return []
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         self._end_turn(out)
-        out.append(TokenUsageDone(usage_tokens(self.usage)))
+        out.append(ev.TokenUsageDone(wire.usage_tokens(self.usage)))
         raw = self.raw_finish
-        reason = finish_reason(raw, tool_calls=bool(self.calls), refusal=self.refusal)
-        out.append(FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
+        reason = wire.finish_reason(raw, tool_calls=bool(self.calls), refusal=self.refusal)
+        out.append(ev.FinishReasonDone(finish_reason=reason, raw_finish_reason=raw))
         self.done = True
         return out
 
-    def end_of_stream(self) -> list[StreamEvent]:
+    def end_of_stream(self) -> list[ev.StreamEvent]:
         # Servers that never send [DONE] are complete once they gave a finish_reason.
         if not self.provider.requires_done_sentinel and self.raw_finish is not None:
             return self._close()

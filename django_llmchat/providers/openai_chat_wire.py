@@ -1,6 +1,7 @@
-"""The Chat Completions wire vocabulary that whole answers (:mod:`.openai_chat`) and the stream
-parser (:mod:`.openai_chat_stream`) share: finish reasons, token usage, citations, call ids.
-Both import it; it imports neither."""
+"""Chat Completions fields read alike from a whole ``chat.completion`` (:mod:`.openai_chat`)
+and from its chunks (:mod:`.openai_chat_stream`): ``finish_reason``, ``usage`` (cache
+counts as OpenAI, DeepSeek and OpenRouter report them), reasoning parts of the content,
+citations, tool call ids and arguments."""
 
 from __future__ import annotations
 

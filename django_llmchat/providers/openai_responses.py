@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..errors import AuthenticationError, ProviderError, UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
-from .base import Provider, StreamParser, merge_vendor_options, parse_arguments
-from .openai_responses_stream import ResponsesStreamParser
-from .openai_responses_wire import (  # noqa: F401  (the vocabulary is also read from here)
-    FINISH_REASONS,
-    REASONING_FORMAT,
-    annotation_citation,
-    finish_reason,
-    item_call_id,
-    shift_citation,
-    summary_text,
-    usage_tokens,
-    web_search_call,
+from . import openai_responses_wire as wire
+from .base import (
+    Provider,
+    as_authentication_error,
+    copy_params,
+    merge_vendor_options,
+    parse_arguments,
 )
+from .openai_responses_stream import ResponsesStreamParser
+from .openai_responses_wire import FINISH_REASONS
 from .types import (
     AttachmentData,
     Capabilities,
@@ -49,6 +47,13 @@ __all__ = [
 # ``params["thinking"] = {"budget_tokens": N}`` expressed as an effort: the last entry
 # whose floor N reaches picks the effort.
 BUDGET_EFFORTS: tuple[tuple[int, str], ...] = ((1, "low"), (4096, "medium"), (16384, "high"))
+
+# ``params`` -> body fields, copied when set.
+GENERATION_PARAMS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_output_tokens",
+}
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
@@ -79,6 +84,7 @@ class OpenAIResponsesProvider(Provider):
         citations=True,
         server_tools=True,
     )
+    stream_parser_class = ResponsesStreamParser
 
     # Vendor differences, switched off by subclasses speaking the same protocol.
     system_as_instructions: ClassVar[bool] = True
@@ -91,14 +97,6 @@ class OpenAIResponsesProvider(Provider):
     """Documents may be sent inline as ``input_file`` parts."""
 
     # -- request ---------------------------------------------------------------------
-    def option(self, key: str) -> Any:
-        """A provider option: ``LLMCHAT["PROVIDERS"][name]["options"][key]`` (or a key
-        given beside the standard settings)."""
-        nested = self.options.get("options")
-        if isinstance(nested, dict) and nested.get(key) is not None:
-            return nested[key]
-        return self.options.get(key)
-
     def auth_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
         if self.api_key:
@@ -134,12 +132,7 @@ class OpenAIResponsesProvider(Provider):
                 }
                 for tool in request.tools
             ]
-        if params.get("temperature") is not None:
-            payload["temperature"] = params["temperature"]
-        if params.get("top_p") is not None:
-            payload["top_p"] = params["top_p"]
-        if params.get("max_tokens") is not None:
-            payload["max_output_tokens"] = params["max_tokens"]
+        payload.update(copy_params(params, GENERATION_PARAMS))
         reasoning = self.reasoning_config(params)
         if reasoning:
             payload["reasoning"] = reasoning
@@ -295,9 +288,9 @@ class OpenAIResponsesProvider(Provider):
                         text = part.get("text") or ""
                         offset = sum(len(t) for t in text_parts)
                         for ann in part.get("annotations") or []:
-                            citation = annotation_citation(ann, text)
+                            citation = wire.annotation_citation(ann, text)
                             if citation is not None:
-                                citations.append(shift_citation(citation, offset))
+                                citations.append(wire.shift_citation(citation, offset))
                         text_parts.append(text)
                     elif ptype == "refusal":
                         refused = True
@@ -305,7 +298,7 @@ class OpenAIResponsesProvider(Provider):
             elif kind == "function_call":
                 tool_calls.append(
                     ToolCallData(
-                        call_id=item_call_id(item),
+                        call_id=wire.item_call_id(item),
                         name=item.get("name") or "",
                         arguments=parse_arguments(item.get("arguments")),
                         item_id=item.get("id"),
@@ -313,12 +306,12 @@ class OpenAIResponsesProvider(Provider):
                 )
             elif kind == "reasoning":
                 reasoning_items.append(item)
-                text = summary_text(item)
+                text = wire.summary_text(item)
                 if text:
                     reasoning.append(text)
             elif kind == "web_search_call":
-                server_calls.append(web_search_call(item))
-        reason, raw = finish_reason(
+                server_calls.append(wire.web_search_call(item))
+        reason, raw = wire.finish_reason(
             status, (data.get("incomplete_details") or {}).get("reason"), bool(tool_calls)
         )
         if refused and reason == "stop":
@@ -332,13 +325,10 @@ class OpenAIResponsesProvider(Provider):
             server_tool_calls=server_calls,
             finish_reason=reason,
             raw_finish_reason=raw,
-            tokens=usage_tokens(data.get("usage")),
+            tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
             raw=data,
         )
-
-    def new_stream_parser(self, request: ProviderRequest) -> StreamParser:
-        return ResponsesStreamParser(self, request)
 
     # -- errors ----------------------------------------------------------------------
     def error_details(self, payload: Any) -> tuple[str, str | None]:
@@ -374,15 +364,7 @@ class XAIProvider(OpenAIResponsesProvider):
     label: ClassVar[str] = "xAI"
     default_base_url: ClassVar[str] = "https://api.x.ai/v1"
     api_key_env: ClassVar[str | None] = "XAI_API_KEY"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        vision=True,
-        pdf=False,
-        thinking=True,
-        structured_output=True,
-        prompt_caching="automatic",
-        citations=True,
-        server_tools=True,
-    )
+    capabilities: ClassVar[Capabilities] = replace(OpenAIResponsesProvider.capabilities, pdf=False)
 
     system_as_instructions: ClassVar[bool] = False
     replay_item_ids: ClassVar[bool] = False
@@ -403,13 +385,5 @@ class XAIProvider(OpenAIResponsesProvider):
         error = super().error_from_payload(payload, **kw)
         # A wrong key is a 400 ``invalid-argument`` with "Incorrect API key" in the text.
         if not isinstance(error, AuthenticationError) and "api key" in error.message.lower():
-            return AuthenticationError(
-                error.message,
-                provider=error.provider,
-                status=error.status,
-                body=error.body,
-                headers=error.headers,
-                retry_after=error.retry_after,
-                code=error.code,
-            )
+            return as_authentication_error(error)
         return error

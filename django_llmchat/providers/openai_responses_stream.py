@@ -7,31 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TokenUsageDone,
-    ToolCallDelta,
-    ToolCallDone,
-    WebSearchDone,
-    WebSearchStatus,
-)
+from .. import events as ev
+from . import openai_responses_wire as wire
 from ._json import loads
 from .base import Provider, StreamParser
-from .openai_responses_wire import (
-    REASONING_FORMAT,
-    annotation_citation,
-    finish_reason,
-    item_call_id,
-    shift_citation,
-    summary_text,
-    usage_tokens,
-    web_search_call,
-)
 from .types import ProviderRequest
 
 if TYPE_CHECKING:
@@ -56,7 +35,7 @@ class ResponsesStreamParser(StreamParser):
         self.text_length = 0
         self.refused = False
 
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+    def feed(self, event: str | None, data: str) -> Iterable[ev.StreamEvent]:
         try:
             payload = loads(data)
         except ValueError:
@@ -72,18 +51,18 @@ class ResponsesStreamParser(StreamParser):
         return handler(payload) or []
 
     # -- text ------------------------------------------------------------------------
-    def on_response_created(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_created(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         self.builder.model_id = (payload.get("response") or {}).get("model")
         return []
 
-    def on_response_output_text_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_output_text_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         delta = payload.get("delta") or ""
         if not delta:
             return []
         self.text_length += len(delta)
-        return [TextDelta(delta)]
+        return [ev.TextDelta(delta)]
 
-    def on_response_refusal_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_refusal_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         self.refused = True
         return self.on_response_output_text_delta(payload)
 
@@ -106,7 +85,7 @@ class ResponsesStreamParser(StreamParser):
         if item_id not in self.reasoning_order:
             self.reasoning_order.append(item_id)
         parts.append((index, delta))
-        return [ReasoningDelta(delta_text)]
+        return [ev.ReasoningDelta(delta_text)]
 
     on_response_reasoning_text_delta = on_response_reasoning_summary_text_delta
 
@@ -127,7 +106,7 @@ class ResponsesStreamParser(StreamParser):
             self.calls_by_item[item_id] = call
         return call
 
-    def on_response_output_item_added(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_output_item_added(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         item = payload.get("item") or {}
         kind = item.get("type")
         if kind == "function_call":
@@ -138,7 +117,7 @@ class ResponsesStreamParser(StreamParser):
                 name=item.get("name") or "",
             )
         elif kind == "web_search_call":
-            return [WebSearchStatus("in_progress")]
+            return [ev.WebSearchStatus("in_progress")]
         return []
 
     def on_response_function_call_arguments_delta(self, payload: dict[str, Any]) -> list:
@@ -148,7 +127,7 @@ class ResponsesStreamParser(StreamParser):
         call["arguments"].append(delta)
         name = None if call["named"] else (call["name"] or None)
         call["named"] = True
-        return [ToolCallDelta(item_id=item_id, name=name, arguments_delta=delta)]
+        return [ev.ToolCallDelta(item_id=item_id, name=name, arguments_delta=delta)]
 
     def on_response_function_call_arguments_done(self, payload: dict[str, Any]) -> list:
         item_id = payload.get("item_id") or ""
@@ -161,7 +140,7 @@ class ResponsesStreamParser(StreamParser):
         call["done"] = True
         call_id = call["call_id"]
         return [
-            ToolCallDone(
+            ev.ToolCallDone(
                 item_id=item_id,
                 call_id=item_id if call_id is None else str(call_id),
                 name=payload.get("name") or call["name"],
@@ -169,7 +148,7 @@ class ResponsesStreamParser(StreamParser):
             )
         ]
 
-    def on_response_output_item_done(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_output_item_done(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         item = payload.get("item") or {}
         kind = item.get("type")
         item_id = item.get("id") or ""
@@ -182,16 +161,16 @@ class ResponsesStreamParser(StreamParser):
                 if item.get("call_id") is None and call["call_id"] is not None:
                     item = {**item, "call_id": call["call_id"]}
             return [
-                ToolCallDone(
+                ev.ToolCallDone(
                     item_id=item_id or None,
-                    call_id=item_call_id(item),
+                    call_id=wire.item_call_id(item),
                     name=item.get("name") or (call or {}).get("name", ""),
                     arguments=item.get("arguments") or "{}",
                 )
             ]
         if kind == "reasoning":
             self.builder.reasoning_items.append(item)
-            text = summary_text(item)
+            text = wire.summary_text(item)
             if not text:
                 text = _joined_summary(self.reasoning_text.get(item_id) or [])
             if not text:
@@ -200,48 +179,54 @@ class ResponsesStreamParser(StreamParser):
                 self.reasoning_order.append(item_id)
             if self.reasoning_order[0] != item_id:
                 text = "\n\n" + text
-            return [ReasoningDone(ReasoningPart(type="text", text=text, format=REASONING_FORMAT))]
+            return [
+                ev.ReasoningDone(
+                    ev.ReasoningPart(type="text", text=text, format=wire.REASONING_FORMAT)
+                )
+            ]
         if kind == "message":
             prior = self.text_length - _message_text_length(item)
             for part in item.get("content") or []:
                 if part.get("type") == "output_text":
                     text = part.get("text") or ""
                     for ann in part.get("annotations") or []:
-                        citation = annotation_citation(ann, text)
+                        citation = wire.annotation_citation(ann, text)
                         if citation is not None:
-                            self.builder.citations.append(shift_citation(citation, max(prior, 0)))
+                            self.builder.citations.append(
+                                wire.shift_citation(citation, max(prior, 0))
+                            )
                     prior += len(text)
             return []
         if kind == "web_search_call":
-            call = web_search_call(item)
+            call = wire.web_search_call(item)
             self.builder.server_tool_calls.append(call)
             action = item.get("action") or {}
             if action.get("type") == "open_page":
-                return [WebSearchStatus("open_page", url=action.get("url"))]
+                return [ev.WebSearchStatus("open_page", url=action.get("url"))]
             sources = [
                 {"title": s.get("title"), "url": s.get("url")}
                 for s in action.get("sources") or []
                 if isinstance(s, dict)
             ]
-            return [WebSearchDone(action.get("query"), sources=sources)]
+            return [ev.WebSearchDone(action.get("query"), sources=sources)]
         return []
 
     # -- server-side web search ------------------------------------------------------
     def on_response_web_search_call_searching(self, payload: dict[str, Any]) -> list:
-        return [WebSearchStatus("searching")]
+        return [ev.WebSearchStatus("searching")]
 
     def on_response_web_search_call_completed(self, payload: dict[str, Any]) -> list:
-        return [WebSearchStatus("completed")]
+        return [ev.WebSearchStatus("completed")]
 
     # -- the end ---------------------------------------------------------------------
-    def on_response_completed(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def on_response_completed(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
         response = payload.get("response") or {}
         if response.get("status") == "failed" or payload.get("type") == "response.failed":
             raise self.provider.failed_error(response)
         self.done = True
         self.builder.raw = response
         self.builder.model_id = response.get("model") or self.builder.model_id
-        reason, raw = finish_reason(
+        reason, raw = wire.finish_reason(
             response.get("status"),
             (response.get("incomplete_details") or {}).get("reason"),
             bool(self.builder.tool_calls),
@@ -249,8 +234,8 @@ class ResponsesStreamParser(StreamParser):
         if self.refused and reason == "stop":
             reason, raw = "content_filter", "refusal"
         return [
-            TokenUsageDone(token_usage=usage_tokens(response.get("usage"))),
-            FinishReasonDone(finish_reason=reason, raw_finish_reason=raw),
+            ev.TokenUsageDone(token_usage=wire.usage_tokens(response.get("usage"))),
+            ev.FinishReasonDone(finish_reason=reason, raw_finish_reason=raw),
         ]
 
     on_response_incomplete = on_response_completed

@@ -1,6 +1,6 @@
-"""The OpenAI Responses wire vocabulary that whole answers (:mod:`.openai_responses`) and the stream
-parser (:mod:`.openai_responses_stream`) share: finish reasons, token usage, citations, call ids.
-Both import it; it imports neither."""
+"""Responses API items as :mod:`.openai_responses` and :mod:`.openai_responses_stream` both
+read them: ``status`` and ``incomplete_details`` as a finish reason, ``usage``, reasoning
+summaries, ``url_citation`` annotations, function call ids and web search calls."""
 
 from __future__ import annotations
 

@@ -7,16 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    StreamEvent,
-    TextDelta,
-    TextDone,
-    TokenUsageDone,
-    ToolCallDone,
-)
+from .. import events as ev
 from ..values import Thinking, Tokens
 from .types import ProviderRequest, ProviderResponse, ToolCallData
 
@@ -65,13 +56,13 @@ class ResponseBuilder:
     def text(self) -> str:
         return "".join(self.text_parts)
 
-    def add(self, event: StreamEvent) -> None:
+    def add(self, event: ev.StreamEvent) -> None:
         kind = type(event)
-        if kind is TextDelta:
+        if kind is ev.TextDelta:
             self.text_parts.append(event.content)
-        elif kind is ReasoningDelta:
+        elif kind is ev.ReasoningDelta:
             pass
-        elif kind is ToolCallDone:
+        elif kind is ev.ToolCallDone:
             extras = self.tool_call_extras.get(len(self.tool_calls), {})
             self.tool_calls.append(
                 ToolCallData(
@@ -82,16 +73,16 @@ class ResponseBuilder:
                     item_id=event.item_id,
                 )
             )
-        elif kind is ReasoningDone:
+        elif kind is ev.ReasoningDone:
             self.reasoning_parts.append(event.part.text)
             if event.part.signature:
                 self.reasoning_signature = event.part.signature
-        elif kind is TokenUsageDone:
+        elif kind is ev.TokenUsageDone:
             self.tokens = event.token_usage
-        elif kind is FinishReasonDone:
+        elif kind is ev.FinishReasonDone:
             self.finish_reason = event.finish_reason
             self.raw_finish_reason = event.raw_finish_reason
-        elif kind is TextDone:
+        elif kind is ev.TextDone:
             self.text_done = True
 
     def build(self) -> ProviderResponse:
@@ -130,10 +121,10 @@ class StreamParser:
         self.builder = ResponseBuilder()
         self.done = False
 
-    def feed(self, event: str | None, data: str) -> Iterable[StreamEvent]:
+    def feed(self, event: str | None, data: str) -> Iterable[ev.StreamEvent]:
         raise NotImplementedError
 
-    def end_of_stream(self) -> Iterable[StreamEvent]:
+    def end_of_stream(self) -> Iterable[ev.StreamEvent]:
         return ()
 
     def finish(self) -> ProviderResponse:

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import httpx
 
+from .. import events as ev
 from ..errors import IncompleteStreamError, ProviderError
-from ..events import (
-    FinishReasonDone,
-    ReasoningDelta,
-    ReasoningDone,
-    ReasoningPart,
-    StreamEvent,
-    TextDelta,
-    TextDone,
-    TokenUsageDone,
-    ToolCallDone,
-)
 from .framing import NDJSONDecoder, SSEDecoder
 from .parsing import StreamParser
 from .types import ProviderRequest, ProviderResponse
@@ -31,27 +22,33 @@ if TYPE_CHECKING:
 
 
 _END = object()
+_Frame = tuple[str | None, str]  # (event name, data)
 
 
-def response_events(response: ProviderResponse) -> list[StreamEvent]:
+def _later(produce: Callable[[], Iterable[_Frame]]) -> Iterator[_Frame]:
+    """What ``produce()`` returns, called only once the first item is asked for."""
+    yield from produce()
+
+
+def response_events(response: ProviderResponse) -> list[ev.StreamEvent]:
     """The events a stream of ``response`` would have ended with: its reasoning, text,
     tool calls, token usage and finish reason, each as one finished piece."""
-    events: list[StreamEvent] = []
+    events: list[ev.StreamEvent] = []
     thinking = response.thinking
     if thinking is not None and thinking.text:
-        events.append(ReasoningDelta(thinking.text))
+        events.append(ev.ReasoningDelta(thinking.text))
         events.append(
-            ReasoningDone(ReasoningPart(text=thinking.text, signature=thinking.signature))
+            ev.ReasoningDone(ev.ReasoningPart(text=thinking.text, signature=thinking.signature))
         )
     if response.content:
-        events.append(TextDelta(response.content))
+        events.append(ev.TextDelta(response.content))
     for call in response.tool_calls:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
-        events.append(ToolCallDone(call_id=call.call_id, name=call.name, arguments=arguments))
+        events.append(ev.ToolCallDone(call_id=call.call_id, name=call.name, arguments=arguments))
     if response.content:
-        events.append(TextDone(response.content))
-    events.append(TokenUsageDone(response.tokens))
-    events.append(FinishReasonDone(response.finish_reason, response.raw_finish_reason))
+        events.append(ev.TextDone(response.content))
+    events.append(ev.TokenUsageDone(response.tokens))
+    events.append(ev.FinishReasonDone(response.finish_reason, response.raw_finish_reason))
     return events
 
 
@@ -93,7 +90,7 @@ class ProviderStream:
             retryable=True,
         )
 
-    def _ending(self, parser: StreamParser) -> Iterator[StreamEvent]:
+    def _ending(self, parser: StreamParser) -> Iterator[ev.StreamEvent]:
         """What follows the last frame: end-of-stream events, the check, TextDone."""
         builder = parser.builder
         if not parser.done:
@@ -103,7 +100,7 @@ class ProviderStream:
         if not parser.done:
             raise IncompleteStreamError(provider=self.provider.name)
         if builder.text_parts and not builder.text_done:
-            event = TextDone(builder.text)
+            event = ev.TextDone(builder.text)
             builder.add(event)
             yield event
         self.response = parser.finish()
@@ -113,7 +110,7 @@ class ProviderStream:
         kind = http.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         return kind == "application/json" or kind.endswith("+json")
 
-    def _whole(self, http: httpx.Response) -> Iterator[StreamEvent]:
+    def _whole(self, http: httpx.Response) -> Iterator[ev.StreamEvent]:
         """The events a whole JSON answer stands for, and the response."""
         try:
             http.read()
@@ -123,7 +120,14 @@ class ProviderStream:
         yield from response_events(response)
         self.response = response
 
-    def __iter__(self) -> Iterator[StreamEvent]:
+    def _frames(self, http: httpx.Response) -> Iterator[_Frame]:
+        """The body's frames as its bytes arrive, then any the decoder held back (chained
+        in C: no Python frame per frame)."""
+        decoder = self._decoder()
+        arriving = chain.from_iterable(map(decoder.feed, http.iter_bytes()))
+        return chain(arriving, _later(decoder.flush))
+
+    def __iter__(self) -> Iterator[ev.StreamEvent]:
         # One generator for the attempts and the reading: a frame per event costs less.
         provider = self.provider
         client = provider.client
@@ -153,29 +157,16 @@ class ProviderStream:
                             delivered = True
                             yield event
                         return
-                    decoder = self._decoder()
-                    feed_frames = decoder.feed
                     feed = parser.feed
                     data = ""
                     try:
-                        for chunk in http.iter_bytes():
-                            for name, data in feed_frames(chunk):
-                                for event in feed(name, data):
-                                    add(event)
-                                    delivered = True
-                                    yield event
-                                if parser.done:
-                                    break
+                        for name, data in self._frames(http):
+                            for event in feed(name, data):
+                                add(event)
+                                delivered = True
+                                yield event
                             if parser.done:
                                 break
-                        else:
-                            for name, data in decoder.flush():
-                                for event in feed(name, data):
-                                    add(event)
-                                    delivered = True
-                                    yield event
-                                if parser.done:
-                                    break
                     except httpx.HTTPError as exc:
                         raise provider.midstream_error(exc) from None
                     except json.JSONDecodeError as exc:
@@ -196,7 +187,7 @@ class ProviderStream:
             provider.sleep(delay)
             attempt += 1
 
-    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+    async def __aiter__(self) -> AsyncIterator[ev.StreamEvent]:
         """The same attempts and events, the sync iteration run in a worker thread."""
         events = iter(self)
         try:

@@ -37,16 +37,17 @@ attempts that process left ``lost``, so what it spent stays counted.
 
 from __future__ import annotations
 
+from ..errors import RunInProgress
 from ..models import Run
 from .admission import (
     NothingToRegenerate,
-    RunInProgress,
     _admit,
     _drop_last_reply,
     _enqueue,
     _lock_user,
     enqueue,
     on_admit,
+    switch_to,
 )
 from .base import (
     BUSY,
@@ -109,6 +110,7 @@ __all__ = [
     "recover",
     "send",
     "stale_runs",
+    "switch_to",
     "wait_for_turn",
     "worker_name",
 ]

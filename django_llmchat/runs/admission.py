@@ -14,17 +14,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from typing import Any
 
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from .. import limits
-from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
+from .. import branches, limits
+from ..errors import ArgumentError, BudgetExceededError, ChatBusyError, RunInProgress
 from ..models import Chat, Message, Run
 from ..models.message import QUEUED_POSITION
 from ..prepared import PreparedInsert, mark_saved
 from . import pg
-from .base import _CHAT_RUNNING, _CHAT_STATUS, _head, _lease_until, _lock, worker_name
+from .base import (
+    _CHAT_RUNNING,
+    _CHAT_STATUS,
+    _head,
+    _lease_until,
+    _lock,
+    hold_if_idle,
+    worker_name,
+)
 from .execution import Execution
 
 _INSERT_MESSAGE = PreparedInsert(Message)
@@ -101,8 +110,11 @@ def enqueue(
     ``wait=True``: the caller will wait for the run's turn (the run holds a lease the
     waiting renews, so nobody else takes it); it raises :class:`ChatBusyError` instead
     when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
-    the messages of the chat's last run, but its prompt, leave the transcript and the
-    new run answers again; :class:`ChatBusyError` while a run is unfinished.
+    the messages after the active path's last prompt leave the path (kept, as siblings of
+    the new reply) and the new run answers again; :class:`ChatBusyError` while a run is
+    unfinished. Inside :func:`django_llmchat.branches.branching`, the prompt follows the
+    given message instead of the active leaf (a new branch; :class:`ChatBusyError` while
+    a run is unfinished).
 
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     if chat.pk is None:
@@ -142,10 +154,16 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         raise _paused(chat.pk)
     if regenerate:
         _drop_last_reply(chat, head)
+    branch = branches.pending_branch() if prompt is not None else None
+    if branch is not None:  # a prompt after a given message: a new branch
+        prompt.parent_id = branches.branch_here(chat.pk, branch, in_progress=head is not None)
     verdict = _admit(chat)
     if prompt is not None:
-        if head is not None:
-            prompt.position += QUEUED_POSITION
+        prompt.placed = True  # its parent is decided here
+        if branch is None and head is not None:
+            prompt.position += QUEUED_POSITION  # its parent is given when it is placed
+        elif branch is None:
+            prompt.parent_id = branches.leaf_id(chat.pk)  # it follows the active leaf
         if attachments:
             chat._insert(prompt, attachments)
         else:
@@ -176,6 +194,8 @@ def _in_one_call(
     chat's user; otherwise the statements of :func:`_enqueue`."""
     if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
         return False
+    if branches.pending_branch() is not None:  # a new branch: the statements
+        return False
     return pg.available(using, Message, Run)
 
 
@@ -184,7 +204,7 @@ def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma:
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
-    outcome, run_id, prompt_id, claimed, behind, status = pg.call(
+    outcome, run_id, prompt_id, claimed, behind, parent, status = pg.call(
         using,
         "llmchat_run_enqueue_v1",
         (chat.pk, "bigint"),
@@ -202,9 +222,10 @@ def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma:
     if outcome == "paused":
         raise _paused(chat.pk)
     if prompt is not None:
+        prompt.placed = True  # its parent is decided by the function
         if behind:
             prompt.position += QUEUED_POSITION
-        prompt.pk = prompt_id
+        prompt.pk, prompt.parent_id = prompt_id, parent
         mark_saved(prompt, using)
     run.pk, run.prompt_id = run_id, prompt_id
     if claimed:
@@ -226,8 +247,9 @@ def _paused(chat_id: int) -> ChatBusyError:
 
 
 def _drop_last_reply(chat: Chat, head: Run | None) -> None:
-    """Regenerate, under the chat's lock: the messages the chat's last run stored but its
-    prompt leave the transcript (every usage row stays). One regenerate of many racing
+    """Regenerate, under the chat's lock: the messages after the active path's last
+    prompt leave the path (they stay stored, siblings of the new reply; every usage row
+    stays). One regenerate of many racing
     wins; the others find its run unfinished."""
     if head is not None:
         raise RunInProgress(
@@ -238,12 +260,20 @@ def _drop_last_reply(chat: Chat, head: Run | None) -> None:
     last_id = last.first()
     if last_id is None:
         raise NothingToRegenerate(f"chat {chat.pk} has no reply to regenerate")
-    Message.objects.filter(chat_id=chat.pk, run_id=last_id).exclude(role="user").delete()
+    if branches.drop_reply(chat.pk) < 0:
+        raise NothingToRegenerate(f"chat {chat.pk} has no prompt to answer again")
+
+
+def switch_to(chat_id: int, message: Any) -> int:
+    """Make the branch through ``message`` (a Message of the chat or its id) the chat's
+    active path (:func:`django_llmchat.branches.rewire`), under the chat's lock;
+    :class:`RunInProgress` while a run of the chat is unfinished. Returns the new leaf's
+    id."""
+    with transaction.atomic():
+        if not hold_if_idle(chat_id):
+            raise branches.busy(chat_id, "switching branches")
+        return branches.rewire(chat_id, message)
 
 
 class NothingToRegenerate(ArgumentError):
     """A regenerate on a chat that has no run yet."""
-
-
-class RunInProgress(ChatBusyError):
-    """A regenerate while a run of the chat is unfinished."""

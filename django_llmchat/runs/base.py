@@ -18,12 +18,11 @@ from typing import Any
 from celery import current_app
 from django.conf import settings as django_settings
 from django.db import router, transaction
-from django.db.models import Max
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import streams
+from .. import branches, streams
 from ..conf import settings
 from ..events import RunFinished
 from ..models import Chat, Message, Run, Usage
@@ -158,13 +157,13 @@ def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
     the moment its own run starts (or ends unanswered)."""
     if prompt_id is None:
         return
-    latest = Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).aggregate(
-        m=Max("position")
-    )["m"]
+    leaf = branches.leaf_row(chat_id)  # the prompt follows the path's last message
     position = clock_position()
-    if latest is not None and position <= latest:
-        position = latest + 1
-    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(position=position)
+    if leaf is not None and position <= leaf[1]:
+        position = leaf[1] + 1
+    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(
+        position=position, parent_id=leaf[0] if leaf is not None else None
+    )
 
 
 def _tell_followers(chat_id: int, run_id: int, status: str, error_type: str = "") -> None:

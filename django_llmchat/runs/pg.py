@@ -24,6 +24,7 @@ VERSION = 1
 """The version of the functions this code calls (``llmchat_<transition>_v1``)."""
 
 FUNCTIONS = (
+    "llmchat_run_leaf_v1",
     "llmchat_run_place_prompt_v1",
     "llmchat_run_release_v1",
     "llmchat_run_enqueue_v1",

@@ -190,7 +190,7 @@ def test_regenerate_replaces_the_last_reply_and_keeps_its_usage(api, chat, fake_
     got = chunks(post(api, chat.pk, trigger="regenerate-message", messageId="run-1"))
     assert "".join(c["delta"] for c in got if c["type"] == "text-delta") == "Second answer."
     assert [m.content for m in chat.transcript()] == ["Question", "Second answer."]
-    assert not Message.objects.filter(pk=first.pk).exists()
+    assert Message.objects.filter(pk=first.pk, on_path=False).exists()  # kept, off the path
     assert Usage.objects.filter(chat=chat).count() == 2  # the replaced reply's usage stays
     assert chat.runs.count() == 2
     # what the provider saw the second time: the prompt, without the replaced reply

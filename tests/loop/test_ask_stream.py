@@ -157,8 +157,9 @@ def test_message_reads_back_from_db(chat, fake_llm):
 
 
 def test_reply_statements(chat, fake_llm):
-    """A plain reply is thirteen statements: the prompt with its run, started (the chat's
-    lock, the runs ahead, two INSERTs, the chat's status), the transcript read, the
+    """A plain reply is fourteen statements: the prompt with its run, started (the chat's
+    lock, the runs ahead, the active leaf the prompt follows, two INSERTs, the chat's
+    status), the transcript read, the
     attempt's pending usage row (before the provider call), then the reply closing that
     row and the run's end (the chat's lock, the message INSERT, the usage UPDATE, the
     fenced run UPDATE, the next run, the chat's status). On PostgreSQL each transition is
@@ -184,6 +185,7 @@ def test_reply_statements(chat, fake_llm):
         assert statements == [
             "UPDATE llmchat_chat",
             "SELECT llmchat_run",
+            "SELECT llmchat_message",
             "INSERT llmchat_message",
             "INSERT llmchat_run",
             "UPDATE llmchat_chat",

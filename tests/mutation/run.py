@@ -77,6 +77,7 @@ CRITICAL = {
         "limits.admit",
         "limits._verdict",
         "limits.exceeded",
+        "limits._send",
         "limits.check",
     ],
 }

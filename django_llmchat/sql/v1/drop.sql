@@ -1,4 +1,4 @@
--- What migration 0013 installed, removed (its reverse).
+-- What migration 0014 installed, removed (its reverse).
 DROP FUNCTION IF EXISTS llmchat_run_enqueue_v1(
     bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint
 );
@@ -11,3 +11,4 @@ DROP FUNCTION IF EXISTS llmchat_run_end_v1(
 );
 DROP FUNCTION IF EXISTS llmchat_run_release_v1(bigint, bigint);
 DROP FUNCTION IF EXISTS llmchat_run_place_prompt_v1(bigint, bigint, bigint, bigint);
+DROP FUNCTION IF EXISTS llmchat_run_leaf_v1(bigint, bigint);

@@ -6,8 +6,9 @@
 -- The chat's row lock first (every transition of a chat takes it first), then the chat's
 -- next run (its head), the prompt (p_prompt: a llmchat_message row as JSON, its values
 -- already prepared by Django: encrypted, redacted), the run (p_run: a llmchat_run row as
--- JSON) and the chat's cached status. A prompt asked while a run is ahead reads after
--- everything else (its position + p_queued_offset) until its own run starts.
+-- JSON) and the chat's cached status. The prompt follows the chat's active leaf (its
+-- parent); one asked while a run is ahead reads after everything else (its position +
+-- p_queued_offset) and gets its parent when its own run starts.
 --
 -- outcome: 'admitted'; 'no_chat' (no such chat: nothing written); 'paused' (p_wait and
 -- the chat's run waits for a tool-call decision: nothing written).
@@ -26,6 +27,7 @@ CREATE OR REPLACE FUNCTION llmchat_run_enqueue_v1(
     OUT prompt_id bigint,
     OUT claimed boolean,
     OUT behind boolean,
+    OUT prompt_parent bigint,
     OUT chat_status text
 )
 LANGUAGE plpgsql
@@ -51,8 +53,11 @@ BEGIN
     IF p_prompt IS NOT NULL THEN
         prompt := jsonb_populate_record(NULL::llmchat_message, p_prompt);
         prompt.id := nextval(pg_get_serial_sequence('llmchat_message', 'id'));
-        IF behind THEN
+        IF behind THEN  -- its parent is given when it is placed
             prompt.position := prompt.position + p_queued_offset;
+        ELSE  -- it follows the active leaf
+            prompt.parent_id := (llmchat_run_leaf_v1(p_chat, p_queued_offset)).leaf_id;
+            prompt_parent := prompt.parent_id;
         END IF;
         INSERT INTO llmchat_message VALUES (prompt.*);
         prompt_id := prompt.id;

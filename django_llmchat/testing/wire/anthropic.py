@@ -122,25 +122,13 @@ class AnthropicRenderer(Renderer):
                 emit("content_block_start", index=index, content_block=start)
             if index == 0:
                 frames.append(sse('{"type": "ping"}', "ping"))
-            if kind == "thinking":
-                for piece in reply.pieces(block["thinking"]):
-                    emit(
-                        "content_block_delta",
-                        index=index,
-                        delta={"type": "thinking_delta", "thinking": piece},
-                    )
-                emit(
-                    "content_block_delta",
-                    index=index,
-                    delta={"type": "signature_delta", "signature": block["signature"]},
-                )
-            elif kind == "text":
-                for piece in reply.pieces(block["text"]):
-                    emit(
-                        "content_block_delta",
-                        index=index,
-                        delta={"type": "text_delta", "text": piece},
-                    )
+            if kind in ("thinking", "text"):  # a thinking_delta or text_delta per piece
+                for piece in reply.pieces(block[kind]):
+                    delta = {"type": f"{kind}_delta", kind: piece}
+                    emit("content_block_delta", index=index, delta=delta)
+                if kind == "thinking":
+                    delta = {"type": "signature_delta", "signature": block["signature"]}
+                    emit("content_block_delta", index=index, delta=delta)
             elif block["input"]:
                 # A call without arguments streams no deltas at all.
                 args = _dumps(block["input"])

@@ -1,8 +1,8 @@
 """The run transitions as PostgreSQL functions, version 1 (``django_llmchat/sql/v1/``):
 ``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1``, ``llmchat_run_store_last_step_v1``
-and ``llmchat_run_end_v1`` (with the two they share, ``llmchat_run_place_prompt_v1`` and
-``llmchat_run_release_v1``). Nothing on other
-databases, which run the same transitions as separate statements."""
+and ``llmchat_run_end_v1``, with what they share (``llmchat_run_leaf_v1``,
+``llmchat_run_place_prompt_v1``, ``llmchat_run_release_v1``). Nothing on other databases,
+which run the same transitions as separate statements."""
 
 from pathlib import Path
 
@@ -25,7 +25,7 @@ class PostgreSQLOnly(migrations.RunSQL):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_llmchat", "0012_feedback"),
+        ("django_llmchat", "0013_message_tree"),
     ]
 
     operations = [

@@ -1,0 +1,240 @@
+"""The conversation as a tree, and the one module that writes its shape.
+
+Every message but the system ones (instructions, summaries) follows a ``parent``: the
+message it answers or continues. A regenerated reply and an edited prompt are siblings of
+what they replace, so nothing stored is ever lost. The chat's **active path** is the line
+from a root to a leaf that the transcript, the next request, the REST list and the admin
+show; it is kept on the rows themselves (``Message.on_path``), so reading it is the same
+indexed read as reading a chat without branches.
+
+This module alone writes ``on_path`` and explicit parents. It changes them inside the run
+transitions' transaction, after the chat's lock (:mod:`django_llmchat.runs` calls it), and
+the change is refused with :class:`~django_llmchat.errors.RunInProgress` (a
+``ChatBusyError``) while the chat has a run queued, running or waiting for a tool-call
+decision: a run never sees its path move under it.
+
+- :func:`branch_here` (a new prompt after a given parent, from ``runs.enqueue`` inside
+  :func:`branching`: every on-path message after the parent leaves the path, the prompt
+  joins it);
+- :func:`drop_reply` (a regenerate: the messages after the last prompt leave the path);
+- :func:`rewire` (``runs.switch_to``: the path through any message of the chat, its
+  ancestors, itself, then the newest child each time down to a leaf);
+- :func:`leaf_id`, :func:`siblings` (reads).
+
+A system message stays outside the tree: instructions are always on the path; a summary is
+on it while the last message it covers is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from .errors import ArgumentError, RunInProgress
+from .models import Message
+from .models.message import QUEUED_POSITION, branching, pending_branch, transcript_changed
+
+__all__ = [
+    "ROOT",
+    "branch_here",
+    "busy",
+    "branching",
+    "drop_reply",
+    "leaf_id",
+    "leaf_row",
+    "pending_branch",
+    "rewire",
+    "siblings",
+]
+
+
+class _Root:
+    """The parent of a prompt that starts the conversation anew (before every message)."""
+
+    def __repr__(self) -> str:
+        return "ROOT"
+
+
+ROOT: Any = _Root()
+"""Pass as ``parent`` to branch before the first message (an edit of the first prompt)."""
+
+
+def leaf_row(chat_id: int) -> tuple[int, int] | None:
+    """``(id, position)`` of the chat's active leaf (the last message on its path, system
+    messages aside), or ``None``. One query."""
+    return Message.objects.leaf_row(chat_id)
+
+
+def leaf_id(chat_id: int) -> int | None:
+    """The id of the chat's active leaf, or ``None``. One query."""
+    row = leaf_row(chat_id)
+    return row[0] if row is not None else None
+
+
+def busy(chat_id: int, doing: str) -> RunInProgress:
+    """The refusal of a change of the path while a run of the chat is unfinished."""
+    return RunInProgress(
+        f"chat {chat_id} has a run in progress: wait for it to end (or cancel it) before {doing}"
+    )
+
+
+def _changed(chat_id: int) -> None:
+    """The path moved: this process's built histories of the chat are read again once
+    the change commits (other processes see it from the rows: see ``load_history``)."""
+    transaction.on_commit(lambda: transcript_changed.send(sender=Message, chat_id=chat_id))
+
+
+def _parent_row(chat_id: int, parent: Any) -> tuple[int, int] | None:
+    """``(id, position)`` of ``parent`` (a Message, an id, or :data:`ROOT`: ``None``),
+    checked to be a message of the chat a prompt may follow."""
+    if parent is ROOT:
+        return None
+    pk = getattr(parent, "pk", parent)
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise ArgumentError(f"parent must be a message of the chat or its id, got {parent!r}")
+    row = (
+        Message.objects.filter(pk=pk, chat_id=chat_id)
+        .values_list("role", "position", "summary_until_id")
+        .first()
+    )
+    if row is None:
+        raise ArgumentError(f"message {pk} is not a message of chat {chat_id}")
+    role, position, summary_until = row
+    if role == "system" or summary_until is not None:
+        raise ArgumentError(f"message {pk} is a system message: a prompt cannot follow it")
+    if role == "tool":
+        raise ArgumentError(f"message {pk} is a tool result: a prompt cannot follow it")
+    if position >= QUEUED_POSITION:
+        raise ArgumentError(f"message {pk} is a prompt still waiting for its run")
+    return pk, position
+
+
+def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> int | None:
+    """A new prompt will follow ``parent``: in the caller's transaction, under the chat's
+    lock (``in_progress``: the chat has an unfinished run, and the branch is refused), every
+    on-path message after ``parent`` leaves the path, with the summaries covering them.
+    Returns the parent's id for the prompt (``None`` for :data:`ROOT`)."""
+    row = _parent_row(chat_id, parent)
+    if in_progress:
+        raise busy(chat_id, "branching")
+    after = -(2**62) if row is None else row[1]
+    on_path = Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+    left = on_path.filter(
+        (Q(position__gt=after) & ~Q(role="system")) | Q(summary_until__position__gt=after)
+    ).update(on_path=False)
+    if left:
+        _changed(chat_id)
+    return None if row is None else row[0]
+
+
+def drop_reply(chat_id: int) -> int:
+    """A regenerate, in the caller's transaction under the chat's lock (the caller checked
+    it is idle): the on-path messages after the path's last prompt leave the path (the
+    new run's reply becomes their sibling). Returns how many left; ``-1`` when the path
+    has no prompt."""
+    on_path = Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+    prompt = on_path.filter(role="user").order_by("-position", "-id").values_list("position", "pk")
+    found = prompt.first()
+    if found is None:
+        return -1
+    position, pk = found
+    after = Q(position__gt=position) | Q(position=position, pk__gt=pk)
+    left = on_path.filter(
+        (after & ~Q(role="system")) | Q(summary_until__position__gt=position)
+    ).update(on_path=False)
+    if left:
+        _changed(chat_id)
+    return left
+
+
+def _path_through(rows: list[tuple], target: int) -> set[int]:
+    """The ids of the path through ``target``: its ancestors, itself, then the newest
+    child each time down to a leaf (``rows``: ``(id, parent_id, position)`` of the tree)."""
+    parents = {pk: parent for pk, parent, _ in rows}
+    children: dict[int | None, list[tuple[int, int]]] = {}
+    for pk, parent, position in rows:
+        children.setdefault(parent if parent in parents else None, []).append((position, pk))
+    path = set()
+    node: int | None = target
+    while node is not None and node not in path:
+        path.add(node)
+        node = parents.get(node)
+    node = target
+    while children.get(node):
+        node = max(children[node])[1]
+        if node in path:  # a cycle cannot be built here; never loop on bad data
+            break
+        path.add(node)
+    return path
+
+
+def rewire(chat_id: int, message: Any) -> int:
+    """Make the path through ``message`` (a Message of the chat or its id) the active one,
+    in the caller's transaction under the chat's lock, the chat idle
+    (:func:`django_llmchat.runs.switch_to` is the entry): its ancestors, itself, then the
+    newest child each time down to a leaf. One read of the chat's rows and at most two
+    UPDATEs (only the rows that change). Returns the new leaf's id."""
+    pk = getattr(message, "pk", message)
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise ArgumentError(f"message must be a message of the chat or its id, got {message!r}")
+    rows = list(
+        Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).values_list(
+            "pk", "parent_id", "position", "on_path", "role", "summary_until_id"
+        )
+    )
+    tree = [(r[0], r[1], r[2]) for r in rows if r[4] != "system"]
+    if pk not in {r[0] for r in tree}:
+        raise ArgumentError(f"message {pk} is not a message of chat {chat_id} in its tree")
+    path = _path_through(tree, pk)
+    turn_on, turn_off = [], []
+    for row_pk, _parent, _position, on, role, until in rows:
+        if role == "system":
+            wanted = until is None or until in path
+        else:
+            wanted = row_pk in path
+        if wanted and not on:
+            turn_on.append(row_pk)
+        elif on and not wanted:
+            turn_off.append(row_pk)
+    if turn_off:
+        Message.objects.filter(pk__in=turn_off).update(on_path=False)
+    if turn_on:
+        Message.objects.filter(pk__in=turn_on).update(on_path=True)
+    if turn_on or turn_off:
+        _changed(chat_id)
+    leaf = max((r[2], r[0]) for r in tree if r[0] in path)
+    return leaf[1]
+
+
+def siblings(messages: Iterable[Any]) -> dict[int, list[int]]:
+    """``{message id: the ids of its alternatives, itself included, oldest first}`` for
+    stored ``messages`` (of any chats): the messages with the same parent (for a message
+    without one, the chat's other first messages). System messages have none but
+    themselves. One query."""
+    wanted = [m for m in messages if m.pk is not None]
+    tree = [m for m in wanted if m.role != "system" and m.position < QUEUED_POSITION]
+    result = {m.pk: [m.pk] for m in wanted}
+    if not tree:
+        return result
+    parents = {m.parent_id for m in tree if m.parent_id is not None}
+    roots = {m.chat_id for m in tree if m.parent_id is None}
+    found = Q(parent_id__in=parents) if parents else Q(pk__in=[])
+    if roots:
+        found |= Q(chat_id__in=roots, parent__isnull=True, position__lt=QUEUED_POSITION) & ~Q(
+            role="system"
+        )
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for pk, chat_id, parent_id in (
+        Message.objects.filter(found)
+        .order_by("position", "id")
+        .values_list("pk", "chat_id", "parent_id")
+    ):
+        key = ("p", parent_id) if parent_id is not None else ("c", chat_id)
+        groups.setdefault(key, []).append(pk)
+    for m in tree:
+        key = ("p", m.parent_id) if m.parent_id is not None else ("c", m.chat_id)
+        result[m.pk] = groups.get(key) or [m.pk]
+    return result

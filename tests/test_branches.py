@@ -1,0 +1,301 @@
+"""The conversation as a tree: parents, the active path, regenerate, branch and switch,
+against the loopback provider (the requests it received are the proof of what was sent)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_llmchat import branches, runs
+from django_llmchat.errors import ArgumentError, ChatBusyError
+from django_llmchat.models import Chat, Message
+from django_llmchat.testing import Reply, ToolCall
+from django_llmchat.tools import tool
+from django_llmchat.transcript import forget_history, load_history
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@tool
+def lookup(city: str) -> str:
+    """Looks a city up"""
+    return f"{city}: 3 million people"
+
+
+@pytest.fixture
+def chat(fake_llm):
+    fake_llm.configure("anthropic", "claude-haiku-4-5")
+    return Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+
+
+def sent(fake_llm) -> list[tuple[str, str]]:
+    """``(role, text)`` of every message of the last request the provider received."""
+    out = []
+    for m in fake_llm.last_request.body["messages"]:
+        content = m["content"]
+        if isinstance(content, list):
+            content = " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+        out.append((m["role"], content))
+    return out
+
+
+def texts(chat) -> list[str]:
+    return [m.content for m in chat.transcript()]
+
+
+def valid_tree(chat) -> None:
+    """Every on-path message of the tree follows the one before it on the path."""
+    path = [m for m in chat.transcript() if m.role != "system"]
+    assert [m.parent_id for m in path] == [None] + [m.pk for m in path[:-1]]
+
+
+def test_messages_follow_one_another(chat, fake_llm):
+    chat.with_instructions("Be brief.")
+    fake_llm.script(Reply("Paris."), Reply("Berlin."))
+    first = chat.ask("Capital of France?")
+    second = chat.ask("And Germany?")
+    system, q1, a1, q2, a2 = chat.transcript()
+    assert system.parent_id is None and system.on_path
+    assert (q1.parent_id, a1.parent_id, q2.parent_id, a2.parent_id) == (
+        None,
+        q1.pk,
+        a1.pk,
+        q2.pk,
+    )
+    assert (first.pk, second.pk) == (a1.pk, a2.pk)
+    assert chat.active_leaf == a2
+    assert list(a2.alternatives()) == [a2] and list(a2.siblings) == []
+
+
+def test_tool_results_follow_their_call_one_after_another(chat, fake_llm):
+    chat.with_tools(lookup)
+    fake_llm.script(
+        Reply(
+            tool_calls=[ToolCall("lookup", {"city": "Paris"}), ToolCall("lookup", {"city": "Rome"})]
+        ),
+        Reply("Both big."),
+    )
+    chat.ask("How big are Paris and Rome?")
+    valid_tree(chat)
+    assert [m.role for m in chat.transcript()] == ["user", "assistant", "tool", "tool", "assistant"]
+
+
+def test_regenerate_keeps_the_old_reply_as_a_sibling(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("It is Paris."), Reply("Lyon is second."))
+    old = chat.ask("Capital of France?")
+    new = chat.regenerate()
+    assert new.content == "It is Paris." and new.parent_id == old.parent_id
+    assert list(new.alternatives()) == [old, new]
+    assert list(new.siblings) == [old]
+    old.refresh_from_db()
+    assert old.on_path is False and Message.objects.filter(pk=old.pk).exists()
+    assert old.usages.count() == 1  # what it cost stays
+    assert texts(chat) == ["Capital of France?", "It is Paris."]
+    chat.ask("And the second city?")
+    assert sent(fake_llm) == [
+        ("user", "Capital of France?"),
+        ("assistant", "It is Paris."),
+        ("user", "And the second city?"),
+    ]
+    valid_tree(chat)
+    assert chat.cost().total is None or chat.path_cost().total <= chat.cost().total
+    assert chat.tokens.total_tokens > chat.path_tokens().total_tokens
+
+
+def test_branch_from_an_earlier_message_sends_only_the_edited_path(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    chat.ask("And Germany?")
+    edited = chat.branch_from(a1, "And Italy?")
+    assert edited.content == "Rome."
+    assert sent(fake_llm) == [
+        ("user", "Capital of France?"),
+        ("assistant", "Paris."),
+        ("user", "And Italy?"),
+    ]
+    assert texts(chat) == ["Capital of France?", "Paris.", "And Italy?", "Rome."]
+    prompt = edited.parent
+    assert [m.content for m in prompt.alternatives()] == ["And Germany?", "And Italy?"]
+    assert Message.objects.filter(chat=chat).count() == 6  # nothing lost
+    valid_tree(chat)
+
+
+def test_branch_from_the_root_edits_the_first_prompt(chat, fake_llm):
+    chat.with_instructions("Be brief.")
+    fake_llm.script(Reply("Paris."), Reply("Rome."))
+    chat.ask("Capital of France?")
+    reply = chat.ask("Capital of Italy?", parent=branches.ROOT)
+    assert sent(fake_llm) == [("user", "Capital of Italy?")]
+    assert texts(chat) == ["Be brief.", "Capital of Italy?", "Rome."]
+    first = reply.parent
+    assert first.parent_id is None
+    assert [m.content for m in first.alternatives()] == ["Capital of France?", "Capital of Italy?"]
+
+
+def test_switch_restores_the_other_branch_and_the_next_ask_continues_it(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."), Reply("Munich."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    chat.branch_from(a1, "And Italy?")
+    load_history(chat)  # this process keeps the built history of the Italian branch
+    leaf = chat.switch_to(germany.parent)  # the German prompt: down to its reply
+    assert leaf == germany
+    assert texts(chat) == ["Capital of France?", "Paris.", "And Germany?", "Berlin."]
+    chat.ask("Its second city?")
+    assert sent(fake_llm) == [
+        ("user", "Capital of France?"),
+        ("assistant", "Paris."),
+        ("user", "And Germany?"),
+        ("assistant", "Berlin."),
+        ("user", "Its second city?"),
+    ]
+    valid_tree(chat)
+
+
+def test_a_switch_is_seen_by_a_history_built_before_it_without_the_signal(chat, fake_llm):
+    """Another process's cache: it never received this process's signal; the path's rows
+    tell it the history it built is not the path any more."""
+    from django_llmchat.models.message import transcript_changed
+
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    italy = chat.branch_from(a1, "And Italy?")
+    forget_history()
+    assert [m.content for m in load_history(chat).messages][-1] == "Rome."
+    receivers = transcript_changed.receivers
+    transcript_changed.receivers = []
+    try:
+        chat.switch_to(germany)
+    finally:
+        transcript_changed.receivers = receivers
+    assert [m.content for m in load_history(chat).messages] == [
+        "Capital of France?",
+        "Paris.",
+        "And Germany?",
+        "Berlin.",
+    ]
+    chat.switch_to(italy)
+    assert [m.content for m in load_history(chat).messages][-1] == "Rome."
+
+
+def test_switch_reads_once_and_writes_only_what_changes(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    chat.branch_from(a1, "And Italy?")
+    with CaptureQueriesContext(connection) as ctx:
+        runs.switch_to(chat.pk, germany.pk)
+    writes = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("SELECT")]
+    assert len(writes) == 3  # the chat's lock, off, on
+    assert len(reads) == 2  # the runs in progress, the chat's rows
+    with CaptureQueriesContext(connection) as ctx:
+        runs.switch_to(chat.pk, germany.pk)  # already the path: nothing to write
+    assert [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("UPDATE")] == writes[:1]
+
+
+def test_switch_to_a_message_in_the_middle_goes_down_the_newest_replies(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("It is Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    chat.ask("And Germany?")
+    newest = chat.regenerate()
+    chat.branch_from(a1, "And Italy?")
+    assert chat.switch_to(a1) == Message.objects.filter(content="Rome.").get()
+    assert chat.switch_to(newest.parent) == newest  # the newest of the two replies
+
+
+def test_refusals(chat, fake_llm, django_user_model):
+    fake_llm.script(Reply("Paris."))
+    reply = chat.ask("Capital of France?")
+    other = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    stranger = other.add_message(role="user", content="hi")
+    with pytest.raises(ArgumentError, match="not a message of chat"):
+        chat.branch_from(stranger, "x")
+    with pytest.raises(ArgumentError, match="not a message of chat"):
+        chat.switch_to(stranger)
+    system = chat.with_instructions("Be brief.").messages.get(role="system")
+    with pytest.raises(ArgumentError, match="system message"):
+        chat.branch_from(system, "x")
+    assert texts(chat) == ["Capital of France?", "Paris.", "Be brief."]
+    assert chat.runs.count() == 1  # nothing admitted
+    assert chat.active_leaf == reply
+
+
+def test_queued_prompts_get_their_parent_when_placed(fake_llm):
+    from django.db import transaction
+
+    fake_llm.configure(
+        "anthropic", "claude-haiku-4-5", TASKS_EAGER_WITHOUT_BROKER="inline", MAX_RETRIES=0
+    )
+    fake_llm.script(Reply("One."), Reply("Two."), Reply("Three."))
+    chat = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    with transaction.atomic():
+        prompts = [chat.ask_later(text) for text in ("1?", "2?", "3?")]
+        assert prompts[0].parent_id is None
+        assert [p.parent_id for p in prompts[1:]] == [None, None]  # not placed yet
+    assert texts(chat) == ["1?", "One.", "2?", "Two.", "3?", "Three."]
+    valid_tree(chat)
+    assert sent(fake_llm) == [
+        ("user", "1?"),
+        ("assistant", "One."),
+        ("user", "2?"),
+        ("assistant", "Two."),
+        ("user", "3?"),
+    ]
+
+
+def test_branch_while_a_run_works_is_refused_and_the_tree_stays_valid(chat, fake_llm):
+    release = threading.Event()
+    first = chat.add_message(role="user", content="Hello")
+    fake_llm.script(Reply("Hi."))
+    chat.complete()
+    started = threading.Event()
+    fake_llm.script(lambda request: (started.set(), release.wait(5), Reply("Paris."))[-1])
+
+    def ask():
+        try:
+            Chat.objects.get(pk=chat.pk).ask("France?")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=ask)
+    worker.start()
+    try:
+        assert started.wait(5)
+        with pytest.raises(ChatBusyError):
+            chat.branch_from(first, "Edited")
+        with pytest.raises(ChatBusyError):
+            chat.switch_to(first)
+        with pytest.raises(ChatBusyError):
+            chat.regenerate()
+    finally:
+        release.set()
+        worker.join(10)
+    assert texts(chat) == ["Hello", "Hi.", "France?", "Paris."]
+    valid_tree(chat)
+
+
+def test_add_message_and_orm_rows_follow_the_active_leaf(chat):
+    u = chat.add_message(role="user", content="a")
+    a = Message.objects.create(chat=chat, role="assistant", content="b")
+    s = chat.add_message(role="system", content="rules")
+    assert (u.parent_id, a.parent_id, s.parent_id) == (None, u.pk, None)
+    assert chat.active_leaf == a
+
+
+def test_siblings_for_a_page_in_one_query(chat, fake_llm):
+    fake_llm.script(Reply("Paris."), Reply("It is Paris."), Reply("Paris, France."))
+    chat.ask("Capital of France?")
+    chat.regenerate()
+    chat.regenerate()
+    page = list(chat.tree())
+    with CaptureQueriesContext(connection) as ctx:
+        found = branches.siblings(page)
+    assert len(ctx) == 1
+    replies = [m.pk for m in page if m.role == "assistant"]
+    assert all(found[pk] == replies for pk in replies)
+    assert found[page[0].pk] == [page[0].pk]
