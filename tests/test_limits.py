@@ -302,10 +302,10 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
         chat.ask("weather?")
     # (and on PostgreSQL the user's admission lock, taken only when limits are on; with
     # no limit to check, the admission is one call of its function there instead of its
-    # transaction: BEGIN, the chat's lock, the runs ahead, two INSERTs, the chat's
-    # status, COMMIT)
+    # transaction: BEGIN, the chat's lock, the runs ahead, the active leaf, two INSERTs,
+    # the chat's status, COMMIT)
     postgresql = connection.vendor == "postgresql"
-    lock, one_call = (1, 7 - 1) if postgresql else (0, 0)
+    lock, one_call = (1, 8 - 1) if postgresql else (0, 0)
     assert len(off.captured_queries) == len(many) - 2 - lock - one_call
     if postgresql:
         assert "llmchat_run_enqueue_v1" in off.captured_queries[0]["sql"]
