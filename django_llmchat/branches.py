@@ -30,21 +30,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Q
 
 from .errors import ArgumentError, RunInProgress
 from .models import Message
 from .models.message import QUEUED_POSITION, branching, pending_branch, transcript_changed
+from .prepared import PreparedQuery
 
 __all__ = [
     "ROOT",
     "branch_here",
     "busy",
+    "check_parent",
     "branching",
     "drop_reply",
     "leaf_id",
     "leaf_row",
+    "link_parents",
     "pending_branch",
     "rewire",
     "siblings",
@@ -62,10 +65,15 @@ ROOT: Any = _Root()
 """Pass as ``parent`` to branch before the first message (an edit of the first prompt)."""
 
 
+# on the hot path (every new prompt): compiled once per database
+_LEAF = PreparedQuery(lambda chat_id: Message.objects.leaf_rows(chat_id)[:1])
+
+
 def leaf_row(chat_id: int) -> tuple[int, int] | None:
     """``(id, position)`` of the chat's active leaf (the last message on its path, system
     messages aside), or ``None``. One query."""
-    return Message.objects.leaf_row(chat_id)
+    rows = _LEAF.rows(chat_id)
+    return tuple(rows[0]) if rows else None
 
 
 def leaf_id(chat_id: int) -> int | None:
@@ -87,7 +95,7 @@ def _changed(chat_id: int) -> None:
     transaction.on_commit(lambda: transcript_changed.send(sender=Message, chat_id=chat_id))
 
 
-def _parent_row(chat_id: int, parent: Any) -> tuple[int, int] | None:
+def check_parent(chat_id: int, parent: Any) -> tuple[int, int] | None:
     """``(id, position)`` of ``parent`` (a Message, an id, or :data:`ROOT`: ``None``),
     checked to be a message of the chat a prompt may follow."""
     if parent is ROOT:
@@ -117,7 +125,7 @@ def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> int | None:
     lock (``in_progress``: the chat has an unfinished run, and the branch is refused), every
     on-path message after ``parent`` leaves the path, with the summaries covering them.
     Returns the parent's id for the prompt (``None`` for :data:`ROOT`)."""
-    row = _parent_row(chat_id, parent)
+    row = check_parent(chat_id, parent)
     if in_progress:
         raise busy(chat_id, "branching")
     after = -(2**62) if row is None else row[1]
@@ -209,32 +217,76 @@ def rewire(chat_id: int, message: Any) -> int:
     return leaf[1]
 
 
+def link_parents(chat_id: int) -> int:
+    """Give the messages of the chat's active path that have no parent (rows written
+    with ``bulk_create`` or raw SQL, which bypass ``Message.save()``) the message before
+    them on the path, as the migration that introduced the tree did for older rows: the
+    first message of the path keeps none. Run it while the chat is idle. Returns how many
+    messages got a parent; one read and one ``UPDATE`` per thousand of them."""
+    rows = (
+        Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+        .exclude(role="system")
+        .order_by("position", "id")
+        .values_list("pk", "parent_id")
+    )
+    linked, previous = [], None
+    for pk, parent in rows:
+        if parent is None and previous is not None:
+            linked.append(Message(pk=pk, parent_id=previous))
+        previous = pk
+    if linked:
+        Message.objects.bulk_update(linked, ["parent"], batch_size=1000)
+    return len(linked)
+
+
 def siblings(messages: Iterable[Any]) -> dict[int, list[int]]:
     """``{message id: the ids of its alternatives, itself included, oldest first}`` for
     stored ``messages`` (of any chats): the messages with the same parent (for a message
     without one, the chat's other first messages). System messages have none but
-    themselves. One query."""
+    themselves. One query (raw SQL: a page of the REST list pays no ORM compile)."""
     wanted = [m for m in messages if m.pk is not None]
     tree = [m for m in wanted if m.role != "system" and m.position < QUEUED_POSITION]
     result = {m.pk: [m.pk] for m in wanted}
     if not tree:
         return result
-    parents = {m.parent_id for m in tree if m.parent_id is not None}
-    roots = {m.chat_id for m in tree if m.parent_id is None}
-    found = Q(parent_id__in=parents) if parents else Q(pk__in=[])
-    if roots:
-        found |= Q(chat_id__in=roots, parent__isnull=True, position__lt=QUEUED_POSITION) & ~Q(
-            role="system"
-        )
-    groups: dict[tuple[Any, Any], list[int]] = {}
-    for pk, chat_id, parent_id in (
-        Message.objects.filter(found)
-        .order_by("position", "id")
-        .values_list("pk", "chat_id", "parent_id")
-    ):
+    parents = sorted({m.parent_id for m in tree if m.parent_id is not None})
+    roots = sorted({m.chat_id for m in tree if m.parent_id is None})
+    groups: dict[tuple[str, Any], list[int]] = {}
+    for pk, chat_id, parent_id in _sibling_rows(parents, roots):
         key = ("p", parent_id) if parent_id is not None else ("c", chat_id)
         groups.setdefault(key, []).append(pk)
     for m in tree:
         key = ("p", m.parent_id) if m.parent_id is not None else ("c", m.chat_id)
         result[m.pk] = groups.get(key) or [m.pk]
     return result
+
+
+def _sibling_rows(parents: list[int], roots: list[int]) -> list[tuple]:
+    """``(id, chat_id, parent_id)`` of the children of ``parents`` and of the first
+    messages of the chats ``roots``, in transcript order."""
+    using = router.db_for_read(Message)
+    connection = connections[using]
+    qn = connection.ops.quote_name
+
+    def column(name: str) -> str:
+        return qn(Message._meta.get_field(name).column)
+
+    pk, chat, parent = column("id"), column("chat"), column("parent")
+    position, role = column("position"), column("role")
+    clauses, params = [], []
+    if parents:
+        clauses.append(f"{parent} IN ({', '.join(['%s'] * len(parents))})")
+        params += parents
+    if roots:
+        clauses.append(
+            f"({parent} IS NULL AND {chat} IN ({', '.join(['%s'] * len(roots))}) "
+            f"AND {position} < %s AND {role} <> %s)"
+        )
+        params += [*roots, QUEUED_POSITION, "system"]
+    sql = (
+        f"SELECT {pk}, {chat}, {parent} FROM {qn(Message._meta.db_table)} "
+        f"WHERE {' OR '.join(clauses)} ORDER BY {position}, {pk}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -11,8 +11,9 @@ of the tools the chat could call (those registered here). A turn rated thumbs-do
 reply with a -1 ``Feedback``) has ``"weight": 0`` on its assistant messages: kept as
 context, not learnt.
 
-The functions take "the messages of a path": today a chat's transcript in order
-(:func:`chat_path`); they never read the chat's order themselves.
+The functions take "the messages of a path": a chat's active path in order
+(:func:`chat_path`; the other branches of a chat that branches are left out: switch to one
+with ``chat.switch_to()`` to export it); they never read the chat's order themselves.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ __all__ = [
 
 
 def chat_path(chat: Chat) -> list[Message]:
-    """The messages a chat's export follows, in order, with their tool calls, results
-    and feedback loaded (a constant number of queries)."""
+    """The messages a chat's export follows: its active path, in order, with their tool
+    calls, results and feedback loaded (a constant number of queries)."""
     return list(
         chat.transcript().prefetch_related(
             Prefetch("feedback", queryset=Feedback.objects.only("id", "message_id", "rating"))

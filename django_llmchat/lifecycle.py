@@ -234,6 +234,10 @@ def _message(message: Message, files: bool) -> dict[str, Any]:
         out["attachments"] = attachments
     if message.parent_tool_call_id is not None:
         out["parent_tool_call"] = message.parent_tool_call_id
+    if message.parent_id is not None:
+        out["parent"] = message.parent_id  # every branch is exported: the tree's shape
+    if not message.on_path:
+        out["on_path"] = False
     return out
 
 

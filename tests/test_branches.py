@@ -287,6 +287,20 @@ def test_add_message_and_orm_rows_follow_the_active_leaf(chat):
     assert chat.active_leaf == a
 
 
+def test_link_parents_mends_rows_written_in_bulk(chat):
+    rows = [
+        Message(chat=chat, role=role, content=text)
+        for role, text in [("user", "a"), ("system", "rules"), ("assistant", "b")]
+    ]
+    Message.objects.bulk_create(rows)
+    assert [m.parent_id for m in chat.transcript()] == [None, None, None]
+    assert branches.link_parents(chat.pk) == 1
+    a, rules, b = chat.transcript()
+    assert (a.parent_id, rules.parent_id, b.parent_id) == (None, None, a.pk)
+    assert branches.link_parents(chat.pk) == 0
+    assert branches.siblings([b])[b.pk] == [b.pk]
+
+
 def test_siblings_for_a_page_in_one_query(chat, fake_llm):
     fake_llm.script(Reply("Paris."), Reply("It is Paris."), Reply("Paris, France."))
     chat.ask("Capital of France?")
@@ -299,3 +313,61 @@ def test_siblings_for_a_page_in_one_query(chat, fake_llm):
     replies = [m.pk for m in page if m.role == "assistant"]
     assert all(found[pk] == replies for pk in replies)
     assert found[page[0].pk] == [page[0].pk]
+
+
+def test_the_export_follows_the_active_path(chat, fake_llm):
+    import json
+
+    from django_llmchat.export import finetune_lines
+
+    def contents():
+        [line] = finetune_lines([chat])
+        return [m["content"] for m in json.loads(line)["messages"]]
+
+    fake_llm.script(Reply("Paris."), Reply("Berlin."), Reply("Rome."))
+    a1 = chat.ask("Capital of France?")
+    germany = chat.ask("And Germany?")
+    chat.branch_from(a1, "And Italy?")
+    assert contents() == ["Capital of France?", "Paris.", "And Italy?", "Rome."]
+    chat.switch_to(germany)
+    assert contents() == ["Capital of France?", "Paris.", "And Germany?", "Berlin."]
+
+
+def test_racing_branches_one_wins_the_others_are_refused_and_the_tree_stays_valid(fake_llm):
+    """Eight edits of one prompt at once (each a branch after the same reply): one is
+    admitted, the others find its run in progress; after it, the path is valid and each
+    branch made follows the reply."""
+    from tests.test_gate import Provider, finish, needs_server_database, race
+
+    needs_server_database()
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    fake_llm.script(Reply("Paris."), Reply("Berlin."))
+    reply = chat.ask("Capital of France?")
+    chat.ask("And Germany?")
+    provider = Provider(fake_llm, hold=True)
+    threads, outcomes = race(
+        8, lambda i: Chat.objects.get(pk=chat.pk).branch_from(reply, f"Edit {i}?")
+    )
+    finish(
+        threads,
+        provider,
+        settled=lambda: sum(isinstance(o, ChatBusyError) for o in outcomes) == 7,
+    )
+    assert sum(isinstance(o, ChatBusyError) for o in outcomes) == 7, outcomes
+    (won,) = [o for o in outcomes if isinstance(o, Message)]
+    valid_tree(chat)
+    assert texts(chat)[-2:] == [won.parent.content, "answered"]
+    edits = Message.objects.filter(chat=chat, content__startswith="Edit ")
+    assert edits.count() == 1 and edits.get().parent_id == reply.pk
+    assert [m.content for m in won.parent.alternatives()] == ["And Germany?", edits.get().content]
+
+
+def test_aask_takes_a_parent_too(chat, fake_llm):
+    import asyncio
+
+    fake_llm.script(Reply("Paris."), Reply("Rome."))
+    chat.ask("Capital of France?")
+    reply = asyncio.run(chat.aask("Capital of Italy?", parent=branches.ROOT))
+    assert reply.content == "Rome." and sent(fake_llm) == [("user", "Capital of Italy?")]
+    assert texts(chat) == ["Capital of Italy?", "Rome."]

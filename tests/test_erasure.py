@@ -72,6 +72,14 @@ def test_the_export_holds_chats_messages_tool_calls_attachments_and_usage(fake_l
     assert tool_call["name"] == "weather_lookup" and tool_call["arguments"] == {"city": "Paris"}
     assert result["content"] == "Paris: sunny" and result["tool_call_id"] == tool_call["id"]
     assert answer["content"] == "Sunny in Paris"
+    # the tree's shape: each message's parent; all on the active path
+    assert [m.get("parent") for m in exported["messages"]] == [
+        None,
+        prompt["id"],
+        call["id"],
+        result["id"],
+    ]
+    assert not any("on_path" in m for m in exported["messages"])
     assert [r["status"] for r in exported["runs"]] == ["succeeded"]
     # every usage row of the user, those of the deleted chat too, with its kept title
     assert {(u["chat_id"], u.get("chat_title")) for u in entry["usage"]} == {

@@ -2,7 +2,8 @@
 ``DefaultChatTransport`` (``tests/js/ui-chat.test.mjs``), a network that fails under each
 server, with fetch-event-source's retry and the SDK's resume as docs/frontends.md writes
 them (``tests/js/retry-resume.test.mjs``), and a client typed by openapi-typescript,
-compiled with ``tsc --noEmit`` (``tests/js/client.ts``).
+compiled with ``tsc --noEmit`` (``tests/js/client.ts``), and branches (regenerate, edit,
+switch) through the AI SDK (``tests/js/branches.test.mjs``).
 
 The packages install from ``tests/js/package-lock.json`` (``npm ci``) when missing. The
 servers are ``manage.py runserver`` (WSGI) and uvicorn (ASGI) on free ports, each with a
@@ -117,6 +118,7 @@ class Servers:
             "REDIS_URL": self.redis_url,
             "EVENTS_KEY_PREFIX": f"llmchat-js-{uuid.uuid4().hex[:8]}",
             "CHUNK_DELAY": "0.02",
+            "LLMCHAT_PROVIDER_LOG": str(work / "provider-requests.jsonl"),
         }
         python = sys.executable
         done = subprocess.run(
@@ -189,13 +191,13 @@ def live_api(servers):
 
 
 def _node(test_file: str, url: str, token: str, work: Path) -> None:
-    done = _run(
-        "node",
-        "--test",
-        "--test-reporter=spec",
-        test_file,
-        env={**os.environ, "LLMCHAT_URL": url, "LLMCHAT_TOKEN": token},
-    )
+    env = {
+        **os.environ,
+        "LLMCHAT_URL": url,
+        "LLMCHAT_TOKEN": token,
+        "LLMCHAT_PROVIDER_LOG": str(work / "provider-requests.jsonl"),
+    }
+    done = _run("node", "--test", "--test-reporter=spec", test_file, env=env)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         output += "\n--- server log ---\n" + (work / "server.log").read_text()[-6000:]
@@ -205,6 +207,15 @@ def _node(test_file: str, url: str, token: str, work: Path) -> None:
 def test_the_ai_sdk_chat_works_against_the_api(live_api):
     url, token, env, work = live_api
     _node("ui-chat.test.mjs", url, token, work)
+
+
+def test_branches_through_the_ai_sdk(live_api):
+    """``tests/js/branches.test.mjs``: regenerate keeps the old reply as an alternative,
+    the SDK's edit flow branches and the provider gets only the edited path (read from
+    the requests the live server's fake provider recorded), switching restores a
+    branch; with the recipes of docs/frontends.md as they are written."""
+    url, token, env, work = live_api
+    _node("branches.test.mjs", url, token, work)
 
 
 def test_generated_typescript_types_compile_against_a_client(live_api):

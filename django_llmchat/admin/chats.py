@@ -148,9 +148,58 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         chat = self.get_object(request, object_id)
         if chat is not None:
             extra_context["transcript"] = transcript_page(
-                build_transcript(chat), request.GET.get("transcript_page")
+                build_transcript(chat),
+                request.GET.get("transcript_page"),
+                focus=request.GET.get("message"),
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_urls(self):
+        from django.urls import path
+
+        switch = self.admin_site.admin_view(self.switch_view)
+        return [
+            path("<path:object_id>/switch/", switch, name="django_llmchat_chat_switch"),
+            *super().get_urls(),
+        ]
+
+    def switch_view(self, request: HttpRequest, object_id: str):
+        """POST ``switch_to=<message id>``: that message's branch becomes the chat's
+        active path (:func:`django_llmchat.runs.switch_to`); back to the transcript, on
+        the page of that message."""
+        from urllib.parse import urlencode
+
+        from django.contrib import messages
+        from django.core.exceptions import PermissionDenied
+        from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+        from django.urls import reverse
+
+        from .. import runs
+        from ..errors import ArgumentError, RunInProgress
+
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        chat = self.get_object(request, object_id)
+        if chat is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, chat):
+            raise PermissionDenied
+        target = request.POST.get("switch_to", "")
+        change = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+        try:
+            runs.switch_to(chat.pk, int(target) if target.isdigit() else target)
+        except RunInProgress:
+            self.message_user(
+                request,
+                "The chat has a run in progress: switch branches once it ends (or cancel it).",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(change)
+        except ArgumentError as exc:
+            self.message_user(request, f"Cannot switch: {exc}.", messages.ERROR)
+            return HttpResponseRedirect(change)
+        self.message_user(request, "Switched to another branch.", messages.SUCCESS)
+        return HttpResponseRedirect(f"{change}?{urlencode({'message': target})}#message-{target}")
 
     def delete_view(self, request, object_id, extra_context=None):
         extra_context = dict(extra_context or {})

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.paginator import InvalidPage, Paginator
 from django.db.models import Prefetch
 
+from ..branches import siblings
 from ..models import Chat, Feedback, LLMModel, Run
 from ..values import Cost, Tokens
 from .base import _money
@@ -16,11 +17,14 @@ TRANSCRIPT_PAGE_SIZE = 50
 
 
 def build_transcript(chat: Chat) -> dict[str, Any]:
-    """The chat's messages arranged for display: each tool call with its result beneath.
+    """The chat's active path arranged for display: each tool call with its result
+    beneath, and where the chat branches, the message's place among its alternatives
+    (``entry["branch"]``: ``index``, ``count``, ``previous``, ``next``).
 
     Runs a constant number of queries whatever the transcript length."""
     feedback = Feedback.objects.select_related("user").order_by("id")
     messages = list(chat.transcript().prefetch_related(Prefetch("feedback", queryset=feedback)))
+    alternatives = siblings(messages)
     model_ids = {m.model_id for m in messages if m.model_id}
     registry = {}
     if model_ids:
@@ -74,6 +78,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
                 "cost_display": _money(cost.total) if cost.total is not None else "",
                 "attachments": list(m.attachments.all()),
                 "feedback": list(m.feedback.all()),
+                "branch": _branch(m.pk, alternatives[m.pk]),
             }
         )
         entries.extend({"run": run} for run in marks.get(m.pk, ()))
@@ -81,16 +86,36 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
         "entries": entries,
         "last_message_id": messages[-1].pk if messages else None,
         "message_count": len(messages),
+        "off_path_count": chat.messages.filter(on_path=False).count(),
         "total_tokens": total_tokens,
         "total_cost": total_cost,
         "total_cost_display": _money(total_cost.total),
     }
 
 
-def transcript_page(transcript: dict[str, Any], number: str | int | None) -> dict[str, Any]:
+def _branch(pk: int, ids: list[int]) -> dict[str, Any] | None:
+    """A message's place among its alternatives, with its neighbours' ids (``None`` when
+    it has none)."""
+    if len(ids) < 2:
+        return None
+    i = ids.index(pk)
+    return {
+        "index": i + 1,
+        "count": len(ids),
+        "previous": ids[i - 1] if i > 0 else None,
+        "next": ids[i + 1] if i + 1 < len(ids) else None,
+    }
+
+
+def transcript_page(
+    transcript: dict[str, Any], number: str | int | None, *, focus: Any = None
+) -> dict[str, Any]:
     """One page of :func:`build_transcript`'s entries, :data:`TRANSCRIPT_PAGE_SIZE` a page;
-    no ``number`` (or a bad one) means the LAST page, where the latest messages are."""
+    no ``number`` (or a bad one) means the page holding message ``focus`` when given, else
+    the LAST page, where the latest messages are."""
     paginator = Paginator(transcript["entries"], TRANSCRIPT_PAGE_SIZE, orphans=5)
+    if not number and focus is not None:
+        number = _page_of(transcript["entries"], focus, paginator)
     try:
         page = paginator.page(int(number or paginator.num_pages))
     except (ValueError, InvalidPage):
@@ -101,3 +126,11 @@ def transcript_page(transcript: dict[str, Any], number: str | int | None) -> dic
         "page": page,
         "page_range": list(paginator.get_elided_page_range(page.number, on_each_side=2)),
     }
+
+
+def _page_of(entries: list[dict[str, Any]], focus: Any, paginator: Paginator) -> int | None:
+    for i, entry in enumerate(entries):
+        message = entry.get("message")
+        if message is not None and str(message.pk) == str(focus):
+            return min(i // paginator.per_page + 1, paginator.num_pages)
+    return None

@@ -16,7 +16,8 @@ from rest_framework.response import Response
 
 from .. import dbconn, runs
 from ..conf import settings
-from ..models import Chat, Run
+from ..errors import ArgumentError, RunInProgress
+from ..models import Chat, Message, Run
 from .base import LLMChatView, interrupt_current
 from .errors import Conflict
 from .idempotency import (
@@ -28,9 +29,16 @@ from .idempotency import (
 )
 from .pagination import ChatCursorPagination, RunCursorPagination
 from .permissions import chats_for
-from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE
+from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE, SWITCH_RULES
 from .schema import document
-from .serializers import ChatSerializer, RunSerializer, UsageSerializer
+from .serializers import (
+    BranchSwitchSerializer,
+    ChatSerializer,
+    MessageSerializer,
+    RunSerializer,
+    UsageSerializer,
+    load_messages,
+)
 from .sse import EventStreamRenderer, follow_frames, sse_response
 from .usage import chat_usage
 
@@ -155,6 +163,33 @@ class ChatViewSet(
         return Response(
             {"status": chat.status, "cancel_requested": True}, status=status.HTTP_202_ACCEPTED
         )
+
+    @document(
+        summary="Switch the active branch",
+        description="Makes the branch through `message` (any message of the chat's tree: "
+        "a regenerated reply, an edited prompt, one in the middle) the active path: its "
+        "ancestors, itself, then the newest reply each time down to a leaf. The next "
+        "message continues it; `GET messages/` lists it. Answers the new path's leaf. "
+        "409 while a run of the chat is in progress.",
+        request=BranchSwitchSerializer,
+        responses={200: MessageSerializer, 400: SWITCH_RULES, 404: ERROR, 409: ERROR},
+    )
+    def switch(self, request, pk=None):
+        chat = self.get_chat(pk)
+        serializer = BranchSwitchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            leaf = runs.switch_to(chat.pk, serializer.validated_data["message"])
+        except RunInProgress:
+            raise Conflict(
+                "The chat has a run in progress; wait for it to end (or cancel it) before "
+                "switching branches."
+            ) from None
+        except ArgumentError as exc:
+            raise ValidationError({"message": [str(exc)]}) from None
+        message = Message.objects.filter(pk=leaf).select_related("parent_tool_call").get()
+        load_messages([message])
+        return Response(MessageSerializer(message, context=self.get_serializer_context()).data)
 
     @document(summary="Token and cost totals", responses={200: UsageSerializer})
     def usage(self, request, pk=None):

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import inputs
+from ..branches import siblings
 from ..models import Attachment, LLMModel, Message, ToolCall, Usage
 from ..models.usage import USAGE_COST_COLUMNS
 from ..prepared import known_relations
@@ -29,6 +30,7 @@ from .fields import (
 
 __all__ = [
     "AttachmentSerializer",
+    "BranchSwitchSerializer",
     "MessageContentSerializer",
     "MessageCreateSerializer",
     "MessageSerializer",
@@ -102,6 +104,21 @@ class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
         help_text="For a summary (a stored compaction of the history): the id of the last "
         "message it covers; requests send it instead of the messages up to that one.",
     )
+    parent = serializers.IntegerField(
+        source="parent_id",
+        allow_null=True,
+        help_text="The id of the message this one follows in the conversation's tree; null "
+        "for system messages, a first message, and a prompt still queued behind a run.",
+    )
+    siblings = serializers.SerializerMethodField(
+        help_text="The ids of the messages with the same parent (regenerated replies, "
+        "edited prompts), this one included, oldest first: `siblings.index(id) + 1` of "
+        "`len(siblings)` is its place among them. A system message has only itself."
+    )
+    on_path = serializers.BooleanField(
+        help_text="Whether the message is on the chat's active path (what the next "
+        "request is built from); false for the messages of other branches."
+    )
 
     class Meta:
         model = Message
@@ -122,9 +139,19 @@ class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
             "cost",
             "cache_until_here",
             "summary_until",
+            "parent",
+            "siblings",
+            "on_path",
             "created_at",
         )
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_siblings(self, m: Message) -> list[int]:
+        found = m.__dict__.get("sibling_ids")
+        if found is None:  # a message not loaded with load_messages: one query
+            found = siblings([m])[m.pk]
+        return found
 
     @extend_schema_field(CostSerializer)
     def get_cost(self, m: Message) -> dict[str, str]:
@@ -136,11 +163,14 @@ class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
 
 def load_messages(messages: list[Message]) -> list[Message]:
     """Load what :class:`MessageSerializer` shows of ``messages`` (fetched with
-    ``select_related("parent_tool_call")``) in four queries whatever their number: tool
-    calls with their results, attachments, usage rows, registry rows."""
+    ``select_related("parent_tool_call")``) in five queries whatever their number: tool
+    calls with their results, attachments, usage rows, siblings, registry rows."""
     ids = [m.pk for m in messages]
     if not ids:
         return messages
+    alternatives = siblings(messages)
+    for m in messages:
+        m.sibling_ids = alternatives[m.pk]
     calls: dict[int, list] = {i: [] for i in ids}
     # the columns ToolCallSerializer and ToolResultSerializer show, and no more: a
     # result's other columns (its JSON ones above all) cost more to read than the rest
@@ -174,16 +204,34 @@ def load_messages(messages: list[Message]) -> list[Message]:
 
 
 # -- a new user message -------------------------------------------------------------------
+PARENT_HELP = (
+    "Start a new branch: the id of the message of this chat the prompt follows (an "
+    "assistant reply or a user message; not a tool result or a system message). The "
+    "active path's messages after it leave the path (kept: switch back to them with "
+    "`chats/{id}/switch/`) and the reply answers the new path alone. `null`: before the "
+    "first message (an edit of the first prompt). Absent: after the active leaf. Refused "
+    "(409) while a run of the chat is in progress."
+)
+
+
 class MessageContentSerializer(StrictFieldsMixin, serializers.Serializer):
-    """A user message in a JSON body: ``content`` alone (files need multipart)."""
+    """A user message in a JSON body: ``content`` and an optional ``parent`` (files need
+    multipart)."""
 
     content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
+    parent = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
+    )
 
 
 class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
-    """A user message: ``content`` and, in a multipart body, ``attachments`` files."""
+    """A user message: ``content``, an optional ``parent`` and, in a multipart body,
+    ``attachments`` files."""
 
     content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
+    parent = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
+    )
     attachments = serializers.ListField(
         child=serializers.FileField(allow_empty_file=True),  # emptiness: the input rule
         required=False,
@@ -202,3 +250,13 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
     def validate_attachments(self, files: list) -> list[tuple[str, bytes, str]]:
         return checked(inputs.check_attachments, files)
+
+
+class BranchSwitchSerializer(StrictFieldsMixin, serializers.Serializer):
+    """The message whose branch becomes the chat's active path."""
+
+    message = serializers.IntegerField(
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="The id of a message of the chat: its branch becomes the active path.",
+    )

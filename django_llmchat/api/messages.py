@@ -5,16 +5,19 @@ decisions on tool calls waiting for approval."""
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import runs
-from ..errors import ChatBusyError
+from .. import branches, runs
+from ..branches import ROOT, branching
+from ..errors import ArgumentError, ChatBusyError
 from ..models import Chat, Message, Run, ToolCall
 from ..transcript import known_relations
 from .base import LLMChatView, once, stream_inline, stream_position
@@ -69,15 +72,31 @@ class MessageListCreateView(LLMChatView):
 
     @document(
         summary="List a chat's messages",
-        description="In transcript order, by `(position, id)`; each message with its tool calls "
-        "and their results, citations, attachments, tokens and cost. `?from=end` starts "
-        "with the latest page.",
+        description="The active path (what the next request is built from) in transcript "
+        "order, by `(position, id)`; `?path=all`: every message of every branch, in the "
+        "order they were stored (`parent`, `siblings` and `on_path` tell the tree). Each "
+        "message with its tool calls and their results, citations, attachments, tokens and "
+        "cost. `?from=end` starts with the latest page.",
+        parameters=[
+            OpenApiParameter(
+                "path",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=["active", "all"],
+                description="`active` (default): the active path; `all`: every branch.",
+            )
+        ],
         responses={200: MessageSerializer(many=True), 400: ERROR, 404: ERROR},
     )
     def get(self, request, pk: int):
+        scope = request.query_params.get("path", "active")
+        if scope not in ("active", "all"):
+            raise ValidationError({"path": ["must be 'active' or 'all'"]})
         # the chat's access check rides in the page's statement; only an empty page asks
         # whether the chat is there at all (a 404 otherwise)
         rows = Message.objects.filter(chat__in=chats_for(request.user).filter(pk=pk))
+        if scope == "active":
+            rows = rows.filter(on_path=True)
         # the columns MessageSerializer never shows stay in the database
         rows = rows.select_related("parent_tool_call").defer(*UNSHOWN_MESSAGE_COLUMNS)
         try:
@@ -98,7 +117,9 @@ class MessageListCreateView(LLMChatView):
             "run (follow it at `events_url`). A message sent while an earlier run works is "
             "queued behind it and answered in order. With `Accept: text/event-stream` the "
             "run streams in this response instead (409 when the chat's run waits for a "
-            "tool-call decision)."
+            "tool-call decision). With `parent`, the message starts a new branch after "
+            "that message (edit and resubmit): the provider receives the new path alone; "
+            "409 while a run of the chat is in progress."
         ),
         request={
             "application/json": MessageContentSerializer,
@@ -117,7 +138,12 @@ class MessageListCreateView(LLMChatView):
         examples=[
             OpenApiExample(
                 "A prompt", value={"content": "What is the capital of France?"}, request_only=True
-            )
+            ),
+            OpenApiExample(
+                "An edited prompt (a new branch)",
+                value={"content": "And of Italy?", "parent": 2},
+                request_only=True,
+            ),
         ],
     )
     def post(self, request, pk: int):
@@ -128,21 +154,25 @@ class MessageListCreateView(LLMChatView):
         attachments = serializer.validated_data.get("attachments") or None
         streamed = self.wants_events()
         body = {"content": content, "attachments": _fingerprint(attachments), "sse": streamed}
+        parent = None
+        if "parent" in serializer.validated_data:
+            body["parent"] = serializer.validated_data["parent"]
+            parent = _checked_parent(chat, body["parent"])
         idem = Idempotency.of(request, "messages", chat, body)
         if streamed:
             after = stream_position(chat) if idem is not None else None
-            return once(
-                idem,
-                self,
-                lambda: stream_inline(self, chat, prompt=content, attachments=attachments),
-                stream="sse",
-                after=after,
-            )
-        return once(idem, self, lambda: self._ask_later(chat, content, attachments, idem))
 
-    def _ask_later(self, chat, content, attachments, idem):
+            def stream():
+                with branching(parent), _branch_refusals(parent):
+                    return stream_inline(self, chat, prompt=content, attachments=attachments)
+
+            return once(idem, self, stream, stream="sse", after=after)
+        return once(idem, self, lambda: self._ask_later(chat, content, attachments, idem, parent))
+
+    def _ask_later(self, chat, content, attachments, idem, parent=None):
         after = stream_position(chat)
-        message = chat.ask_later(content, attachments=attachments)
+        with _branch_refusals(parent):
+            message = chat.ask_later(content, attachments=attachments, parent=parent)
         if message is None:
             tripwire = chat.last_run.tripwire
             return Response(
@@ -163,6 +193,34 @@ class MessageListCreateView(LLMChatView):
         if idem is not None:
             idem.answered(status.HTTP_202_ACCEPTED, body)
         return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _checked_parent(chat: Chat, parent: int | None):
+    """The ``parent`` of a new branch as the chat's runs take it (``ROOT`` for null); a
+    400 naming the field for a message a prompt cannot follow."""
+    parent = ROOT if parent is None else parent
+    try:
+        branches.check_parent(chat.pk, parent)
+    except ArgumentError as exc:
+        raise ValidationError({"parent": [str(exc)]}) from None
+    return parent
+
+
+@contextmanager
+def _branch_refusals(parent):
+    """A branch (``parent`` given) refused while the prompt is admitted: 409 while a run
+    is in progress, 400 naming ``parent`` when its message changed meanwhile."""
+    try:
+        yield
+    except runs.RunInProgress:
+        raise Conflict(
+            "The chat has a run in progress; wait for it to end (or cancel it) before "
+            "starting a branch."
+        ) from None
+    except ArgumentError as exc:
+        if parent is None:
+            raise
+        raise ValidationError({"parent": [str(exc)]}) from None
 
 
 def _fingerprint(attachments: list | None) -> list:

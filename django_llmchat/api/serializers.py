@@ -30,6 +30,7 @@ from .fields import (
 )
 from .message_serializers import (
     AttachmentSerializer,
+    BranchSwitchSerializer,
     MessageContentSerializer,
     MessageCreateSerializer,
     MessageSerializer,
@@ -40,6 +41,7 @@ from .message_serializers import (
 
 __all__ = [
     "AttachmentSerializer",
+    "BranchSwitchSerializer",
     "ChatSerializer",
     "CostSerializer",
     "LLMModelSerializer",
@@ -290,6 +292,11 @@ class ChatUsageModelSerializer(serializers.Serializer):
     cost = CostSerializer()
 
 
+class PathUsageSerializer(serializers.Serializer):
+    tokens = TokensSerializer()
+    cost = CostSerializer()
+
+
 class UsageSerializer(serializers.Serializer):
     """Token and cost totals of a chat, and per model."""
 
@@ -300,6 +307,11 @@ class UsageSerializer(serializers.Serializer):
         child=serializers.IntegerField(), help_text="Provider attempts by status."
     )
     by_model = ChatUsageModelSerializer(many=True)
+    path = PathUsageSerializer(
+        help_text="The active path's messages alone (their attempts, and the supplied "
+        "costs of hand-built ones): what the branch shown cost. The totals above are "
+        "everything paid, every branch and failed attempt included."
+    )
 
 
 class LLMModelSerializer(serializers.ModelSerializer):

@@ -26,6 +26,7 @@ from ..events import StreamEvent
 from ..models import Chat, Run
 from .sse import InlineRun
 from .ui_chats import call_for, chat_for, decide_all
+from .ui_paths import reply_branch
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of, prompt_of
 
 # ui_messages reads the stream's three helpers from here
@@ -112,7 +113,9 @@ def _live(chat_id: int) -> bool:
 def follow_chunks(chat: Chat, *, asynchronous: bool):
     """The run in progress, from its start, as UI message chunks; ends after the run (or
     when no run is left to wait for)."""
-    ui = UIMessageStream(chat_id=chat.pk)
+    ui = UIMessageStream(
+        chat_id=chat.pk, finish_metadata=lambda event: reply_branch(chat.pk, event.run_id)
+    )
     options = {"last_id": None, "stop_at_run_end": True, "heartbeat": True, "block_ms": 1000}
 
     def frame(event: Any, live: bool) -> str | None:

@@ -11,6 +11,12 @@ and a call waiting for a decision as ``approval-requested``, which the SDK's
 for a reply (the stream's ``start`` chunk), the id the client gave a user message, else
 ``msg-<message id>``. Summaries and system messages are not UI messages.
 
+The messages are the chat's active path. A message with alternatives (the other replies
+of its prompt, the other versions of an edited prompt) says so in ``metadata.branch``
+(``index`` in ``siblings``, their ``count``, their client ``siblings`` ids and their
+``storedMessageIds`` to switch to); a reply the requesting user rated carries its
+``metadata.feedback`` (``rating``, ``comment``).
+
 :func:`replay_chunks` turns an assistant message back into chunks, for a reconnect to a
 run that waits for a decision: the client sees the approval request again.
 """
@@ -20,11 +26,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..models import Chat, Message, Run
+from ..models import Chat, Feedback, Message, Run
 from ..transcript import call_item_ids
 from .ids import is_call_id
 from .serializers import attachment_url
 from .ui import _error_text, _output, _usd_sum
+from .ui_paths import UI_MESSAGE_ID, Tree, branch_of, ui_id_of_user
 
 __all__ = [
     "UI_MESSAGE_ID",
@@ -33,9 +40,6 @@ __all__ = [
     "ui_messages",
     "waiting_reply",
 ]
-
-UI_MESSAGE_ID = "ui_message_id"
-"""The key of a user message's ``raw`` holding the id its AI SDK client gave it."""
 
 
 def remember_user_message_id(message_id: int | None, client_id: Any) -> None:
@@ -48,7 +52,6 @@ def remember_user_message_id(message_id: int | None, client_id: Any) -> None:
 
 
 def _user(message: Message, request) -> dict[str, Any]:
-    raw = message.raw if isinstance(message.raw, dict) else {}
     parts: list[dict[str, Any]] = []
     if message.content or not message.attachments.all():
         parts.append({"type": "text", "text": message.content})
@@ -59,12 +62,7 @@ def _user(message: Message, request) -> dict[str, Any]:
         parts.append(
             {"type": "file", "mediaType": att.mime_type, "url": url, "filename": att.filename}
         )
-    client_id = raw.get(UI_MESSAGE_ID)
-    return {
-        "id": client_id if isinstance(client_id, str) else f"msg-{message.pk}",
-        "role": "user",
-        "parts": parts,
-    }
+    return {"id": ui_id_of_user(message.pk, message.raw), "role": "user", "parts": parts}
 
 
 class _Reply:
@@ -179,27 +177,62 @@ def _usd(value) -> str | None:
 
 
 def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:
-    """The chat's active path as ``UIMessage[]``, in a constant number of queries."""
+    """The chat's active path as ``UIMessage[]``, with each message's alternatives and
+    the requesting user's feedback, in a constant number of queries."""
     runs = {run.pk: run for run in Run.objects.filter(chat=chat).with_totals()}
     messages = (
-        Message.objects.filter(chat=chat, on_path=True, summary_until__isnull=True)
+        Message.objects.filter(chat=chat, summary_until__isnull=True, on_path=True)
         .exclude(role="system")
         .transcript()
         .order_by("position", "id")
     )
     out: list[dict[str, Any]] = []
+    firsts: list[int] = []  # each UI message's first stored message
     reply: _Reply | None = None
     for message in messages:
         if message.role == "user":
             out.append(_user(message, request))
+            firsts.append(message.pk)
             reply = None
         elif message.role == "assistant":
             if reply is None or reply.run_id != message.run_id:
                 reply = _Reply(chat, message, runs.get(message.run_id))
                 out.append(reply)  # type: ignore[arg-type]  # made a dict below
+                firsts.append(message.pk)
             reply.step(message)
         # a tool message joins the part of its call (read with the call, above)
-    return [item.to_dict() if isinstance(item, _Reply) else item for item in out]
+    done = [item.to_dict() if isinstance(item, _Reply) else item for item in out]
+    if done:
+        _branches_and_feedback(chat, done, firsts, request)
+    return done
+
+
+def _branches_and_feedback(
+    chat: Chat, messages: list[dict[str, Any]], firsts: list[int], request
+) -> None:
+    """Each message's ``metadata.branch`` (when it has alternatives) and each reply's
+    ``metadata.feedback`` (the requesting user's rating of one of its messages)."""
+    tree = Tree(chat)
+    user = getattr(request, "user", None)
+    rated: dict[int, dict[str, Any]] = {}
+    if user is not None and user.is_authenticated:
+        for message_id, rating, comment in Feedback.objects.filter(
+            message__chat=chat, user=user
+        ).values_list("message_id", "rating", "comment"):
+            rated[message_id] = {"rating": rating, "comment": comment}
+    for message, first in zip(messages, firsts, strict=True):
+        node = tree.node_of.get(first)
+        if node is None:
+            continue
+        metadata: dict[str, Any] = {}
+        branch = branch_of(tree, node)
+        if branch is not None:
+            metadata["branch"] = branch
+        feedback = [rated[pk] for pk in node.messages if pk in rated]
+        if feedback and node.role == "assistant":
+            metadata["feedback"] = feedback[-1]
+        if metadata:
+            message["metadata"] = {**message.get("metadata", {}), **metadata}
 
 
 def waiting_reply(chat: Chat, request=None) -> dict[str, Any] | None:

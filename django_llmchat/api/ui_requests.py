@@ -42,8 +42,10 @@ class UIChatSerializer(serializers.Serializer):
     messages = serializers.ListField(
         child=UIMessageSerializer(),
         required=False,
-        help_text="The client's messages; only the last one is read (the new user message, "
-        "or the assistant message carrying answers to tool approvals).",
+        help_text="The client's messages: the last one is the new user message (or the "
+        "assistant message carrying answers to tool approvals); the ones before it, by "
+        "their ids, are the path it continues (the chat's active path: the ordinary "
+        "append; a shorter prefix: a new branch after its last message).",
     )
     message = UIMessageSerializer(
         required=False, help_text="Instead of `messages`: the last message alone."
@@ -55,7 +57,8 @@ class UIChatSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         allow_blank=True,
-        help_text="The message to regenerate (the last reply is replaced).",
+        help_text="The message to regenerate (the last reply is replaced, and kept as an "
+        "alternative), or the user message a `submit-message` edits.",
     )
 
     def validate_id(self, value: str) -> str:

@@ -101,6 +101,8 @@ class UIMessageStream:
     stored call ids to the ``toolCallId`` a client already knows, ``known_calls`` lists
     ``(call id, tool name, toolCallId)`` of those calls in their order (for call ids a
     vendor repeated) and ``run_calls`` the call ids the run stored before this stream.
+    ``finish_metadata(event)`` gives more of the ``finish`` chunk's metadata, read when the
+    run ends (the reply's alternatives: :func:`~.ui_paths.reply_branch`).
 
     Every stored call gets its own ``toolCallId`` (a vendor may repeat an id, or give
     none): the call's item id, else its call id when the run has no other call with it,
@@ -118,8 +120,10 @@ class UIMessageStream:
         tool_ids: dict[str, str] | None = None,
         known_calls: list[tuple[str, str, str]] | None = None,
         run_calls: list[str] | None = None,
+        finish_metadata: Callable[[RunFinished], dict[str, Any]] | None = None,
     ):
         self.chat_id = chat_id
+        self.finish_metadata = finish_metadata
         self.message_id = message_id
         self.started = False
         self.ended = False
@@ -347,6 +351,8 @@ class UIMessageStream:
             metadata["tokens"] = event.token_usage.to_dict()
         if event.cost is not None:
             metadata["cost"] = event.cost
+        if self.finish_metadata is not None and event.run_id:
+            metadata.update(self.finish_metadata(event))
         out.append(
             FinishChunk(finish_reason=self._finish_reason(event.status), message_metadata=metadata)
         )

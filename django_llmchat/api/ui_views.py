@@ -14,6 +14,8 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from .. import branches
+from ..errors import ArgumentError
 from ..models import Chat, Run, ToolCall
 from . import ui_messages
 from .base import LLMChatView, admit, interrupt_current, once, stream_position
@@ -29,6 +31,7 @@ from .schema import document
 from .serializers import RunSerializer
 from .ui import DONE, UIRun, can_resume, chunk, follow_chunks, no_stream, ui_response
 from .ui_chats import chat_for, decide_all
+from .ui_paths import placement_of, reply_branch
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of
 from .ui_stream import UIMessageStream
 
@@ -64,10 +67,13 @@ class UIChatView(TransportView):
         summary="Send a message the AI SDK way (UI message stream protocol v1)",
         description=(
             "The body of the AI SDK's `DefaultChatTransport`: `id` (a chat id of yours, or "
-            "an id the client made up: the chat is created on first use), `messages` (only "
-            "the last is read: the new user message, or the assistant message with answers "
-            "to tool approvals), `trigger` (`submit-message`, `regenerate-message`: the "
-            "last reply is replaced by a new run) and `messageId`. The answer streams UI "
+            "an id the client made up: the chat is created on first use), `messages` (the "
+            "last is the new user message, or the assistant message with answers to tool "
+            "approvals; the ones before it, by their ids, are the path it continues: the "
+            "chat's active path appends, a shorter prefix branches after its last message, "
+            "a message the chat does not have anywhere but last is a `400`), `trigger` "
+            "(`submit-message`, `regenerate-message`: the last reply is replaced by a new "
+            "run and kept as an alternative) and `messageId`. The answer streams UI "
             "message chunks (`data: <JSON>` frames, then `data: [DONE]`) with the header "
             "`x-vercel-ai-ui-message-stream: v1`." + REFUSALS_AS_TEXT
         ),
@@ -92,7 +98,8 @@ class UIChatView(TransportView):
         # a new user message's own id names the request when no header does: a retried
         # sendMessage stores no second prompt
         fallback = None
-        if data["trigger"] == "submit-message" and last.get("role") == "user":
+        edit = bool(data.get("messageId"))  # the SDK's edit: the message keeps its id
+        if data["trigger"] == "submit-message" and last.get("role") == "user" and not edit:
             fallback = str(last.get("id") or "") or None
         body = {"trigger": data["trigger"], "last": _json_safe(last)}
         idem = Idempotency.of(request, "ui-chat", chat, body, fallback=fallback)
@@ -102,13 +109,31 @@ class UIChatView(TransportView):
         )
 
     def _answer(self, chat: Chat, data: dict, last: dict, idem: Idempotency | None):
-        stream = UIMessageStream(chat_id=chat.pk)
+        def finish(event) -> dict:  # a regenerated reply says its alternatives at once
+            return reply_branch(chat.pk, event.run_id)
+
+        stream = UIMessageStream(chat_id=chat.pk, finish_metadata=finish)
         run: dict[str, Any] = {}
+        sent = data.get("messages") if data.get("message") is None else None
+        parent = None  # a new branch's parent (branches.ROOT: before the first message)
         if data["trigger"] == "regenerate-message":
             run["regenerate"] = True
+            if sent and not placement_of(chat, sent, regenerate=True).append:
+                raise ValidationError(
+                    {
+                        "messages": [
+                            "only the reply at the end of the chat's active path can be "
+                            "regenerated: switch to its branch first"
+                        ]
+                    }
+                )
         elif last["role"] == "user":
             run["prompt"] = data["prompt"]  # checked by the serializer (the input rules)
             run["attachments"] = data["attachments"] or None
+            if sent is not None:  # the messages before it are the path it continues
+                place = placement_of(chat, sent[:-1])
+                if not place.append:
+                    parent = branches.ROOT if place.parent is None else place.parent
         elif last["role"] == "assistant":
             decisions = approvals_of(last)
             if not decisions:
@@ -128,6 +153,7 @@ class UIChatView(TransportView):
                 raise Conflict("Other tool calls of the run still wait for a decision.")
             stream = UIMessageStream(
                 chat_id=chat.pk,
+                finish_metadata=finish,
                 message_id=last.get("id") or None,
                 known_calls=[(call.call_id, call.name, known) for call, known in decided],
                 run_calls=list(
@@ -140,7 +166,14 @@ class UIChatView(TransportView):
         else:
             raise ValidationError({"messages": ["a client cannot send system messages"]})
         inline = UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
-        admit(inline)
+        if parent is None:
+            admit(inline)
+        else:
+            try:
+                with branches.branching(parent):
+                    admit(inline)
+            except ArgumentError as exc:  # a message no prompt may follow
+                raise ValidationError({"messages": [str(exc)]}) from None
         if "prompt" in run:  # a reloaded chat names the user message as its client did
             row = getattr(inline.runner, "run_row", None)
             ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))
@@ -199,7 +232,11 @@ class UIChatMessagesView(LLMChatView):
             "`text`, `tool-<name>` parts in the states `input-available`, "
             "`approval-requested`, `approval-responded`, `output-available`, "
             "`output-error`, `output-denied`) with the stream's `metadata` (`chatId`, "
-            "`runId`, `status`, `storedMessageId`, `tokens`, `cost`). Ids are the ones "
+            "`runId`, `status`, `storedMessageId`, `tokens`, `cost`; `feedback`, the "
+            "requesting user's rating, on a reply they rated). The messages are the chat's "
+            "active path; one with alternatives has `metadata.branch` (`index`, `count`, "
+            "`siblings`: their ids, `storedMessageIds`: the messages to switch to). Ids are "
+            "the ones "
             "the client saw: `run-<run id>` for a reply, the client's id of a user "
             "message it sent, else `msg-<message id>`. Summaries and system messages "
             "are left out. Pass it as `useChat({ id, messages })`; a call waiting for a "

@@ -36,6 +36,7 @@ urlpatterns = [
     ),
     path("chats/<int:pk>/events/", ChatViewSet.as_view({"get": "events"}), name="chat-events"),
     path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
+    path("chats/<int:pk>/switch/", ChatViewSet.as_view({"post": "switch"}), name="chat-switch"),
     path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),
     path("chats/<int:pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
     path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),

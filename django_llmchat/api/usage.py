@@ -15,7 +15,8 @@ __all__ = ["chat_usage"]
 
 def chat_usage(chat: Chat) -> dict[str, Any]:
     """Totals over the chat's provider attempts (plus hand-built messages that carry their
-    own tokens or cost), overall and per model."""
+    own tokens or cost), overall (every branch) and per model, and over the active path's
+    messages (``path``: what the branch shown cost)."""
     sums = {name: Sum(name) for name in TOKEN_FIELDS}
     costs = {f"c_{part}": Sum(f"{part}_cost") for part in COST_FIELDS}
     rows = (
@@ -73,4 +74,5 @@ def chat_usage(chat: Chat) -> dict[str, Any]:
         "cost": cost_dict(total_cost),
         "attempts": statuses,
         "by_model": out_models,
+        "path": {"tokens": tokens_dict(chat.path_tokens()), "cost": cost_dict(chat.path_cost())},
     }

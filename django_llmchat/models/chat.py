@@ -416,12 +416,12 @@ class AbstractChat(models.Model):
         with branching(parent):
             return self.runner().ask_later(prompt, items)
 
-    async def aask(self, prompt: str | None = None, attachments=None, *, context=None):
+    async def aask(self, prompt: str | None = None, attachments=None, *, context=None, parent=None):
         """Async twin of :meth:`ask` for ASGI views."""
 
         def ask_in_thread():
             try:
-                return self.ask(prompt, attachments, context=context)
+                return self.ask(prompt, attachments, context=context, parent=parent)
             finally:
                 connections.close_all()  # the worker thread's own connections
 

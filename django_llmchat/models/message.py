@@ -64,16 +64,20 @@ def pending_branch() -> Any:
 
 
 class MessageQuerySet(models.QuerySet):
-    def leaf_row(self, chat_id: Any) -> tuple[int, int] | None:
-        """``(id, position)`` of the chat's active leaf: the last message on its path that
-        is part of the tree (no system message, no prompt still queued), or ``None``."""
+    def leaf_rows(self, chat_id: Any):
+        """``(id, position)`` of the messages of the chat's active path that are part of
+        the tree (no system message, no prompt still queued), the last first: the first
+        row is the chat's active leaf."""
         return (
             self.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
             .exclude(role="system")
             .order_by("-position", "-id")
             .values_list("pk", "position")
-            .first()
         )
+
+    def leaf_row(self, chat_id: Any) -> tuple[int, int] | None:
+        """``(id, position)`` of the chat's active leaf, or ``None``."""
+        return self.leaf_rows(chat_id).first()
 
     def transcript(self):
         """Messages with everything a transcript shows, in a constant number of queries:

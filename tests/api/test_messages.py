@@ -92,9 +92,10 @@ def test_messages_page_query_count_does_not_grow_with_the_transcript(api, owner)
     small = queries_for_first_page(api, owner, 15)  # 60 messages
     large = queries_for_first_page(api, owner, 150)  # 600 messages
     # token, the page (the chat's access checked in it), tool calls (+ results),
-    # attachments, usage rows (the registry only for a message without usage rows)
-    assert small == [5]
-    assert large == [5, 5]
+    # attachments, usage rows, siblings (the registry only for a message without usage
+    # rows)
+    assert small == [6]
+    assert large == [6, 6]
 
 
 def test_messages_cursor_walks_the_whole_transcript_in_order(api, chat):

@@ -146,7 +146,7 @@ def test_schema_states_the_rules_it_can(clients):
     assert chats["cursor"]["schema"]["pattern"] == r"^b?[0-9]{1,17}\.[0-9]{1,18}$"
     body = schema["paths"]["/api/chats/{id}/messages/"]["post"]["requestBody"]["content"]
     json_body = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
-    assert set(schema["components"]["schemas"][json_body]["properties"]) == {"content"}
+    assert set(schema["components"]["schemas"][json_body]["properties"]) == {"content", "parent"}
     multipart = body["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert "attachments" in schema["components"]["schemas"][multipart]["properties"]
     # a 400 for requests the schema allows is said on the route
@@ -155,6 +155,7 @@ def test_schema_states_the_rules_it_can(clients):
         ("/api/auth/token/", "post"),
         ("/api/ui/chat", "post"),
         ("/api/chats/{id}/messages/{message_id}/feedback/", "post"),
+        ("/api/chats/{id}/switch/", "post"),
     ]:
         text = schema["paths"][path][method]["responses"]["400"]["description"]
         assert "although the schema allows them" in text, (path, method)
@@ -180,6 +181,7 @@ def test_schema_renders_and_validates():
         "/api/chats/",
         "/api/chats/{id}/",
         "/api/chats/{id}/cancel/",
+        "/api/chats/{id}/switch/",
         "/api/chats/{id}/events/",
         "/api/chats/{id}/messages/",
         "/api/chats/{id}/messages/{message_id}/feedback/",

@@ -168,6 +168,9 @@ def test_usage_totals_and_per_model(api, chat):
     # the same totals as the model layer
     assert body["tokens"]["total_tokens"] == chat.tokens.total_tokens
     assert Decimal(body["cost"]["total"]) == chat.cost().total
+    # the active path: its messages' attempts (not the failed one, which stored none)
+    assert body["path"]["tokens"]["total_tokens"] == 780 == chat.path_tokens().total_tokens
+    assert Decimal(body["path"]["cost"]["total"]) == Decimal("0.0106") == chat.path_cost().total
 
 
 def test_usage_of_an_empty_chat(api, chat):
@@ -177,6 +180,7 @@ def test_usage_of_an_empty_chat(api, chat):
         "cost": {},
         "attempts": {},
         "by_model": [],
+        "path": {"tokens": {}, "cost": {}},
     }
 
 

@@ -315,7 +315,8 @@ def test_the_query_count_does_not_grow_with_the_messages(api, chat, fake_llm):
         fake_llm.script(
             Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Rome"})]), Reply("Fine.")
         )
-        chunks(post(api, chat.pk, user("Rome?")))
+        # as the SDK sends it: the chat so far, then the new message
+        chunks(post(api, chat.pk, *messages(api, chat.pk), user("Rome?")))
 
     def count() -> int:
         with CaptureQueriesContext(connection) as ctx:

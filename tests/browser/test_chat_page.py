@@ -10,6 +10,7 @@ under ``CI=true``, where that is a failure.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -732,3 +733,135 @@ def test_the_usage_dashboard_draws_its_charts(browser, example_server, scheme):
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the dashboard: {errors}"
+
+
+# -- branches and feedback ----------------------------------------------------------------------
+def reply_text(page) -> str:
+    """The text of the last reply shown."""
+    return page.locator("#transcript li.msg.assistant .body").last.inner_text()
+
+
+def regenerate(page) -> None:
+    """The page's Regenerate button on the last reply (``POST ui/chat``, as an AI SDK
+    client regenerates), then the chat drawn again."""
+    page.get_by_role("button", name="Regenerate this reply").click()
+    wait_idle(page)
+
+
+def feedback_of(page, chat_id: str, message_id: str):
+    """The signed-in user's feedback row on a reply, read back through the API."""
+    return page.evaluate(
+        "async (path) => { const r = await fetch(path);"
+        "  return r.status === 200 ? r.json() : r.status; }",
+        f"/api/chats/{chat_id}/messages/{message_id}/feedback/",
+    )
+
+
+def test_alternatives_edit_and_thumbs(page, fake_llm):
+    log_in(page)
+    chat_id = start_fake_chat(page)
+    fake_llm.script("Apples are red.")
+    send(page, "Tell me about apples")
+    wait_idle(page)
+    assert page.locator(".alternatives").count() == 0  # one reply: nothing to flip through
+
+    # a second reply to the question: the page shows it, the first one a click away
+    fake_llm.script(Reply("Apples are green.", chunk_size=3))
+    page.evaluate(
+        "() => { window.__streamed = [];"
+        "  new MutationObserver(() => {"
+        "    const body = document.querySelector('#transcript li.msg.streaming .body');"
+        "    if (body) window.__streamed.push(body.textContent);"
+        "  }).observe(document.querySelector('#transcript'),"
+        "    {subtree: true, childList: true, characterData: true}); }"
+    )
+    regenerate(page)
+    page.wait_for_selector("text=Apples are green.")
+    # it streamed into the page (a live reply, before the chat was drawn again)
+    assert any("Apples are green." in text for text in page.evaluate("window.__streamed"))
+    assert page.locator("text=Apples are red.").count() == 0
+    reply = page.locator("#transcript li.msg.assistant").last
+    assert reply.locator(".alt-count").inner_text() == "2/2"
+    assert reply.get_by_role("button", name="Next alternative").is_disabled()
+    reply.get_by_role("button", name="Previous alternative").click()
+    page.wait_for_selector("text=Apples are red.")
+    assert page.locator("text=Apples are green.").count() == 0
+    assert page.locator("#transcript li.msg.assistant .alt-count").inner_text() == "1/2"
+    page.reload()  # the switch is the chat's: it survives a reload
+    page.wait_for_selector("text=Apples are red.")
+    assert page.locator("#transcript li.msg.assistant .alt-count").inner_text() == "1/2"
+    page.get_by_role("button", name="Next alternative").click()
+    page.wait_for_selector("text=Apples are green.")
+    assert page.locator("text=Apples are red.").count() == 0
+
+    # edit a prompt: its answer replaces the path after it; the old one stays reachable
+    fake_llm.script("Pears are green.")
+    send(page, "Tell me about pears")
+    wait_idle(page)
+    page.wait_for_selector("text=Pears are green.")
+    fake_llm.script("Plums are purple.")
+    pears = page.locator("#transcript li.msg.user", has_text="Tell me about pears")
+    pears.get_by_role("button", name="Edit prompt").click()
+    page.get_by_label("Edited prompt").fill("Tell me about plums")
+    page.get_by_role("button", name="Send edited").click()
+    page.wait_for_selector("text=Plums are purple.")
+    wait_idle(page)
+    assert page.locator("text=Pears are green.").count() == 0
+    assert page.locator("#transcript li.msg.user .body").all_inner_texts() == [
+        "Tell me about apples",
+        "Tell me about plums",
+    ]
+    asked = json.dumps(fake_llm.requests[-1].body)
+    assert "Tell me about plums" in asked and "pears" not in asked
+    assert "Apples are green." in asked  # the path it follows: the chosen reply
+    edited = page.locator("#transcript li.msg.user", has_text="Tell me about plums")
+    assert edited.locator(".alt-count").inner_text() == "2/2"
+    page.screenshot(path=str(SHOTS / "chat-branches.png"))
+    edited.get_by_role("button", name="Previous alternative").click()
+    page.wait_for_selector("text=Pears are green.")
+    assert page.locator("text=Plums are purple.").count() == 0
+    page.reload()
+    page.wait_for_selector("text=Pears are green.")
+    assert page.locator("text=Tell me about plums").count() == 0
+
+    # thumbs: a click stores the rating, another changes it; both survive a reload
+    last = page.locator("#transcript li.msg.assistant").last
+    message_id = last.get_attribute("data-id")
+    assert feedback_of(page, chat_id, message_id) == 404
+    last.get_by_role("button", name="Good reply").click()
+    page.wait_for_selector("li.msg.assistant >> button[aria-label='Good reply'][aria-pressed=true]")
+    assert feedback_of(page, chat_id, message_id)["rating"] == 1
+    page.locator("#transcript li.msg.assistant").last.get_by_role(
+        "button", name="Bad reply"
+    ).click()
+    page.wait_for_selector("li.msg.assistant >> button[aria-label='Bad reply'][aria-pressed=true]")
+    assert feedback_of(page, chat_id, message_id)["rating"] == -1
+    page.reload()
+    page.wait_for_selector("text=Pears are green.")
+    last = page.locator("#transcript li.msg.assistant").last
+    assert last.get_by_role("button", name="Bad reply").get_attribute("aria-pressed") == "true"
+    assert last.get_by_role("button", name="Good reply").get_attribute("aria-pressed") == "false"
+
+
+def test_the_branch_controls_fit_a_375px_phone(browser, example_server, fake_llm):
+    context = browser.new_context(
+        viewport={"width": 375, "height": 740}, base_url=example_server, is_mobile=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        log_in(page)
+        start_fake_chat(page)
+        fake_llm.script("A first answer with a_very_long_identifier_that_does_not_wrap_at_all.")
+        send(page, "A question")
+        wait_idle(page)
+        fake_llm.script("A second answer.")
+        regenerate(page)
+        page.wait_for_selector("#transcript .alternatives")
+        for name in (".alternatives", ".thumbs", ".msg.user .edit"):
+            box = page.locator(name).last.bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 375, (name, box)
+        assert overflow(page) == 0, too_wide(page)
+        page.screenshot(path=str(SHOTS / "chat-branches-375px.png"), full_page=True)
+    finally:
+        context.close()

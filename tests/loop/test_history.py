@@ -384,3 +384,27 @@ def test_settings_and_agents_keep_dotted_paths(settings):
         history = {"estimator": f"{__name__}.count_words"}
 
     assert history_options(agent=Agent()).estimate() is count_words
+
+
+def test_a_summary_stays_with_the_branch_it_covers(chat, fake_llm):
+    """A summary covers the path up to a message: a branch from before that message does
+    not send it; switching back to the summarized branch does."""
+    fill(chat, 200)
+    chat.with_history("summarize")
+    fake_llm.server.responder = vendor()
+    chat.ask("Turn 0: what now?")
+    summary = Message.objects.get(chat=chat, summary_until__isnull=False)
+    summarized_leaf = chat.active_leaf
+    early = chat.transcript().filter(role="assistant").first()  # "Read it."
+    assert early.position < summary.summary_until.position
+    chat.branch_from(early, "A fresh start?")
+    summary.refresh_from_db()
+    assert not summary.on_path
+    body = json.dumps(fake_llm.last_request.body)
+    assert summary.content not in body and "A fresh start?" in body and "Question 0:" not in body
+    chat.switch_to(summarized_leaf)
+    summary.refresh_from_db()
+    assert summary.on_path
+    chat.ask("Back again?")
+    body = json.dumps(fake_llm.last_request.body)
+    assert summary.content in body and "A fresh start?" not in body

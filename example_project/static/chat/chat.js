@@ -30,6 +30,8 @@
     controller: null,
     stopTimer: null,
     opening: 0,
+    rated: new Map(), // reply message id -> the user's rating (1 or -1)
+    rateable: new Set(), // the message ids that end a reply (the ones thumbs rate)
   };
 
   // -- markdown -----------------------------------------------------------------------------
@@ -247,6 +249,163 @@
     return el("div", { class: "usage", text: `${tokensText(tokens)} · ${price}` });
   }
 
+  // -- branches and feedback ----------------------------------------------------------------
+  // "‹ 2/3 ›" on a message with alternatives (the other replies to its prompt, the other
+  // versions of an edited prompt): the chat's active branch moves there, then reloads.
+  function alternatives(m) {
+    const ids = m.siblings || [];
+    if (ids.length < 2) return null;
+    const at = ids.indexOf(m.id);
+    const step = (delta, label, symbol) =>
+      el("button", {
+        type: "button",
+        class: "link alt",
+        text: symbol,
+        "aria-label": label,
+        disabled: at + delta < 0 || at + delta >= ids.length,
+        onclick: () => switchTo(ids[at + delta]),
+      });
+    return el(
+      "span",
+      { class: "alternatives", role: "group", "aria-label": "Alternatives" },
+      step(-1, "Previous alternative", "‹"),
+      el("span", { class: "alt-count", text: `${at + 1}/${ids.length}` }),
+      step(1, "Next alternative", "›"),
+    );
+  }
+
+  // a thumb drawn here (no icon font: it shows the same everywhere); down is up turned
+  const THUMB =
+    '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false">' +
+    '<path d="M2.5 10.5h3.5v10h-3.5z M7.5 10.5 11 3.5c1.6 0 2.6 1.2 2.2 2.9l-.8 4.1h6.3' +
+    'c1.5 0 2.5 1.4 2 2.8l-2 6.3c-.3.9-1.1 1.4-2 1.4H7.5z" ' +
+    'stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/></svg>';
+
+  function thumbs(m) {
+    if (!state.rateable.has(m.id)) return null;
+    const rating = state.rated.get(m.id) || 0;
+    const thumb = (value, label) => {
+      const button = el("button", {
+        type: "button",
+        class: `link thumb${value < 0 ? " down" : ""}${rating === value ? " chosen" : ""}`,
+        title: label,
+        "aria-label": label,
+        "aria-pressed": rating === value ? "true" : "false",
+        onclick: () => rate(m.id, rating === value ? 0 : value),
+      });
+      button.innerHTML = THUMB; // a constant of this file, no data in it
+      return button;
+    };
+    return el(
+      "span",
+      { class: "thumbs", role: "group", "aria-label": "Feedback" },
+      thumb(1, "Good reply"),
+      thumb(-1, "Bad reply"),
+    );
+  }
+
+  function messageActions(m) {
+    const edit = m.role === "user"
+      ? el("button", {
+          type: "button",
+          class: "link edit",
+          text: "Edit",
+          "aria-label": "Edit prompt",
+          onclick: (event) => editMessage(m, event.target.closest("li")),
+        })
+      : null;
+    const parts = [alternatives(m), edit, thumbs(m)].filter(Boolean);
+    return parts.length ? el("div", { class: "msg-actions" }, ...parts) : null;
+  }
+
+  async function switchTo(messageId) {
+    if (state.running) return;
+    try {
+      await json("POST", `${API}chats/${state.chat.id}/switch/`, { message: messageId });
+      await refresh();
+    } catch (error) {
+      setStatus(`Could not switch: ${error.message}`);
+    }
+  }
+
+  // `rating` 1 or -1 gives (or changes) the rating; 0 withdraws it
+  async function rate(messageId, rating) {
+    const path = `${API}chats/${state.chat.id}/messages/${messageId}/feedback/`;
+    try {
+      if (rating) await json("POST", path, { rating });
+      else {
+        const response = await call("DELETE", path);
+        if (!response.ok && response.status !== 404) throw new Error(`HTTP ${response.status}`);
+      }
+      if (rating) state.rated.set(messageId, rating);
+      else state.rated.delete(messageId);
+      const item = els.transcript.querySelector(`li.msg[data-id="${messageId}"]`);
+      const old = item && item.querySelector(".thumbs");
+      if (old) old.replaceWith(thumbs({ id: messageId }));
+    } catch (error) {
+      setStatus(`Could not save the feedback: ${error.message}`);
+    }
+  }
+
+  // Edit a prompt and send it again: it follows the same message the old one did, so the
+  // chat branches there (the old prompt and its replies stay, one click away).
+  function editMessage(m, item) {
+    if (state.running || item.querySelector("form.edit")) return;
+    const body = item.querySelector(".body");
+    const box = el("textarea", { rows: 3, "aria-label": "Edited prompt" });
+    box.value = m.content;
+    const form = el(
+      "form",
+      { class: "edit" },
+      box,
+      el(
+        "div",
+        { class: "actions" },
+        el("button", { type: "submit", class: "primary", text: "Send edited" }),
+        el("button", {
+          type: "button",
+          text: "Cancel",
+          onclick: () => {
+            form.remove();
+            body.hidden = false;
+          },
+        }),
+      ),
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const text = box.value;
+      if (!text.trim() || state.running) return;
+      form.remove();
+      body.hidden = false;
+      body.textContent = text;
+      // what came after the old prompt is another branch now
+      while (item.nextElementSibling) item.nextElementSibling.remove();
+      streamRun(`${API}chats/${state.chat.id}/messages/`, { content: text, parent: m.parent });
+    });
+    body.hidden = true;
+    body.after(form);
+    box.focus();
+  }
+
+  // The user's ratings, and which messages end a reply, from the chat as the AI SDK
+  // routes give it (each reply's `storedMessageId` and `feedback`).
+  async function loadFeedback(chatId) {
+    const rated = new Map();
+    const rateable = new Set();
+    try {
+      for (const m of await json("GET", `${API}ui/chat/${chatId}/messages`)) {
+        const meta = m.metadata || {};
+        if (m.role !== "assistant" || !meta.storedMessageId) continue;
+        rateable.add(meta.storedMessageId);
+        if (meta.feedback) rated.set(meta.storedMessageId, meta.feedback.rating);
+      }
+    } catch (_) {
+      // the transcript still shows, without thumbs
+    }
+    return { rated, rateable };
+  }
+
   function renderMessage(m) {
     if (m.role === "tool") {
       const item = messageItem("tool", `tool result${m.tool_call_id ? ` · ${m.tool_call_id}` : ""}`);
@@ -263,6 +422,8 @@
     item.append(body);
     for (const c of m.tool_calls || []) item.append(toolCallBlock(c));
     if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost));
+    const actions = messageActions(m);
+    if (actions) item.append(actions);
     return item;
   }
 
@@ -337,6 +498,23 @@
     const items = [...(notices.get(-1) || [])];
     shown.forEach((m, i) => items.push(renderMessage(m), ...(notices.get(i) || [])));
     els.transcript.replaceChildren(...items);
+    const last = shown[shown.length - 1];
+    if (last && last.role === "assistant" && !(last.tool_calls || []).some((c) => !c.result)) {
+      const item = items.find((node) => node.dataset && node.dataset.id === String(last.id));
+      let actions = item && item.querySelector(".msg-actions");
+      if (item && !actions) item.append((actions = el("div", { class: "msg-actions" })));
+      if (actions) {
+        actions.append(
+          el("button", {
+            type: "button",
+            class: "link regenerate",
+            text: "Regenerate",
+            "aria-label": "Regenerate this reply",
+            onclick: regenerate,
+          }),
+        );
+      }
+    }
     if (!messages.length) {
       els.transcript.append(
         el("li", {
@@ -383,12 +561,14 @@
     }
   }
 
-  function loadChat(chatId) {
-    return Promise.all([
+  async function loadChat(chatId) {
+    const [chat, messages, runs, feedback] = await Promise.all([
       json("GET", `${API}chats/${chatId}/`),
       allMessages(chatId),
       latestRuns(chatId),
+      loadFeedback(chatId),
     ]);
+    return [chat, messages, runs, feedback];
   }
 
   async function loadChats() {
@@ -444,8 +624,9 @@
       return;
     }
     const ticket = ++state.opening; // a later click wins over a slower earlier one
-    const [chat, messages, runs] = await loadChat(chatId);
+    const [chat, messages, runs, feedback] = await loadChat(chatId);
     if (ticket !== state.opening) return;
+    Object.assign(state, feedback);
     showChat(chat);
     state.runs = runs;
     if (push) history.pushState({ chat: chat.id }, "", `?chat=${chat.id}`);
@@ -464,8 +645,9 @@
 
   async function refresh() {
     const ticket = ++state.opening;
-    const [chat, messages, runs] = await loadChat(state.chat.id);
+    const [chat, messages, runs, feedback] = await loadChat(state.chat.id);
     if (ticket !== state.opening) return;
+    Object.assign(state, feedback);
     showChat(chat);
     state.runs = runs;
     renderTranscript(messages, runs);
@@ -706,19 +888,55 @@
     setStatus(running ? "The assistant is replying…" : "");
   }
 
-  async function streamRun(path, body) {
+  // The AI SDK's UI message chunks (POST ui/chat) as the API's own events, for LiveRun:
+  // what the page shows while a regenerated reply streams (the reload after shows it all)
+  function uiChunkAsEvent({ data }) {
+    if (!data || typeof data !== "object") return null;
+    switch (data.type) {
+      case "text-delta":
+        return { event: "text_delta", data: { content: data.delta } };
+      case "reasoning-delta":
+        return { event: "reasoning_delta", data: { content: data.delta } };
+      case "tool-input-available":
+        return {
+          event: "tool_call_done",
+          data: { call_id: data.toolCallId, name: data.toolName, arguments: data.input },
+        };
+      case "finish-step":
+        return { event: "finish_reason_done", data: {} };
+      case "error":
+        return { event: "error", data: { message: data.errorText } };
+      case "finish":
+        return { event: "run_finished", data: { status: (data.messageMetadata || {}).status } };
+      default:
+        return null;
+    }
+  }
+
+  async function refusalText(response) {
+    const body = await response.text().catch(() => "");
+    try {
+      return errorText(JSON.parse(body), response.status);
+    } catch (_) {
+      return body || `HTTP ${response.status}`;
+    }
+  }
+
+  async function streamRun(path, body, { translate = (frame) => frame, accept = "text/event-stream" } = {}) {
     const live = new LiveRun();
     state.controller = new AbortController();
     els.transcript.setAttribute("aria-busy", "true");
     setRunning(true);
     try {
-      const response = await call("POST", path, body, "text/event-stream", state.controller.signal);
+      const response = await call("POST", path, body, accept, state.controller.signal);
       const type = response.headers.get("Content-Type") || "";
       if (!response.ok) {
-        const data = await response.json().catch(() => null);
-        live.note(errorText(data, response.status), true);
+        live.note(await refusalText(response), true);
       } else if (type.startsWith("text/event-stream")) {
-        await readEvents(response, (frame) => live.handle(frame));
+        await readEvents(response, (frame) => {
+          const event = translate(frame);
+          if (event) live.handle(event);
+        });
       }
     } catch (error) {
       if (error.name === "AbortError") live.note("Stopped");
@@ -759,6 +977,23 @@
     els.transcript.append(item);
     scrollDown();
     await streamRun(`${API}chats/${chat.id}/messages/`, { content: text });
+  }
+
+  // Answer the last prompt again; the old reply stays, as an alternative of the new one
+  async function regenerate() {
+    if (state.running) return;
+    const old = els.transcript.querySelectorAll("li.msg.assistant, li.msg.tool, li.notice.run");
+    const users = els.transcript.querySelectorAll("li.msg.user");
+    const prompt = users[users.length - 1];
+    for (const item of old) {
+      // what followed the last prompt makes room for the new reply
+      if (prompt && prompt.compareDocumentPosition(item) & Node.DOCUMENT_POSITION_FOLLOWING) {
+        item.remove();
+      }
+    }
+    const body = { id: String(state.chat.id), messages: [], trigger: "regenerate-message" };
+    // the AI SDK's transport asks for any type: its stream, or a refusal as text
+    await streamRun(`${API}ui/chat`, body, { translate: uiChunkAsEvent, accept: "*/*" });
   }
 
   async function decide(callId, decision) {
