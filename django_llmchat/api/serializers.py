@@ -15,6 +15,7 @@ from rest_framework import serializers
 from .. import inputs
 from ..errors import InputError
 from ..models import Chat, LLMModel, Run
+from ..registry import SYNCED_FIELDS
 from .errors import invalid
 from .fields import (
     CostSerializer,
@@ -317,16 +318,6 @@ class UsageSerializer(serializers.Serializer):
 class LLMModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = LLMModel
-        fields = (
-            "id",
-            "provider",
-            "model_id",
-            "name",
-            "family",
-            "context_window",
-            "max_output_tokens",
-            "modalities",
-            "capabilities",
-            "pricing",
-        )
+        # what the registry syncs, but its sources (``metadata``) are kept out
+        fields = ("id", "provider", "model_id", *(f for f in SYNCED_FIELDS if f != "metadata"))
         read_only_fields = fields

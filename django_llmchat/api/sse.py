@@ -83,9 +83,12 @@ def error_payload(exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def sse_response(content, status: int = 200) -> StreamingHttpResponse:
+def sse_response(
+    content, status: int = 200, headers: dict[str, str] = SSE_HEADERS
+) -> StreamingHttpResponse:
+    """A ``text/event-stream`` response streaming ``content``, unbuffered."""
     response = StreamingHttpResponse(content, status=status, content_type="text/event-stream")
-    for key, value in SSE_HEADERS.items():
+    for key, value in headers.items():
         response[key] = value
     return response
 

@@ -24,7 +24,7 @@ from .. import dbconn, streams
 from ..conf import settings
 from ..events import StreamEvent
 from ..models import Chat, Run
-from .sse import InlineRun
+from .sse import SSE_HEADERS, InlineRun, sse_response
 from .ui_chats import call_for, chat_for, decide_all
 from .ui_paths import reply_branch
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of, prompt_of
@@ -53,11 +53,7 @@ __all__ = [
 
 logger = logging.getLogger("django_llmchat.api")
 
-UI_STREAM_HEADERS = {
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-    "x-vercel-ai-ui-message-stream": "v1",
-}
+UI_STREAM_HEADERS = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 DONE = "data: [DONE]\n\n"
 
 
@@ -89,10 +85,7 @@ class UIRun(InlineRun):
 
 
 def ui_response(content, status: int = 200) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(content, status=status, content_type="text/event-stream")
-    for key, value in UI_STREAM_HEADERS.items():
-        response[key] = value
-    return response
+    return sse_response(content, status, UI_STREAM_HEADERS)
 
 
 def no_stream() -> HttpResponse:

@@ -5,6 +5,7 @@ under the protocol's camelCase names; an optional field left ``None`` is left ou
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, ClassVar, dataclass_transform
@@ -47,9 +48,14 @@ class Chunk:
     type: ClassVar[str]
     optional: ClassVar[frozenset[str]] = frozenset()
 
-    def __init_subclass__(cls, *, type: str, optional: tuple[str, ...] = (), **kwargs: Any):
+    def __init_subclass__(
+        cls, *, type: str | None = None, optional: tuple[str, ...] = (), **kwargs: Any
+    ):
+        # without a ``type``: a base declaring fields that chunks of several types share
         super().__init_subclass__(**kwargs)
-        cls.type, cls.optional = type, frozenset(optional)
+        if type is not None:
+            cls.type = type
+        cls.optional = frozenset(optional)
         dataclass(frozen=True)(cls)
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,30 +100,12 @@ class AbortChunk(Chunk, type="abort"):
 
 
 # -- text and reasoning parts: start, deltas, end
-class TextStartChunk(Chunk, type="text-start"):
+class _PartChunk(Chunk):
     id: str
 
 
-class TextDeltaChunk(Chunk, type="text-delta"):
-    id: str
+class _PartDeltaChunk(_PartChunk):
     delta: str
-
-
-class TextEndChunk(Chunk, type="text-end"):
-    id: str
-
-
-class ReasoningStartChunk(Chunk, type="reasoning-start"):
-    id: str
-
-
-class ReasoningDeltaChunk(Chunk, type="reasoning-delta"):
-    id: str
-    delta: str
-
-
-class ReasoningEndChunk(Chunk, type="reasoning-end"):
-    id: str
 
 
 @dataclass(frozen=True)
@@ -130,23 +118,46 @@ class PartKind:
     end: type[Chunk]
 
 
-TEXT = PartKind("text", TextStartChunk, TextDeltaChunk, TextEndChunk)
-REASONING = PartKind("reasoning", ReasoningStartChunk, ReasoningDeltaChunk, ReasoningEndChunk)
+def _part_kind(prefix: str) -> PartKind:
+    """The chunk classes of a kind of part: ``{prefix}-start`` and ``{prefix}-end`` with the
+    part's ``id``, ``{prefix}-delta`` with a ``delta`` as well."""
+    name = prefix.title()
+
+    def chunk_class(base: type[Chunk], step: str) -> type[Chunk]:
+        return type(f"{name}{step.title()}Chunk", (base,), {}, type=f"{prefix}-{step}")
+
+    return PartKind(
+        prefix,
+        chunk_class(_PartChunk, "start"),
+        chunk_class(_PartDeltaChunk, "delta"),
+        chunk_class(_PartChunk, "end"),
+    )
 
 
-# -- tool calls
-class ToolInputStartChunk(Chunk, type="tool-input-start"):
+TEXT = _part_kind("text")
+REASONING = _part_kind("reasoning")
+TextStartChunk, TextDeltaChunk, TextEndChunk = TEXT.start, TEXT.delta, TEXT.end
+ReasoningStartChunk, ReasoningDeltaChunk, ReasoningEndChunk = (
+    REASONING.start,
+    REASONING.delta,
+    REASONING.end,
+)
+
+
+# -- tool calls: every chunk but the approval request starts with the call's id
+class _ToolCallChunk(Chunk):
     tool_call_id: str
+
+
+class ToolInputStartChunk(_ToolCallChunk, type="tool-input-start"):
     tool_name: str
 
 
-class ToolInputDeltaChunk(Chunk, type="tool-input-delta"):
-    tool_call_id: str
+class ToolInputDeltaChunk(_ToolCallChunk, type="tool-input-delta"):
     input_text_delta: str
 
 
-class ToolInputAvailableChunk(Chunk, type="tool-input-available"):
-    tool_call_id: str
+class ToolInputAvailableChunk(_ToolCallChunk, type="tool-input-available"):
     tool_name: str
     input: Any
 
@@ -156,18 +167,16 @@ class ToolApprovalRequestChunk(Chunk, type="tool-approval-request"):
     tool_call_id: str
 
 
-class ToolOutputAvailableChunk(Chunk, type="tool-output-available"):
-    tool_call_id: str
+class ToolOutputAvailableChunk(_ToolCallChunk, type="tool-output-available"):
     output: Any
 
 
-class ToolOutputErrorChunk(Chunk, type="tool-output-error"):
-    tool_call_id: str
+class ToolOutputErrorChunk(_ToolCallChunk, type="tool-output-error"):
     error_text: str
 
 
-class ToolOutputDeniedChunk(Chunk, type="tool-output-denied"):
-    tool_call_id: str
+class ToolOutputDeniedChunk(_ToolCallChunk, type="tool-output-denied"):
+    """No field but the call's id."""
 
 
 # -- sources
@@ -178,4 +187,11 @@ class SourceUrlChunk(Chunk, type="source-url", optional=("title",)):
 
 
 # every chunk the stream sends, by its ``type``
-CHUNK_TYPES: dict[str, type[Chunk]] = {cls.type: cls for cls in Chunk.__subclasses__()}
+def _typed(cls: type[Chunk]) -> Iterator[type[Chunk]]:
+    for sub in cls.__subclasses__():
+        if "type" in vars(sub):
+            yield sub
+        yield from _typed(sub)
+
+
+CHUNK_TYPES: dict[str, type[Chunk]] = {cls.type: cls for cls in _typed(Chunk)}
