@@ -1,6 +1,6 @@
 """The run transitions as PostgreSQL functions, version 1 (``django_llmchat/sql/v1/``):
 ``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1``, ``llmchat_run_store_last_step_v1``
-and ``llmchat_run_end_v1``, with what they share (``llmchat_run_leaf_v1``,
+``llmchat_run_end_v1`` and ``llmchat_run_interrupt_v1``, with what they share (``llmchat_run_leaf_v1``,
 ``llmchat_run_place_prompt_v1``, ``llmchat_run_release_v1``). Nothing on other databases,
 which run the same transitions as separate statements."""
 
@@ -38,6 +38,7 @@ class Migration(migrations.Migration):
                     "run_claim.sql",
                     "run_store_last_step.sql",
                     "run_end.sql",
+                    "run_interrupt.sql",
                 )
             ],
             reverse_sql=(SQL / "drop.sql").read_text(),

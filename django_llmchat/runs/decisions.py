@@ -8,15 +8,16 @@ again through the gate.
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models.functions import Now
 
 from .. import limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
 from ..models import Chat, Run, ToolCall
+from ..models.message import QUEUED_POSITION
 from ..tools import ToolResult
 from ..transcript import save_tool_results
-from . import base
+from . import base, pg
 from .admission import _admit, _admitted
 from .base import (
     _head,
@@ -27,6 +28,7 @@ from .base import (
     _sync_chat,
     _waits_for_a_worker,
 )
+from .execution import _next_run
 
 
 def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
@@ -62,6 +64,12 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
     was asked for already: the first request wins)."""
     reason = (reason or "")[:255]
     status = Run.CANCELLED if reason == "cancelled" else Run.INTERRUPTED
+    # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it
+    using = router.db_for_write(Run)  # pragma: no mutate
+    if pg.available(using):  # pragma: no mutate block
+        found = _interrupt_call(chat_id, reason, status, run_id, using)
+        if found is not None:
+            return found
     with transaction.atomic():
         if not _lock(chat_id):
             return False
@@ -89,6 +97,31 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
             if _waits_for_a_worker(following):
                 transaction.on_commit(lambda: _send(following))
         return bool(changed)
+
+
+def _interrupt_call(
+    chat_id: int, reason: str, status: str, run_id: int | None, using: str
+) -> bool | None:  # pragma: no mutate block
+    """:func:`interrupt` as one call of ``llmchat_run_interrupt_v1`` (:mod:`.pg`); ``None``
+    when the run waits for decisions (its calls get results first: the statements)."""
+    outcome, stopped, next_run, next_status, next_lease = pg.call(
+        using,
+        "llmchat_run_interrupt_v1",
+        (chat_id, "bigint"),
+        (run_id, "bigint"),
+        (reason, "text"),
+        (status, "text"),
+        (base.clock_position(), "bigint"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "statements":
+        return None
+    if outcome == "ended":
+        base._tell_followers(chat_id, stopped, status)
+        following = _next_run(chat_id, next_run, next_status, next_lease)
+        if _waits_for_a_worker(following):
+            transaction.on_commit(lambda: _send(following))
+    return outcome in ("asked", "ended")
 
 
 def _answer_waiting_calls(chat_id: int, run: Run) -> None:

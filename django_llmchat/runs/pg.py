@@ -31,6 +31,7 @@ FUNCTIONS = (
     "llmchat_run_claim_v1",
     "llmchat_run_store_last_step_v1",
     "llmchat_run_end_v1",
+    "llmchat_run_interrupt_v1",
 )
 
 _installed: dict[str, bool] = {}

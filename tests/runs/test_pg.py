@@ -278,3 +278,34 @@ def test_ending_or_pausing_a_run_is_one_call(chat):
     Run.objects.filter(pk=run.pk).update(attempt=5)
     assert not execution.finish("failed") and execution.lost
     assert Run.objects.get(pk=run.pk).status == "running"
+
+
+def test_stopping_a_run_is_one_call(chat):
+    """A running run asked to stop, a queued one ended (its prompt placed, the chat
+    released): one statement each; a second stop is refused (the first request wins)."""
+    run, _execution = runs.enqueue(chat, Message(chat=chat, role="user", content="a"), start=True)
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        assert runs.interrupt(chat.pk, "why")
+    assert _statements(ctx) == ["SELECT llmchat_run_interrupt_v1"] and len(wire.trips) == 1
+    assert Run.objects.values_list("cancel_requested", "interrupt_reason").get(pk=run.pk) == (
+        True,
+        "why",
+    )
+    assert not runs.interrupt(chat.pk, "again")
+    Run.objects.filter(pk=run.pk).update(status="succeeded", lease_expires_at=None)
+    queued, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="b"))
+    assert not runs.interrupt(chat.pk, "cancelled", run_id=queued.pk + 1)  # not that run
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.interrupt(chat.pk, "cancelled", run_id=queued.pk)
+    assert len(ctx) == 1
+    row = Run.objects.get(pk=queued.pk)
+    assert (row.status, row.interrupt_reason, row.lease_expires_at) == (
+        "cancelled",
+        "cancelled",
+        None,
+    )
+    assert row.finished_at is not None
+    assert Message.objects.get(pk=queued.prompt_id).position < QUEUED_POSITION
+    # the chat's status is its next run's (none): active_run is cleared only by the run
+    # holding it (here the first, ended by hand above)
+    assert Chat.objects.values_list("status", flat=True).get(pk=chat.pk) == "idle"

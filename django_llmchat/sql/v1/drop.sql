@@ -11,4 +11,5 @@ DROP FUNCTION IF EXISTS llmchat_run_end_v1(
 );
 DROP FUNCTION IF EXISTS llmchat_run_release_v1(bigint, bigint);
 DROP FUNCTION IF EXISTS llmchat_run_place_prompt_v1(bigint, bigint, bigint, bigint);
+DROP FUNCTION IF EXISTS llmchat_run_interrupt_v1(bigint, bigint, text, text, bigint, bigint);
 DROP FUNCTION IF EXISTS llmchat_run_leaf_v1(bigint, bigint);
