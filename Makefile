@@ -1,6 +1,6 @@
 # The two commands: `make run` serves the example project (`make run PORT=8001` for
 # another port), `make test` runs the suite.
-# `make mutation` runs the mutation testing of the core (runs.py and limits.py, through
+# `make mutation` runs the mutation testing of the core (the run package and limits.py, through
 # tests/mutation/run.py; docs/testing.md): every mutant, or what MUTATION_BUDGET seconds
 # allow (`make mutation MUTATION_BUDGET=150`, as CI does).
 # Another interpreter or Django goes in its own venv, e.g. (as CI does):

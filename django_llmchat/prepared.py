@@ -26,6 +26,7 @@ just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done`
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -42,6 +43,7 @@ from django.db.models import (
     CharField,
     Field,
     IntegerField,
+    JSONField,
     Model,
     PositiveBigIntegerField,
     PositiveIntegerField,
@@ -71,6 +73,7 @@ __all__ = [
     "known_relations",
     "known_rows",
     "mark_saved",
+    "row_values",
 ]
 
 # Placeholders that cannot collide with real arguments.
@@ -158,6 +161,7 @@ class PreparedInsert:
         ]
         self.returning = meta.db_returning_fields
         self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
+        self._plans: dict[str, list[tuple]] = {}
         self._lock = threading.Lock()
 
     def _plan(self, connection) -> list[tuple]:
@@ -251,6 +255,55 @@ class PreparedInsert:
                 value = converter(value, None, connection)
             setattr(obj, field.attname, value)
         mark_saved(obj, using)
+
+    def row(self, obj: Model, using: str) -> str:
+        """``obj``'s new row as a JSON object of its column values, prepared as
+        :meth:`save` prepares them (each field's ``pre_save``, then ``get_db_prep_save``:
+        an encrypted field's ciphertext, a redacted text; a JSON field's value as JSON),
+        for a database function to insert (``jsonb_populate_record``). The primary key is
+        left out: the function takes it from the table's sequence."""
+        connection = connections[using]
+        plan = self._plans.get(using)
+        if plan is None:
+            plan = self._plans[using] = [
+                (f, reads, unchanged, json.dumps(f.column) + ":", isinstance(f, JSONField))
+                for f, reads, unchanged, _ in self._plan(connection)
+            ]
+        parts = []
+        for field, reads_attribute, unchanged, key, is_json in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None:
+                parts.append(key + "null")
+                continue
+            if is_json:  # the value itself (an encrypted one: its ciphertext, a JSON string)
+                value = field.get_prep_value(value)
+                parts.append(key + json.dumps(value, cls=field.encoder, ensure_ascii=False))
+                continue
+            if type(value) not in unchanged:
+                value = _json_scalar(field.get_db_prep_save(value, connection))
+            parts.append(key + json.dumps(value, ensure_ascii=False))
+        return "{" + ",".join(parts) + "}"
+
+
+def _json_scalar(value: Any) -> Any:
+    """A prepared column value as JSON takes it (the column's text form)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # a Decimal, a UUID
+
+
+def row_values(obj: Model) -> dict[str, Any]:
+    """``obj``'s columns as they are, primary key included (JSON-ready: the text form of
+    a date or a decimal): a row a database function writes over its stored one
+    (``jsonb_populate_record``)."""
+    return {
+        field.column: _json_scalar(getattr(obj, field.attname))
+        for field in obj._meta.concrete_fields
+    }
 
 
 _UNKNOWN = object()

@@ -602,6 +602,9 @@ def save_step(
     )
     message.placed = True
     message.thinking = response.thinking
+    if final and not response.tool_calls and execution.store_last_step(message, usages):
+        known_relations(message, tool_calls=[], attachments=[], usages=usages)
+        return message, []  # stored with the run's end in one call (PostgreSQL)
     with transaction.atomic():
         if final:
             execution.lock_chat()  # first: the run's end changes the chat's status

@@ -1,4 +1,4 @@
-"""The run state machine (``django_llmchat/runs.py``) one transition at a time: the rows
+"""The run state machine (the package ``django_llmchat/runs/``) one transition at a time: the rows
 each transition writes, the values it writes, what it refuses, and that the runs of other
 chats are left as they were.
 
@@ -23,6 +23,8 @@ from django_llmchat.errors import ArgumentError, ChatBusyError, RunLostError
 from django_llmchat.events import RunFinished
 from django_llmchat.models import Attachment, Chat, Message, Run, ToolCall
 from django_llmchat.models.message import QUEUED_POSITION
+from django_llmchat.runs import admission, base, claims
+from django_llmchat.runs import execution as runs_execution
 from tests.factories import taken_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,9 +36,9 @@ SEND = runs.send  # the real one (the tests record what is sent instead)
 
 @pytest.fixture
 def sent(monkeypatch):
-    """The tasks the module sends (``runs.send``), recorded instead of run."""
+    """The tasks the module sends (``runs.base.send``), recorded instead of run."""
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(runs, "send", lambda chat_id, run_id, **kw: calls.append((chat_id, run_id)))
+    monkeypatch.setattr(base, "send", lambda chat_id, run_id, **kw: calls.append((chat_id, run_id)))
     return calls
 
 
@@ -53,8 +55,8 @@ def chat(fake_llm, monkeypatch, sent):
     )
     # no lease thread (on PostgreSQL it would renew leases while a test compares them);
     # tests of the thread itself are below and do not use this fixture
-    monkeypatch.setattr(runs, "_private_database", lambda: True)
-    monkeypatch.setattr(runs, "_resumes_sent", {})
+    monkeypatch.setattr(runs_execution, "_private_database", lambda: True)
+    monkeypatch.setattr(claims, "_resumes_sent", {})
     return Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
 
 
@@ -457,11 +459,11 @@ def test_a_waiting_caller_behind_a_dead_run_sends_its_task_once_a_lease(chat, se
     assert sent == [(chat.pk, ahead.pk)]
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
     assert sent == [(chat.pk, ahead.pk)]
-    runs._resumes_sent[ahead.pk] -= LEASE + 1  # a lease period later
+    claims._resumes_sent[ahead.pk] -= LEASE + 1  # a lease period later
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
     assert sent == [(chat.pk, ahead.pk)] * 2
     Run.objects.filter(pk=ahead.pk).update(lease_expires_at=None)  # no lease at all: dead too
-    runs._resumes_sent.clear()
+    claims._resumes_sent.clear()
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
     assert sent == [(chat.pk, ahead.pk)] * 3
 
@@ -471,12 +473,12 @@ def test_the_resume_memory_is_bounded(chat, sent, monkeypatch):
     memory is cleared before the next one is added."""
     dead = taken_run(chat, lease=-1)
     mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
-    monkeypatch.setattr(runs, "_resumes_sent", {-n: 0.0 for n in range(1, 10_001)})
+    monkeypatch.setattr(claims, "_resumes_sent", {-n: 0.0 for n in range(1, 10_001)})
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
-    assert len(runs._resumes_sent) == 10_001 and dead.pk in runs._resumes_sent
-    monkeypatch.setattr(runs, "_resumes_sent", {-n: 0.0 for n in range(1, 10_002)})
+    assert len(claims._resumes_sent) == 10_001 and dead.pk in claims._resumes_sent
+    monkeypatch.setattr(claims, "_resumes_sent", {-n: 0.0 for n in range(1, 10_002)})
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
-    assert runs._resumes_sent.keys() == {dead.pk}
+    assert claims._resumes_sent.keys() == {dead.pk}
 
 
 # -- wait_for_turn --------------------------------------------------------------------------------
@@ -689,7 +691,8 @@ def test_poll_reads_the_run_at_most_every_quarter_second_unless_forced(chat, mon
     """poll reads the row only when CANCEL_POLL_SECONDS passed since the last read (or
     when forced): a stop asked for meanwhile is seen at the next read."""
     ticks = [1000.0]
-    monkeypatch.setattr(runs, "time", SimpleNamespace(monotonic=lambda: ticks[0], sleep=time.sleep))
+    clock = SimpleNamespace(monotonic=lambda: ticks[0], sleep=time.sleep)
+    monkeypatch.setattr(runs_execution, "time", clock)
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
     runs.interrupt(chat.pk, "why")
     execution.poll()  # just claimed: the first read is a poll interval away
@@ -1026,9 +1029,9 @@ def keeper(fake_llm, monkeypatch, sent):
     """A lease keeper of this test's own, its ticks driven by hand (``wake``): the lease
     is so long that no tick comes by itself."""
     fake_llm.configure("openai", "gpt-4.1-mini", RUN_LEASE=3000.0)
-    monkeypatch.setattr(runs, "_private_database", lambda: False)
+    monkeypatch.setattr(runs_execution, "_private_database", lambda: False)
     own = runs._Keeper()
-    monkeypatch.setattr(runs, "_keeper", lambda: own)
+    monkeypatch.setattr(runs_execution, "_keeper", lambda: own)
     yield own
     with own.mutex:
         own.live.clear()
@@ -1114,8 +1117,8 @@ def test_a_shorter_lease_wakes_the_keeper_at_once(keeper, settings):
 def test_the_keeper_of_a_private_database_keeps_nothing(fake_llm, monkeypatch):
     """On a database no other process sees, an execution is not handed to the keeper."""
     own = runs._Keeper()
-    monkeypatch.setattr(runs, "_keeper", lambda: own)
-    monkeypatch.setattr(runs, "_private_database", lambda: True)
+    monkeypatch.setattr(runs_execution, "_keeper", lambda: own)
+    monkeypatch.setattr(runs_execution, "_private_database", lambda: True)
     chat = Chat.objects.create()
     runs.enqueue(chat, prompt_of(chat), start=True)
     assert own.live == set() and own.thread is None
@@ -1133,7 +1136,7 @@ def test_each_process_has_one_keeper():
         child = runs._keeper()
         assert child is not found and child.pid == os.getpid() and runs._keeper() is child
     finally:
-        runs._keeper_instance = found
+        runs_execution._keeper_instance = found
         found.pid = os.getpid()
 
 
@@ -1142,7 +1145,7 @@ def test_each_process_has_one_keeper():
 def told(monkeypatch):
     """What the module tells a chat's followers (``_tell_followers``), recorded."""
     calls: list[tuple] = []
-    monkeypatch.setattr(runs, "_tell_followers", lambda *args: calls.append(args))
+    monkeypatch.setattr(base, "_tell_followers", lambda *args: calls.append(args))
     return calls
 
 
@@ -1172,10 +1175,10 @@ def test_giving_up_a_run_tells_its_followers_logs_and_ends_its_pending_attempts(
 def test_a_dead_run_is_resumed_again_a_whole_lease_after_the_last_time(chat, sent, monkeypatch):
     """The task of a dead run ahead is sent again once a whole lease period has passed
     since the last time, not only after more."""
-    monkeypatch.setattr(runs, "time", SimpleNamespace(monotonic=lambda: 5_000.0))
+    monkeypatch.setattr(claims, "time", SimpleNamespace(monotonic=lambda: 5_000.0))
     ahead = taken_run(chat, lease=-1)
     mine, _ = runs.enqueue(chat, prompt_of(chat), wait=True)
-    runs._resumes_sent[ahead.pk] = 5_000.0 - LEASE
+    claims._resumes_sent[ahead.pk] = 5_000.0 - LEASE
     runs.claim(chat.pk, run_id=mine.pk, waiting=True)
     assert sent == [(chat.pk, ahead.pk)]
 
@@ -1365,8 +1368,8 @@ def test_finish_without_a_reason_stores_none(chat):
 def published(monkeypatch):
     """Events fanned out (``streams.publish``), recorded, with EVENTS_URL as if set."""
     events: list[tuple] = []
-    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
-    monkeypatch.setattr(runs.streams, "publish", lambda chat_id, e: events.append((chat_id, e)))
+    monkeypatch.setattr(base.streams, "enabled", lambda: True)
+    monkeypatch.setattr(base.streams, "publish", lambda chat_id, e: events.append((chat_id, e)))
     return events
 
 
@@ -1381,7 +1384,7 @@ def test_followers_are_told_a_run_ended_once_the_transaction_commits(chat, publi
         (chat.pk, RunFinished, "7", "failed", "worker_lost"),
         (chat.pk, RunFinished, "8", "cancelled", None),
     ]
-    monkeypatch.setattr(runs.streams, "enabled", lambda: False)
+    monkeypatch.setattr(base.streams, "enabled", lambda: False)
     runs._tell_followers(chat.pk, 9, "failed")
     assert len(published) == 2
 
@@ -1390,8 +1393,8 @@ def test_a_follower_that_cannot_be_told_is_logged(chat, monkeypatch, caplog):
     def down(chat_id, event):
         raise ConnectionError("redis is down")
 
-    monkeypatch.setattr(runs.streams, "enabled", lambda: True)
-    monkeypatch.setattr(runs.streams, "publish", down)
+    monkeypatch.setattr(base.streams, "enabled", lambda: True)
+    monkeypatch.setattr(base.streams, "publish", down)
     with caplog.at_level("WARNING", logger=runs.logger.name):
         runs._tell_followers(chat.pk, 7, "failed")
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
@@ -1411,7 +1414,7 @@ def test_recovery_logs_each_run_it_sends(chat, sent, caplog):
 def test_send_passes_the_task_id_on(chat, monkeypatch):
     calls = []
     task = SimpleNamespace(apply_async=lambda *args, **kwargs: calls.append((args, kwargs)))
-    monkeypatch.setattr(runs, "current_app", SimpleNamespace(tasks={runs.COMPLETE_CHAT: task}))
+    monkeypatch.setattr(base, "current_app", SimpleNamespace(tasks={runs.COMPLETE_CHAT: task}))
     SEND(chat.pk, 5, task_id="abc")
     SEND(chat.pk, 6)
     assert calls == [
@@ -1526,7 +1529,7 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
     from django_llmchat import limits
 
     locked = []
-    monkeypatch.setattr(runs, "_lock_user", locked.append)
+    monkeypatch.setattr(admission, "_lock_user", locked.append)
     admitted = []
     monkeypatch.setattr(limits, "admit", lambda c, signal: admitted.append(signal) or "verdict")
     user = django_user_model.objects.create_user("gated")
@@ -1560,14 +1563,14 @@ def test_a_prompt_moved_into_place_reads_after_its_chats_messages_only(chat, mon
     prompt = chat.add_message(role="user", content="Q")
     last = chat.add_message(role="assistant", content="A")
     Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
-    monkeypatch.setattr(runs, "clock_position", lambda: last.position)
+    monkeypatch.setattr(base, "clock_position", lambda: last.position)
     runs._move_prompt_into_place(chat.pk, prompt.pk)
     assert Message.objects.get(pk=prompt.pk).position == last.position + 1
     other = Chat.objects.create()
     far = other.add_message(role="user", content="elsewhere")
     Message.objects.filter(pk=far.pk).update(position=last.position + 10**12)
     Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
-    monkeypatch.setattr(runs, "clock_position", lambda: last.position + 10)
+    monkeypatch.setattr(base, "clock_position", lambda: last.position + 10)
     runs._move_prompt_into_place(chat.pk, prompt.pk)
     assert Message.objects.get(pk=prompt.pk).position == last.position + 10
 
@@ -1607,7 +1610,7 @@ def test_an_in_memory_database_named_memory_is_private_too():
 def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
     import os
 
-    monkeypatch.setattr(runs, "_keeper_instance", None)
+    monkeypatch.setattr(runs_execution, "_keeper_instance", None)
     found = runs._keeper()
     assert found.pid == os.getpid() and runs._keeper() is found
 

@@ -1,9 +1,9 @@
 """Loaded by mutmut's test runs only (``[tool.mutmut]`` in pyproject.toml).
 
-runs.py and limits.py compile some statements once per process (``prepared.py``), from
-functions such as ``runs._fenced``: a mutant of such a function would be called only by
-the first test that compiles the statement, and never in a mutant's process forked after
-the clean run had compiled them all. Forgetting the compiled SQL before each test makes
+The run package and limits.py compile some statements once per process (``prepared.py``),
+from functions such as ``runs.execution._fenced``: a mutant of such a function would be
+called only by the first test that compiles the statement, and never in a mutant's process
+forked after the clean run had compiled them all. Forgetting the compiled SQL before each test makes
 every test that runs a statement build it again, through the mutant under test.
 """
 
@@ -15,10 +15,11 @@ import pytest
 @pytest.fixture(autouse=True)
 def _compile_again():
     # imported here: a plugin is loaded before pytest-django sets Django up
-    from django_llmchat import limits, runs
+    from django_llmchat import limits
     from django_llmchat.prepared import PreparedInsert, PreparedQuery
+    from django_llmchat.runs import admission, base, claims, decisions, execution
 
-    for module in (runs, limits):
+    for module in (admission, base, claims, decisions, execution, limits):
         for value in vars(module).values():
             if isinstance(value, PreparedQuery | PreparedInsert):
                 value._compiled.clear()

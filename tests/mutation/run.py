@@ -1,4 +1,4 @@
-"""Mutation testing of the core: mutmut over runs.py and limits.py (``[tool.mutmut]`` in
+"""Mutation testing of the core: mutmut over the run package and limits.py (``[tool.mutmut]`` in
 pyproject.toml), the critical functions first, within a time budget.
 
     python tests/mutation/run.py                    # make mutation: every mutant
@@ -28,22 +28,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENT = Path(__file__).with_name("equivalent.toml")
-MODULES = ("runs", "limits")
+# each mutated module, as named in a function's name (``runs.claims.claim``)
+MODULES = (
+    "runs.admission",
+    "runs.base",
+    "runs.claims",
+    "runs.decisions",
+    "runs.execution",
+    "limits",
+)
 # kept for the report after the budget's end
 REPORT_SECONDS = 10
 
 CRITICAL = {
     "the claim": [
-        "runs.claim",
-        "runs._resume_soon",
-        "runs._busy_or_paused",
-        "runs._give_up",
-        "runs.wait_for_turn",
+        "runs.claims.claim",
+        "runs.claims._resume_soon",
+        "runs.claims._busy_or_paused",
+        "runs.claims._give_up",
+        "runs.claims.wait_for_turn",
     ],
     "the fence": [
-        "runs._fenced",
+        "runs.execution._fenced",
         *(
-            f"runs.Execution.{name}"
+            f"runs.execution.Execution.{name}"
             for name in (
                 "_fenced",
                 "poll",
@@ -59,13 +67,13 @@ CRITICAL = {
         ),
     ],
     "admission": [
-        "runs.enqueue",
-        "runs._enqueue",
-        "runs._admit",
-        "runs._lock_user",
-        "runs._lock",
-        "runs.decide",
-        "runs._decide",
+        "runs.admission.enqueue",
+        "runs.admission._enqueue",
+        "runs.admission._admit",
+        "runs.admission._lock_user",
+        "runs.base._lock",
+        "runs.decisions.decide",
+        "runs.decisions._decide",
         "limits.admit",
         "limits._verdict",
         "limits.exceeded",
@@ -76,15 +84,22 @@ CRITICAL = {
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]
 
 
+def split(function: str) -> tuple[str, list[str]]:
+    """``runs.execution.Execution.poll`` -> ``("runs.execution", ["Execution", "poll"])``."""
+    module = max((m for m in MODULES if function.startswith(f"{m}.")), key=len)
+    return module, function.removeprefix(f"{module}.").split(".")
+
+
 def mangled(function: str) -> str:
-    """``runs.Execution.poll`` -> ``django_llmchat.runs.xǁExecutionǁpoll``, mutmut's name."""
-    module, *path = function.split(".")
+    """``runs.execution.Execution.poll`` -> ``django_llmchat.runs.execution.xǁExecutionǁpoll``,
+    mutmut's name."""
+    module, path = split(function)
     name = f"xǁ{path[0]}ǁ{path[1]}" if len(path) == 2 else f"x_{path[0]}"
     return f"django_llmchat.{module}.{name}"
 
 
 def function_of(mutant: str) -> str:
-    """The inverse: ``django_llmchat.runs.x_claim__mutmut_7`` -> ``runs.claim``."""
+    """The inverse: ``django_llmchat.runs.claims.x_claim__mutmut_7`` -> ``runs.claims.claim``."""
     prefix = mutant.rpartition("__mutmut_")[0]
     module, _, name = prefix.removeprefix("django_llmchat.").rpartition(".")
     if name.startswith("xǁ"):
@@ -114,7 +129,7 @@ def results() -> dict[str, tuple[str, str]]:
 
     found = {}
     for module in MODULES:
-        meta = ROOT / "mutants" / "django_llmchat" / f"{module}.py.meta"
+        meta = ROOT / "mutants" / "django_llmchat" / f"{module.replace('.', '/')}.py.meta"
         codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
         for mutant, code in codes.items():
             status = status_by_exit_code[code]
@@ -132,8 +147,9 @@ def change(mutant: str) -> tuple[str, str]:
     """The mutated lines, before and after, whitespace folded: how the list names a mutant."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
-    module = function_of(mutant).split(".")[0]
-    diff = get_diff_for_mutant(mutant, path=f"django_llmchat/{module}.py").splitlines()
+    module, _ = split(function_of(mutant))
+    path = f"django_llmchat/{module.replace('.', '/')}.py"
+    diff = get_diff_for_mutant(mutant, path=path).splitlines()
     removed = [line[1:] for line in diff if line.startswith("-") and not line.startswith("---")]
     added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
     return fold(" / ".join(removed)), fold(" / ".join(added))
@@ -209,7 +225,7 @@ def report(found: dict[str, tuple[str, str]], elapsed: float, budget: float, cut
     ran = sum(1 for _, status in found.values() if status != "not run")
     print()
     print(
-        f"Mutation testing of runs.py and limits.py: {ran} of {len(found)} mutants run "
+        f"Mutation testing of runs/ and limits.py: {ran} of {len(found)} mutants run "
         f"in {elapsed:.0f} s"
         + (f" (budget {budget:.0f} s{', used up' if cut else ''})" if budget else "")
     )

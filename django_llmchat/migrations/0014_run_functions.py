@@ -1,0 +1,46 @@
+"""The run transitions as PostgreSQL functions, version 1 (``django_llmchat/sql/v1/``):
+``llmchat_run_enqueue_v1``, ``llmchat_run_claim_v1``, ``llmchat_run_store_last_step_v1``
+``llmchat_run_end_v1`` and ``llmchat_run_interrupt_v1``, with what they share (``llmchat_run_leaf_v1``,
+``llmchat_run_place_prompt_v1``, ``llmchat_run_release_v1``). Nothing on other databases,
+which run the same transitions as separate statements."""
+
+from pathlib import Path
+
+from django.db import migrations
+
+SQL = Path(__file__).resolve().parent.parent / "sql" / "v1"
+
+
+class PostgreSQLOnly(migrations.RunSQL):
+    """``RunSQL`` run on PostgreSQL only (the functions are PL/pgSQL)."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_llmchat", "0013_message_tree"),
+    ]
+
+    operations = [
+        PostgreSQLOnly(
+            sql=[
+                (SQL / name).read_text()
+                for name in (
+                    "run_shared.sql",
+                    "run_enqueue.sql",
+                    "run_claim.sql",
+                    "run_store_last_step.sql",
+                    "run_end.sql",
+                    "run_interrupt.sql",
+                )
+            ],
+            reverse_sql=(SQL / "drop.sql").read_text(),
+        ),
+    ]

@@ -1,0 +1,278 @@
+"""The gate: every run is created here (:func:`enqueue`: a prompt, a continuation, a
+regenerate), admitted in the transaction that writes it.
+
+After the chat's lock the gate takes the user's lock (a PostgreSQL advisory lock; SQLite's
+write lock is already held; a row lock on the user elsewhere), checks every spending limit
+(:func:`django_llmchat.limits.admit`) and only then writes. Racing requests of one user are
+so admitted one at a time, whatever path they came by, and ``concurrent_runs`` is exact. A
+run queued again by its last tool-call decision passes the same gate
+(:mod:`.decisions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
+from typing import Any
+
+from django.db import connections, router, transaction
+from django.utils import timezone
+
+from .. import branches, limits
+from ..errors import ArgumentError, BudgetExceededError, ChatBusyError, RunInProgress
+from ..models import Chat, Message, Run
+from ..models.message import QUEUED_POSITION
+from ..prepared import PreparedInsert, mark_saved
+from . import pg
+from .base import (
+    _CHAT_RUNNING,
+    _CHAT_STATUS,
+    _head,
+    _lease_until,
+    _lock,
+    hold_if_idle,
+    worker_name,
+)
+from .execution import Execution
+
+_INSERT_MESSAGE = PreparedInsert(Message)
+_INSERT_RUN = PreparedInsert(Run)
+
+# the advisory lock space of users' admissions: "llmc"
+_USER_LOCK_SPACE = 0x6C6C6D63
+
+
+def _lock_user(user_id: int) -> None:
+    """Take the user's admission lock for this transaction, after the chat's: a
+    PostgreSQL advisory lock (released at commit or rollback); on SQLite the chat's lock
+    already holds the database's write lock; elsewhere a row lock on the user."""
+    connection = connections[router.db_for_write(Run)]
+    if connection.vendor == "sqlite":
+        return
+    if connection.vendor == "postgresql":
+        key = ((int(user_id) + 2**31) % 2**32) - 2**31  # any id into the int4 key
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_USER_LOCK_SPACE, key])
+        return
+    from django.contrib.auth import get_user_model
+
+    list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values("pk"))
+
+
+def _admit(chat: Chat) -> limits.Verdict | None:
+    """The gate, in the caller's transaction after the chat's lock: the user's lock, then
+    every limit. Over a hard limit :class:`BudgetExceededError` (the caller rolls back
+    and sends the signal)."""
+    if not limits.enabled() or chat.user_id is None:
+        return None
+    _lock_user(chat.user_id)
+    return limits.admit(chat, signal=False)
+
+
+_ON_ADMIT: ContextVar[Callable[[Run], None] | None] = ContextVar("llmchat_on_admit", default=None)
+
+
+@contextmanager
+def on_admit(callback: Callable[[Run], None]) -> Iterator[None]:
+    """While in this block, ``callback(run)`` is called inside the transaction that admits
+    a run (:func:`enqueue`, after the run row is written) or records a tool-call decision
+    (:func:`decide`, with the run waiting for it), under the chat's lock: what it writes
+    commits with the run, and an exception it raises rolls everything back."""
+    token = _ON_ADMIT.set(callback)
+    try:
+        yield
+    finally:
+        _ON_ADMIT.reset(token)
+
+
+def _admitted(run: Run) -> None:
+    callback = _ON_ADMIT.get()
+    if callback is not None:
+        callback(run)
+
+
+# -- enqueue and claim ----------------------------------------------------------------------
+def enqueue(
+    chat: Chat,
+    prompt: Message | None = None,
+    attachments: list[tuple] | None = None,
+    *,
+    task_id: str = "",
+    start: bool = False,
+    wait: bool = False,
+    regenerate: bool = False,
+) -> tuple[Run, Execution | None]:
+    """Admit and store ``prompt`` (unsaved, with its attachments) and a queued run
+    answering it, in one transaction (the gate: the chat's lock, the user's lock, every
+    limit; over one :class:`BudgetExceededError` and nothing is stored). ``start=True``
+    also claims the run when nothing is ahead of it (the caller runs it now).
+    ``wait=True``: the caller will wait for the run's turn (the run holds a lease the
+    waiting renews, so nobody else takes it); it raises :class:`ChatBusyError` instead
+    when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
+    the messages after the active path's last prompt leave the path (kept, as siblings of
+    the new reply) and the new run answers again; :class:`ChatBusyError` while a run is
+    unfinished. Inside :func:`django_llmchat.branches.branching`, the prompt follows the
+    given message instead of the active leaf (a new branch; :class:`ChatBusyError` while
+    a run is unfinished).
+
+    The admission's verdict (``None`` with limits off) is ``run.verdict``."""
+    if chat.pk is None:
+        raise ArgumentError(
+            "save the chat before running it (Chat.objects.create(...) or chat.save())"
+        )
+    if regenerate and prompt is not None:
+        raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
+    worker = worker_name() if (start or wait) else ""
+    using = router.db_for_write(Run)
+    try:
+        # the PostgreSQL face (one call) is tested on PostgreSQL, not by the mutation
+        # campaign (on SQLite); it commits alone, the statements (or a callback's writes
+        # with the call) in one transaction
+        one_call = _in_one_call(chat, attachments, regenerate, using)  # pragma: no mutate
+        alone = one_call and _ON_ADMIT.get() is None  # pragma: no mutate
+        with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
+            if one_call:  # pragma: no mutate block
+                run, claimed, chat.status = _enqueue_call(
+                    chat, prompt, task_id, start, wait, worker, using
+                )
+            else:
+                run, claimed, chat.status = _enqueue(
+                    chat, prompt, attachments, task_id, start, wait, regenerate, worker
+                )
+    except BudgetExceededError as exc:
+        limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+        raise
+    return run, (Execution(run, worker=worker) if claimed else None)
+
+
+def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker):
+    if not _lock(chat.pk):
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    head = _head(chat.pk)
+    if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
+        raise _paused(chat.pk)
+    if regenerate:
+        _drop_last_reply(chat, head)
+    branch = branches.pending_branch() if prompt is not None else None
+    if branch is not None:  # a prompt after a given message: a new branch
+        prompt.parent_id = branches.branch_here(chat.pk, branch, in_progress=head is not None)
+    verdict = _admit(chat)
+    if prompt is not None:
+        if branch is None and head is not None:
+            prompt.position += QUEUED_POSITION  # its parent is given when it is placed
+        elif branch is None:
+            prompt.parent_id = branches.leaf_id(chat.pk)  # it follows the active leaf
+        if attachments:
+            chat._insert(prompt, attachments)
+        else:
+            _INSERT_MESSAGE.save(prompt)
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    now = timezone.now()
+    claimed = start and head is None
+    if claimed:
+        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    elif wait:
+        run.worker, run.lease_expires_at = worker, _lease_until()
+    _INSERT_RUN.save(run)
+    _admitted(run)
+    if claimed:
+        _CHAT_RUNNING.run(chat.pk, active_run=run.pk)
+    elif head is None:
+        _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
+    run.verdict = verdict
+    return run, claimed, (run.status if head is None else head.status)
+
+
+def _in_one_call(
+    chat: Chat, attachments, regenerate: bool, using: str
+) -> bool:  # pragma: no mutate block
+    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
+    prompt without attachments (or none), no regenerate, no limit to check for the
+    chat's user; otherwise the statements of :func:`_enqueue`."""
+    if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
+        return False
+    if branches.pending_branch() is not None:  # a new branch: the statements
+        return False
+    return pg.available(using, Message, Run)
+
+
+def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma: no mutate block
+    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status)."""
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    now = timezone.now()
+    lease = _lease_until() if (start or wait) else None
+    outcome, run_id, prompt_id, claimed, behind, parent, status = pg.call(
+        using,
+        "llmchat_run_enqueue_v1",
+        (chat.pk, "bigint"),
+        (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
+        (_INSERT_RUN.row(run, using), "jsonb"),
+        (start, "boolean"),
+        (wait, "boolean"),
+        (worker, "text"),
+        (now, "timestamptz"),
+        (lease, "timestamptz"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "no_chat":
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    if outcome == "paused":
+        raise _paused(chat.pk)
+    if prompt is not None:
+        prompt.placed = True  # its parent is decided by the function
+        if behind:
+            prompt.position += QUEUED_POSITION
+        prompt.pk, prompt.parent_id = prompt_id, parent
+        mark_saved(prompt, using)
+    run.pk, run.prompt_id = run_id, prompt_id
+    if claimed:
+        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.worker, run.lease_expires_at = worker, lease
+    elif wait:
+        run.worker, run.lease_expires_at = worker, lease
+    mark_saved(run, using)
+    _admitted(run)
+    run.verdict = None
+    return run, claimed, status
+
+
+def _paused(chat_id: int) -> ChatBusyError:
+    return ChatBusyError(
+        f"chat {chat_id} is waiting for a decision on its tool calls: approve or "
+        "deny them (or cancel the run) first"
+    )
+
+
+def _drop_last_reply(chat: Chat, head: Run | None) -> None:
+    """Regenerate, under the chat's lock: the messages after the active path's last
+    prompt leave the path (they stay stored, siblings of the new reply; every usage row
+    stays). One regenerate of many racing
+    wins; the others find its run unfinished."""
+    if head is not None:
+        raise RunInProgress(
+            f"chat {chat.pk} has a run in progress: wait for it to end (or cancel it) "
+            "before regenerating"
+        )
+    last = Run.objects.filter(chat_id=chat.pk).order_by("-id").values_list("pk", flat=True)
+    last_id = last.first()
+    if last_id is None:
+        raise NothingToRegenerate(f"chat {chat.pk} has no reply to regenerate")
+    if branches.drop_reply(chat.pk) < 0:
+        raise NothingToRegenerate(f"chat {chat.pk} has no prompt to answer again")
+
+
+def switch_to(chat_id: int, message: Any) -> int:
+    """Make the branch through ``message`` (a Message of the chat or its id) the chat's
+    active path (:func:`django_llmchat.branches.rewire`), under the chat's lock;
+    :class:`RunInProgress` while a run of the chat is unfinished. Returns the new leaf's
+    id."""
+    with transaction.atomic():
+        if not hold_if_idle(chat_id):
+            raise branches.busy(chat_id, "switching branches")
+        return branches.rewire(chat_id, message)
+
+
+class NothingToRegenerate(ArgumentError):
+    """A regenerate on a chat that has no run yet."""

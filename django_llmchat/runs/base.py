@@ -1,0 +1,207 @@
+"""What every transition of a run shares: the chat's lock, the chat's next run (its
+head), the chat's cached status, the place of a queued prompt, telling followers and
+sending the task that answers a queued run.
+
+Every transition is one transaction that first takes the chat's row lock (:func:`_lock`):
+so transitions of one chat happen one at a time, and later statements see every
+transition committed before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import UTC, timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings as django_settings
+from django.db import router, transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from .. import branches, streams
+from ..conf import settings
+from ..events import RunFinished
+from ..models import Chat, Message, Run, Usage
+from ..models.message import QUEUED_POSITION, clock_position
+from ..prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved
+
+logger = logging.getLogger("django_llmchat.runs")
+
+NOTHING, BUSY, PAUSED = "nothing", "busy", "paused"
+
+_LOCK_CHAT = PreparedUpdate(Chat, updated_at=Now())
+_HEAD_FIELDS = (
+    "id",
+    "chat_id",
+    "prompt_id",
+    "status",
+    "attempt",
+    "steps",
+    "worker",
+    "task_id",
+    "cancel_requested",
+    "interrupt_reason",
+    "error",
+    "error_type",
+    "lease_expires_at",
+    "started_at",
+    "created_at",
+    "finished_at",
+)
+_HEAD = PreparedQuery(
+    lambda chat_id: (
+        Run.objects.filter(chat_id=chat_id, status__in=Run.UNFINISHED)
+        .order_by("id")
+        .values_list(*_HEAD_FIELDS)[:1]
+    )
+)
+_CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
+_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
+_CHAT_RELEASED = PreparedUpdate(
+    Chat,
+    where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
+    placeholders=(INT_ARG, INT_ARG + 1),
+    status=Arg(str),
+    active_run=None,
+)
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process, with the Celery worker's name when there is one."""
+    try:
+        from celery import current_task
+
+        hostname = getattr(getattr(current_task, "request", None), "hostname", None)
+    except Exception:  # pragma: no cover - celery is a dependency
+        hostname = None
+    return f"{hostname or socket.gethostname()}:{os.getpid()}"[:255]
+
+
+def _lease_seconds() -> float:
+    return float(settings.RUN_LEASE)
+
+
+def _lease_until():
+    return timezone.now() + timedelta(seconds=_lease_seconds())
+
+
+def _lock(chat_id: int) -> bool:
+    """Take the chat's row lock for this transaction (first statement of every
+    transition, so later statements see every transition committed before it)."""
+    return bool(_LOCK_CHAT.run(chat_id))
+
+
+def hold_if_idle(chat_id: int) -> bool:
+    """In the caller's transaction: take the chat's lock and say whether it has no run
+    queued, running or awaiting approval. While the transaction lasts no run can be
+    admitted to it (admission takes the same lock first): delete it now, safely."""
+    _lock(chat_id)
+    return not Run.objects.filter(chat_id=chat_id).unfinished().exists()
+
+
+def _mark_lost(run_id: int) -> int:
+    """The attempts of ``run_id`` still pending were made by a process that died: they
+    end ``lost``, their estimated tokens and cost kept (and counted by the limits)."""
+    return Usage.objects.filter(run_id=run_id, status=Usage.PENDING).update(
+        status=Usage.LOST,
+        error="The process making this attempt stopped before the attempt ended.",
+    )
+
+
+def _head(chat_id: int) -> Run | None:
+    """The oldest unfinished run of the chat: the one to work on next."""
+    rows = _HEAD.rows(chat_id)
+    if not rows:
+        return None
+    values = dict(zip(_HEAD_FIELDS, rows[0], strict=True))
+    for name in ("lease_expires_at", "started_at", "created_at", "finished_at"):
+        values[name] = _aware(values[name])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    run = Run(**values)
+    mark_saved(run, router.db_for_read(Run))
+    return run
+
+
+def _aware(value: Any) -> Any:
+    """A datetime read without Django's converters (SQLite gives naive UTC text)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and django_settings.USE_TZ and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def _sync_chat(chat_id: int, release: int | None = None) -> Run | None:
+    """Write the chat's cached status (its head run's, else ``idle``), in the caller's
+    transaction, after the chat's lock was taken; ``release``: the run letting go of the
+    chat (``active_run`` cleared when it held it). Returns the head run."""
+    head = _head(chat_id)
+    status = head.status if head is not None else "idle"
+    if release is None or not _CHAT_RELEASED.run(chat_id, release, status=status):
+        _CHAT_STATUS.run(chat_id, status=status)
+    return head
+
+
+def _release(chat_id: int, run_id: int) -> Run | None:
+    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock);
+    returns the chat's next run."""
+    return _sync_chat(chat_id, release=run_id)
+
+
+def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
+    """A prompt stored while an earlier run worked reads after that run's messages from
+    the moment its own run starts (or ends unanswered)."""
+    if prompt_id is None:
+        return
+    leaf = branches.leaf_row(chat_id)  # the prompt follows the path's last message
+    position = clock_position()
+    if leaf is not None and position <= leaf[1]:
+        position = leaf[1] + 1
+    Message.objects.filter(pk=prompt_id, position__gte=QUEUED_POSITION).update(
+        position=position, parent_id=leaf[0] if leaf is not None else None
+    )
+
+
+def _tell_followers(chat_id: int, run_id: int, status: str, error_type: str = "") -> None:
+    """A run ended with no process working on it (cancelled while queued or waiting for a
+    decision, given up after its workers died): once the transaction commits, its
+    terminal ``run_finished`` goes to the chat's event stream, so every follower learns
+    the end (a Redis failure is logged, the run's end is in the database)."""
+    if not streams.enabled():
+        return
+    event = RunFinished(run_id=str(run_id), status=status, error_type=error_type or None)
+
+    def publish() -> None:
+        try:
+            streams.publish(chat_id, event)
+        except Exception as exc:
+            logger.warning(
+                "could not tell chat %s's followers run %s ended: %s", chat_id, run_id, exc
+            )
+
+    transaction.on_commit(publish)
+
+
+def _waits_for_a_worker(run: Run | None) -> bool:
+    """A queued run no caller waits for in-process: its task answers it."""
+    return run is not None and run.status == Run.QUEUED and run.lease_expires_at is None
+
+
+COMPLETE_CHAT = "django_llmchat.tasks.complete_chat"
+"""The Celery task answering a chat's queued runs (:mod:`django_llmchat.tasks` registers it
+when the app is ready); this module sends it by name, being below it."""
+
+
+def send(chat_id: int, run_id: int, *, task_id: str | None = None) -> None:
+    """Send the task answering run ``run_id`` (to the broker, or run in this process when
+    no broker is configured)."""
+    task = current_app.tasks[COMPLETE_CHAT]
+    task.apply_async((chat_id,), {"run_id": run_id}, task_id=task_id)
+
+
+def _send(run: Run) -> None:
+    send(run.chat_id, run.pk)

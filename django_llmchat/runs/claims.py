@@ -1,0 +1,323 @@
+"""Taking a chat's next run (:func:`claim`), waiting for a run's turn, and recovering
+runs nobody works on.
+
+The next run is the chat's oldest unfinished one. A queued run is started; a running run
+whose lease ran out (its process died) is taken over and resumed from its last stored
+step, the attempts its process left pending marked ``lost``; a run taken on
+``RUN_MAX_ATTEMPTS`` times ends failed instead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from .. import signals
+from ..conf import settings
+from ..errors import ChatBusyError, RunLostError
+from ..models import Run
+from ..models.message import QUEUED_POSITION
+from ..prepared import mark_saved
+from . import base, pg
+from .base import (
+    _CHAT_RUNNING,
+    _HEAD_FIELDS,
+    BUSY,
+    NOTHING,
+    PAUSED,
+    _head,
+    _lease_seconds,
+    _lease_until,
+    _lock,
+    _mark_lost,
+    _move_prompt_into_place,
+    _release,
+    _send,
+    logger,
+    worker_name,
+)
+from .decisions import cancel_queued
+from .execution import Execution
+
+WAIT_POLL_SECONDS = 0.05
+
+
+@dataclass
+class Claim:
+    """What :func:`claim` found: an :class:`Execution` to work on, or why there is none
+    (``NOTHING`` to do, another process is ``BUSY`` with the chat, its run is ``PAUSED``
+    for a decision). ``retry_in``: seconds until a busy holder's lease runs out."""
+
+    execution: Execution | None = None
+    state: str = ""
+    retry_in: float | None = None
+
+
+def claim(
+    chat_id: int,
+    *,
+    run_id: int | None = None,
+    task_id: str = "",
+    waiting: bool = False,
+    worker: str | None = None,
+) -> Claim:
+    """Take the chat's next run, if it is this caller's to take.
+
+    The next run is the oldest unfinished one. A queued run is started; a running run
+    whose lease ran out (its process died) is taken over and resumed from its last stored
+    step. ``run_id``: the run the caller is for; when another run is ahead of it, a task
+    (``waiting=False``) answers that one first (in order), a caller waiting for its own
+    turn (``waiting=True``) renews its run's lease and gets ``BUSY``. A run taken on
+    ``RUN_MAX_ATTEMPTS`` times ends failed instead."""
+    worker = worker or worker_name()
+    # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it, not
+    # the mutation campaign (on SQLite)
+    using = router.db_for_write(Run)  # pragma: no mutate
+    if pg.available(using):  # pragma: no mutate block
+        found = _claim_call(chat_id, run_id, task_id, waiting, worker, using)
+        if found is not None:
+            return found
+    for _ in range(100):  # each pass fails one run that cannot be resumed, or returns
+        with transaction.atomic():
+            if not _lock(chat_id):
+                return Claim(state=NOTHING)
+            head = _head(chat_id)
+            if head is None:
+                return Claim(state=NOTHING)
+            now = timezone.now()
+            if run_id is not None and head.pk != run_id:
+                if not waiting:
+                    run_id = None  # a task answers what is ahead of its run first, in order
+                else:
+                    mine = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+                    if mine is None or mine in Run.FINISHED:
+                        return Claim(state=NOTHING)
+                    Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
+                        lease_expires_at=_lease_until(), worker=worker
+                    )
+                    if head.status == Run.RUNNING and not (
+                        head.lease_expires_at is not None and head.lease_expires_at > now
+                    ):
+                        _resume_soon(head)  # the run ahead lost its process: send its task
+                    return Claim(state=PAUSED if head.status == Run.AWAITING_APPROVAL else BUSY)
+            if head.status == Run.AWAITING_APPROVAL:
+                return Claim(state=PAUSED)
+            lease_live = head.lease_expires_at is not None and head.lease_expires_at > now
+            if head.status == Run.RUNNING and lease_live:
+                return _busy_or_paused(head, now)
+            if head.status == Run.QUEUED and lease_live and head.pk != run_id:
+                return _busy_or_paused(head, now)  # its caller waits for it in-process
+            if head.status == Run.RUNNING and head.attempt >= int(settings.RUN_MAX_ATTEMPTS):
+                _give_up(head, now)
+                continue
+            updates: dict[str, Any] = {
+                "status": Run.RUNNING,
+                "attempt": head.attempt + 1,
+                "worker": worker,
+                "lease_expires_at": _lease_until(),
+                "cancel_requested": False if head.status == Run.QUEUED else head.cancel_requested,
+            }
+            if head.started_at is None:
+                updates["started_at"] = now
+            if task_id:
+                updates["task_id"] = task_id[:255]
+            taken = Run.objects.filter(pk=head.pk, status=head.status, attempt=head.attempt).update(
+                **updates
+            )
+            if not taken:  # cannot happen under the chat's lock; look again
+                continue
+            if head.status == Run.RUNNING:
+                _mark_lost(head.pk)
+                signals.send_after_commit(
+                    signals.run_recovered,
+                    run_id=head.pk,
+                    chat_id=chat_id,
+                    attempt=head.attempt + 1,
+                    previous_worker=head.worker,
+                )
+                logger.warning(
+                    "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
+                    "it from its last stored step (attempt %d)",
+                    head.pk,
+                    chat_id,
+                    head.worker,
+                    head.attempt + 1,
+                )
+            else:
+                _move_prompt_into_place(chat_id, head.prompt_id)
+            _CHAT_RUNNING.run(chat_id, active_run=head.pk)
+            for name, value in updates.items():
+                setattr(head, name, value)
+            return Claim(execution=Execution(head, worker=worker))
+    raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
+
+
+def _claim_call(
+    chat_id, run_id, task_id, waiting, worker, using
+) -> Claim | None:  # pragma: no mutate block
+    """:func:`claim` as one call of ``llmchat_run_claim_v1`` (:mod:`.pg`); ``None`` when
+    the function left the case to the statements (a caller waiting behind another run, a
+    run to give up), having written nothing."""
+    now = timezone.now()
+    outcome, taken_over, previous_worker, *values = pg.call(
+        using,
+        "llmchat_run_claim_v1",
+        (chat_id, "bigint"),
+        (run_id, "bigint"),
+        (waiting, "boolean"),
+        (worker, "text"),
+        (task_id[:255], "text"),
+        (now, "timestamptz"),
+        (_lease_until(), "timestamptz"),
+        (int(settings.RUN_MAX_ATTEMPTS), "integer"),
+        (base.clock_position(), "bigint"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "statements":
+        return None
+    if outcome == NOTHING:
+        return Claim(state=NOTHING)
+    if outcome == PAUSED:
+        return Claim(state=PAUSED)
+    row = dict(zip(_HEAD_FIELDS, values, strict=True))
+    if outcome == BUSY:
+        return _busy_or_paused(
+            Run(status=row["status"], lease_expires_at=row["lease_expires_at"]), now
+        )
+    run = Run(**row)
+    mark_saved(run, using)
+    if taken_over:
+        signals.send_after_commit(
+            signals.run_recovered,
+            run_id=run.pk,
+            chat_id=chat_id,
+            attempt=run.attempt,
+            previous_worker=previous_worker,
+        )
+        logger.warning(
+            "run %s of chat %s: its worker %r stopped renewing the lease; resuming "
+            "it from its last stored step (attempt %d)",
+            run.pk,
+            chat_id,
+            previous_worker,
+            run.attempt,
+        )
+    return Claim(execution=Execution(run, worker=worker))
+
+
+_resumes_sent: dict[int, float] = {}
+
+
+def _resume_soon(run: Run) -> None:
+    """Send the task of a run whose process died (at most once a lease period a run)."""
+    now = time.monotonic()
+    if now - _resumes_sent.get(run.pk, -1e9) < _lease_seconds():
+        return
+    if len(_resumes_sent) > 10_000:
+        _resumes_sent.clear()
+    _resumes_sent[run.pk] = now
+    transaction.on_commit(lambda: _send(run))
+
+
+def _busy_or_paused(head: Run, now) -> Claim:
+    if head.status == Run.AWAITING_APPROVAL:
+        return Claim(state=PAUSED)
+    retry_in = None
+    if head.lease_expires_at is not None:
+        retry_in = max(0.0, (head.lease_expires_at - now).total_seconds())
+    return Claim(state=BUSY, retry_in=retry_in)
+
+
+def _give_up(run: Run, now) -> None:
+    attempts = run.attempt
+    error = (
+        f"The run stopped {attempts} times before it could finish (its worker was lost each "
+        "time); it was not tried again."
+    )
+    _mark_lost(run.pk)
+    base._tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
+    signals.send_after_commit(
+        signals.run_failed,
+        run_id=run.pk,
+        chat_id=run.chat_id,
+        error_type="worker_lost",
+        error=error,
+    )
+    Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
+        status=Run.FAILED,
+        error_type="worker_lost",
+        error=error,
+        finished_at=now,
+        lease_expires_at=None,
+    )
+    _move_prompt_into_place(run.chat_id, run.prompt_id)
+    _release(run.chat_id, run.pk)
+    logger.error(
+        "run %s of chat %s failed: lost its worker %d times", run.pk, run.chat_id, attempts
+    )
+
+
+def wait_for_turn(run: Run, *, poll: float = WAIT_POLL_SECONDS) -> Execution:
+    """Block until ``run`` (enqueued with ``wait=True``) is claimed by this caller; raises
+    :class:`ChatBusyError` when a run ahead of it waits for a tool-call decision (``run``
+    is then cancelled) and :class:`RunLostError` when it was finished meanwhile."""
+    worker = run.worker or worker_name()
+    while True:
+        found = claim(run.chat_id, run_id=run.pk, waiting=True, worker=worker)
+        if found.execution is not None:
+            if found.execution.pk != run.pk:  # pragma: no cover - claim takes only ``run``
+                raise RuntimeError("claimed another run than the one waited for")
+            return found.execution
+        if found.state == NOTHING:
+            raise RunLostError(f"run {run.pk} was finished before its turn came")
+        if found.state == PAUSED:
+            cancel_queued(run.chat_id, run.pk, error_type="chat_busy")
+            raise ChatBusyError(
+                f"chat {run.chat_id} is waiting for a decision on its tool calls: approve or "
+                "deny them (or cancel the run) first"
+            )
+        time.sleep(poll)
+
+
+# -- recovery ---------------------------------------------------------------------------------
+def stale_runs(now=None) -> list[Run]:
+    """Runs nobody works on although they should be: running or waited for with a lease
+    that ran out (the process died), or queued longer than
+    ``LLMCHAT["RECOVER_QUEUED_AFTER"]`` seconds with no run of the chat working (its task
+    was lost). The oldest unfinished run of each such chat, one per chat."""
+    now = now or timezone.now()
+    queued_before = now - timedelta(seconds=float(settings.RECOVER_QUEUED_AFTER))
+    candidates = Run.objects.filter(
+        Q(status__in=(Run.RUNNING, Run.QUEUED), lease_expires_at__lt=now)
+        | Q(
+            status=Run.QUEUED,
+            lease_expires_at__isnull=True,
+            created_at__lt=queued_before,
+            chat__active_run__isnull=True,
+        )
+    ).order_by("id")
+    heads: dict[int, Run] = {}
+    for run in candidates:
+        if run.chat_id in heads:
+            continue
+        head = _head(run.chat_id)
+        if head is not None and head.pk == run.pk:
+            heads[run.chat_id] = run
+    return list(heads.values())
+
+
+def recover(dispatch=None) -> list[Run]:
+    """Send a task for every stale run (:func:`stale_runs`); ``dispatch(chat_id, run_id)``
+    replaces sending (``manage.py llmchat_recover --inline`` runs them in-process).
+    Returns the runs found."""
+    found = stale_runs()
+    for run in found:
+        logger.info("recovering run %s of chat %s (%s)", run.pk, run.chat_id, run.status)
+        (dispatch or base.send)(run.chat_id, run.pk)
+    return found

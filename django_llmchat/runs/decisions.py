@@ -1,0 +1,181 @@
+"""Stopping a run and deciding on its tool calls.
+
+:func:`interrupt` stops the chat's current run (a running one at its next poll, a queued
+or waiting one now), :func:`cancel_queued` ends a run whose caller gave up before its
+turn, :func:`decide` records a tool-call decision and, with the last one, queues the run
+again through the gate.
+"""
+
+from __future__ import annotations
+
+from django.db import router, transaction
+from django.db.models.functions import Now
+
+from .. import limits
+from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
+from ..models import Chat, Run, ToolCall
+from ..models.message import QUEUED_POSITION
+from ..tools import ToolResult
+from ..transcript import save_tool_results
+from . import base, pg
+from .admission import _admit, _admitted
+from .base import (
+    _head,
+    _lock,
+    _move_prompt_into_place,
+    _release,
+    _send,
+    _sync_chat,
+    _waits_for_a_worker,
+)
+from .execution import _next_run
+
+
+def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
+    """End run ``run_id`` ``cancelled`` while it is still queued (its caller gave up on
+    it before its turn came); ``False`` when it is not queued any more."""
+    with transaction.atomic():
+        _lock(chat_id)
+        run = Run.objects.filter(pk=run_id, status=Run.QUEUED).first()
+        if run is None:
+            return False
+        Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
+            status=Run.CANCELLED,
+            error_type=error_type,
+            interrupt_reason=reason[:255],
+            finished_at=Now(),
+            lease_expires_at=None,
+        )
+        _move_prompt_into_place(chat_id, run.prompt_id)
+        following = _sync_chat(chat_id)
+        base._tell_followers(chat_id, run_id, Run.CANCELLED, error_type)
+        if _waits_for_a_worker(following):
+            transaction.on_commit(lambda: _send(following))
+    return True
+
+
+# -- stopping, deciding -----------------------------------------------------------------------
+def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = None) -> bool:
+    """Stop the chat's current run: a running one stops between chunks or steps (its
+    process sees the request within a quarter second); one waiting for a decision or in
+    the queue ends now. ``reason == "cancelled"`` ends it ``cancelled``, any other
+    reason ``interrupted``. ``run_id``: stop only that run (when it is still the chat's
+    current one). Returns whether there was a run to stop (``False`` as well when a stop
+    was asked for already: the first request wins)."""
+    reason = (reason or "")[:255]
+    status = Run.CANCELLED if reason == "cancelled" else Run.INTERRUPTED
+    # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it
+    using = router.db_for_write(Run)  # pragma: no mutate
+    if pg.available(using):  # pragma: no mutate block
+        found = _interrupt_call(chat_id, reason, status, run_id, using)
+        if found is not None:
+            return found
+    with transaction.atomic():
+        if not _lock(chat_id):
+            return False
+        head = _head(chat_id)
+        if head is None or (run_id is not None and head.pk != run_id):
+            return False
+        if head.status == Run.RUNNING:
+            return bool(
+                Run.objects.filter(pk=head.pk, status=Run.RUNNING, cancel_requested=False).update(
+                    cancel_requested=True, interrupt_reason=reason
+                )
+            )
+        if head.status == Run.AWAITING_APPROVAL:
+            _answer_waiting_calls(chat_id, head)
+        changed = Run.objects.filter(pk=head.pk, status=head.status).update(
+            status=status,
+            interrupt_reason=reason,
+            finished_at=Now(),
+            lease_expires_at=None,
+        )
+        if changed:
+            _move_prompt_into_place(chat_id, head.prompt_id)
+            following = _release(chat_id, head.pk)
+            base._tell_followers(chat_id, head.pk, status)
+            if _waits_for_a_worker(following):
+                transaction.on_commit(lambda: _send(following))
+        return bool(changed)
+
+
+def _interrupt_call(
+    chat_id: int, reason: str, status: str, run_id: int | None, using: str
+) -> bool | None:  # pragma: no mutate block
+    """:func:`interrupt` as one call of ``llmchat_run_interrupt_v1`` (:mod:`.pg`); ``None``
+    when the run waits for decisions (its calls get results first: the statements)."""
+    outcome, stopped, next_run, next_status, next_lease = pg.call(
+        using,
+        "llmchat_run_interrupt_v1",
+        (chat_id, "bigint"),
+        (run_id, "bigint"),
+        (reason, "text"),
+        (status, "text"),
+        (base.clock_position(), "bigint"),
+        (QUEUED_POSITION, "bigint"),
+    )
+    if outcome == "statements":
+        return None
+    if outcome == "ended":
+        base._tell_followers(chat_id, stopped, status)
+        following = _next_run(chat_id, next_run, next_status, next_lease)
+        if _waits_for_a_worker(following):
+            transaction.on_commit(lambda: _send(following))
+    return outcome in ("asked", "ended")
+
+
+def _answer_waiting_calls(chat_id: int, run: Run) -> None:
+    """A run stopped while it waited for decisions: each waiting call gets an error
+    result, so the transcript holds no call without its result."""
+    waiting = list(ToolCall.objects.filter(chat_id=chat_id, result__isnull=True).order_by("id"))
+    if waiting:
+        result = ToolResult.error("cancelled", "The run was stopped before this call was decided.")
+        save_tool_results(Chat(pk=chat_id), [(call, result) for call in waiting], run_id=run.pk)
+
+
+def decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
+    """Record ``approval`` (``"approved"``/``"denied"``) on a call the chat's run waits
+    for, once: a second decision on the same call raises :class:`AlreadyDecided`; a run
+    that is not waiting raises :class:`ChatBusyError`. Returns the run when this was
+    the last decision it waited for (it is queued again: run it, or send its task). The
+    run queued again passes the gate as a new run does: over a limit
+    :class:`BudgetExceededError`, and the decision is not recorded."""
+    if approval not in ("approved", "denied"):
+        raise ArgumentError(f"approval must be 'approved' or 'denied', got {approval!r}")
+    try:
+        with transaction.atomic():
+            return _decide(chat_id, call, approval)
+    except BudgetExceededError as exc:
+        chat = Chat.objects.filter(pk=chat_id).first()
+        if chat is not None:
+            limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+        raise
+
+
+def _decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
+    _lock(chat_id)
+    taken = ToolCall.objects.filter(pk=call.pk, approval="", result__isnull=True).update(
+        approval=approval
+    )
+    if not taken:
+        raise AlreadyDecided(f"tool call {call.call_id!r} has already been answered")
+    head = _head(chat_id)
+    if head is None or head.status != Run.AWAITING_APPROVAL:
+        raise ChatBusyError(
+            f"chat {chat_id} has no run waiting for a decision (it is running: wait for "
+            "it to pause)"
+        )
+    _admitted(head)
+    if ToolCall.objects.filter(chat_id=chat_id, approval="", result__isnull=True).exists():
+        return None
+    if limits.enabled():
+        owner = Chat._base_manager.filter(pk=chat_id).values_list("user_id", flat=True).first()
+        _admit(Chat(pk=chat_id, user_id=owner))
+    Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
+    _sync_chat(chat_id)
+    head.status = Run.QUEUED
+    return head
+
+
+class AlreadyDecided(ArgumentError):
+    """The tool call was approved, denied or answered already."""

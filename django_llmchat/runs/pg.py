@@ -1,0 +1,99 @@
+"""The transitions as one call each on PostgreSQL: the functions of ``django_llmchat/sql/``
+(installed by migrations, named with their version), called here and nowhere else.
+
+Each transition has two faces behind one Python function of this package: on PostgreSQL,
+when the functions of :data:`VERSION` are installed, one ``SELECT`` of the function (one
+round trip, no ``BEGIN``/``COMMIT`` of its own: the statement is its transaction, or a
+part of the caller's); elsewhere (SQLite, another backend, a database migrated without
+them) the statements of the other modules, in a transaction. Values reach the functions
+already prepared by Django (:func:`django_llmchat.prepared.row_json`): encrypted at rest,
+redacted, as an INSERT of the row would store them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import connections
+from django.db.models import signals
+
+logger = logging.getLogger("django_llmchat.runs")
+
+VERSION = 1
+"""The version of the functions this code calls (``llmchat_<transition>_v1``)."""
+
+FUNCTIONS = (
+    "llmchat_run_leaf_v1",
+    "llmchat_run_place_prompt_v1",
+    "llmchat_run_release_v1",
+    "llmchat_run_enqueue_v1",
+    "llmchat_run_claim_v1",
+    "llmchat_run_store_last_step_v1",
+    "llmchat_run_end_v1",
+    "llmchat_run_interrupt_v1",
+)
+
+_installed: dict[str, bool] = {}
+_mutex = threading.Lock()
+
+
+def available(using: str, *models) -> bool:
+    """Whether database ``using`` runs the transitions as functions: PostgreSQL with this
+    version's functions installed (checked once per process and database), and no
+    ``pre_save``/``post_save`` receiver on ``models`` (rows a function writes send no
+    signal: with a receiver the ORM writes them)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    for model in models:
+        if signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model):
+            return False
+    found = _installed.get(using)
+    if found is None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE p.proname = ANY(%s) AND n.nspname = ANY(current_schemas(false))",
+                [list(FUNCTIONS)],
+            )
+            found = cursor.fetchone()[0] == len(FUNCTIONS)
+        if not found:
+            logger.warning(
+                "database %r has not the run functions of version %d (migrate "
+                "django_llmchat): its runs take several statements per transition",
+                using,
+                VERSION,
+            )
+        with _mutex:
+            _installed[using] = found
+    return found
+
+
+def forget() -> None:
+    """Check the databases again at the next transition (after a migration in this
+    process: the tests' databases)."""
+    with _mutex:
+        _installed.clear()
+
+
+_SQL: dict[str, str] = {}
+
+
+def call(using: str, function: str, *args: tuple) -> tuple:
+    """``SELECT * FROM function(args...)``, each argument a ``(value, SQL type)`` pair:
+    the one row of its OUT parameters."""
+    sql = _SQL.get(function)
+    if sql is None:
+        casts = ", ".join(f"%s::{kind}" for _, kind in args)
+        sql = _SQL[function] = f"SELECT * FROM {function}({casts})"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [value for value, _ in args])
+        return cursor.fetchone()
+
+
+def _forget_after_migrate(**kwargs) -> None:
+    forget()
+
+
+signals.post_migrate.connect(_forget_after_migrate, dispatch_uid="llmchat-run-functions")

@@ -1,0 +1,96 @@
+-- llmchat_run_enqueue_v1: a prompt and the run answering it, admitted in one call.
+--
+--   (none) -> queued                  a run is ahead of it, or p_start is false
+--   (none) -> running                 p_start and nothing ahead: claimed by the caller
+--
+-- The chat's row lock first (every transition of a chat takes it first), then the chat's
+-- next run (its head), the prompt (p_prompt: a llmchat_message row as JSON, its values
+-- already prepared by Django: encrypted, redacted), the run (p_run: a llmchat_run row as
+-- JSON) and the chat's cached status. The prompt follows the chat's active leaf (its
+-- parent); one asked while a run is ahead reads after everything else (its position +
+-- p_queued_offset) and gets its parent when its own run starts.
+--
+-- outcome: 'admitted'; 'no_chat' (no such chat: nothing written); 'paused' (p_wait and
+-- the chat's run waits for a tool-call decision: nothing written).
+CREATE OR REPLACE FUNCTION llmchat_run_enqueue_v1(
+    p_chat bigint,
+    p_prompt jsonb,
+    p_run jsonb,
+    p_start boolean,
+    p_wait boolean,
+    p_worker text,
+    p_now timestamptz,
+    p_lease_until timestamptz,
+    p_queued_offset bigint,
+    OUT outcome text,
+    OUT run_id bigint,
+    OUT prompt_id bigint,
+    OUT claimed boolean,
+    OUT behind boolean,
+    OUT prompt_parent bigint,
+    OUT chat_status text
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    head llmchat_run;
+    prompt llmchat_message;
+    run llmchat_run;
+BEGIN
+    UPDATE llmchat_chat SET updated_at = now() WHERE id = p_chat;
+    IF NOT FOUND THEN
+        outcome := 'no_chat';
+        RETURN;
+    END IF;
+    SELECT * INTO head FROM llmchat_run
+     WHERE chat_id = p_chat AND status IN ('queued', 'running', 'awaiting_approval')
+     ORDER BY id LIMIT 1;
+    behind := FOUND;
+    IF p_wait AND behind AND head.status = 'awaiting_approval' THEN
+        outcome := 'paused';
+        RETURN;
+    END IF;
+    IF p_prompt IS NOT NULL THEN
+        prompt := jsonb_populate_record(NULL::llmchat_message, p_prompt);
+        prompt.id := nextval(pg_get_serial_sequence('llmchat_message', 'id'));
+        IF behind THEN  -- its parent is given when it is placed
+            prompt.position := prompt.position + p_queued_offset;
+        ELSE  -- it follows the active leaf
+            prompt.parent_id := (llmchat_run_leaf_v1(p_chat, p_queued_offset)).leaf_id;
+            prompt_parent := prompt.parent_id;
+        END IF;
+        INSERT INTO llmchat_message VALUES (prompt.*);
+        prompt_id := prompt.id;
+    END IF;
+    run := jsonb_populate_record(NULL::llmchat_run, p_run);
+    run.id := nextval(pg_get_serial_sequence('llmchat_run', 'id'));
+    run.prompt_id := prompt_id;
+    claimed := p_start AND NOT behind;
+    IF claimed THEN
+        run.status := 'running';
+        run.attempt := 1;
+        run.started_at := p_now;
+        run.worker := p_worker;
+        run.lease_expires_at := p_lease_until;
+    ELSIF p_wait THEN
+        run.worker := p_worker;
+        run.lease_expires_at := p_lease_until;
+    END IF;
+    INSERT INTO llmchat_run VALUES (run.*);
+    run_id := run.id;
+    IF claimed THEN
+        UPDATE llmchat_chat SET status = 'running', active_run_id = run.id WHERE id = p_chat;
+        chat_status := 'running';
+    ELSIF NOT behind THEN
+        UPDATE llmchat_chat SET status = 'queued' WHERE id = p_chat;
+        chat_status := 'queued';
+    ELSE
+        chat_status := head.status;
+    END IF;
+    outcome := 'admitted';
+END;
+$$;
+
+COMMENT ON FUNCTION llmchat_run_enqueue_v1(
+    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint
+) IS '(none) -> queued | running: a prompt and the run answering it, admitted (and started when nothing is ahead)';

@@ -1,0 +1,311 @@
+"""The run transitions as PostgreSQL functions (``django_llmchat/runs/pg.py``,
+``django_llmchat/sql/``): a plain ask is four statements, each its own round trip, with no
+``BEGIN`` or ``COMMIT``; the rows they write are the rows the statements write elsewhere;
+the functions are installed and removed by their migration."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+
+import pytest
+from django.db import connection, transaction
+from django.db.models.signals import pre_save
+from django.test.utils import CaptureQueriesContext
+
+from django_llmchat import runs
+from django_llmchat.errors import ChatBusyError, RunLostError
+from django_llmchat.models import Chat, Message, Run, Usage
+from django_llmchat.models.message import QUEUED_POSITION
+from django_llmchat.runs import pg
+from django_llmchat.testing import Reply
+from tests.factories import taken_run
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL functions"),
+]
+
+
+class RoundTrips:
+    """What this connection sends the server, from libpq's own trace of the protocol:
+    each frontend ``Query`` (Django's psycopg binds parameters client-side) or ``Sync``
+    (the extended protocol) is one round trip; ``BEGIN`` and ``COMMIT`` are among them."""
+
+    def __enter__(self):
+        from psycopg import pq
+
+        connection.ensure_connection()
+        self.file = tempfile.TemporaryFile(mode="w+")
+        self.pgconn = connection.connection.pgconn
+        self.pgconn.trace(self.file.fileno())
+        self.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        return self
+
+    def __exit__(self, *exc):
+        self.pgconn.untrace()
+        self.file.seek(0)
+        sent = [line.split("\t") for line in self.file.read().splitlines()]
+        self.messages = [
+            (fields[2], fields[3] if len(fields) > 3 else "") for fields in sent if fields[0] == "F"
+        ]
+        self.file.close()
+
+    @property
+    def trips(self) -> list[str]:
+        return [text.strip() for kind, text in self.messages if kind in ("Query", "Sync")]
+
+    def count(self, statement: str) -> int:
+        return sum(1 for text in self.trips if text.strip('"').upper() == statement)
+
+
+def _statements(ctx) -> list[str]:
+    found = []
+    for q in ctx.captured_queries:
+        sql = q["sql"]
+        name = re.findall(r"(?:INTO|UPDATE|FROM)\s+\"?(\w+)\"?", sql)
+        found.append(
+            sql.split()[0].upper() + " " + (name[-1] if sql.startswith("SELECT") else name[0])
+        )
+    return found
+
+
+@pytest.fixture
+def chat(fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    made.ask("warm up")  # the prepared statements compiled, the functions found
+    return made
+
+
+def test_a_plain_ask_is_four_round_trips_and_no_begin_or_commit(chat, fake_llm):
+    """The prompt with its run, started (one call); the transcript read; the attempt's
+    pending usage row (before the provider call); the reply with the run's end (one
+    call): four statements, four round trips, none of them BEGIN or COMMIT (each
+    statement is its own transaction, the two calls included)."""
+    fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        reply = chat.ask("hello")
+    assert _statements(ctx) == [
+        "SELECT llmchat_run_enqueue_v1",
+        "SELECT llmchat_message",
+        "INSERT llmchat_usage",
+        "SELECT llmchat_run_store_last_step_v1",
+    ]
+    assert len(ctx) <= 4
+    assert len(wire.trips) == 4, wire.trips
+    assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
+    assert reply.content == "fine" and reply.usages.get().output_tokens == 1
+
+
+def test_the_rows_are_those_the_statements_write(chat, fake_llm):
+    """The prompt, the run, the reply and its usage row as the ORM reads them back: the
+    run succeeded with one step, the chat idle again, the pending row closed."""
+    fake_llm.script(Reply("Paris.", usage={"input_tokens": 12, "output_tokens": 3}))
+    reply = chat.ask("The capital of France?")
+    run = chat.last_run
+    assert run.pk == reply.run_id and Run.objects.filter(pk=run.pk).exists()
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.steps, row.attempt, row.lease_expires_at) == ("succeeded", 1, 1, None)
+    assert row.started_at is not None and row.finished_at is not None
+    assert row.prompt.content == "The capital of France?" and row.prompt.role == "user"
+    stored = Message.objects.get(pk=reply.pk)
+    assert (stored.content, stored.role, stored.run_id) == ("Paris.", "assistant", run.pk)
+    assert stored.position > row.prompt.position and stored.created_at == reply.created_at
+    usage = Usage.objects.get(message=stored)
+    assert (usage.status, usage.estimated, usage.input_tokens, usage.output_tokens) == (
+        "succeeded",
+        False,
+        12,
+        3,
+    )
+    assert usage.run_id == run.pk and usage.chat_id == chat.pk
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("idle", None)
+    assert [m.role for m in chat.transcript()] == ["user", "assistant"] * 2
+
+
+def test_a_prompt_behind_a_running_run_is_queued_after_it(chat):
+    """Admitted behind another process's run: queued, not claimed, its prompt read after
+    everything else until its turn; the chat keeps the running run's status."""
+    ahead = taken_run(chat, lease=600)
+    prompt = Message(chat=chat, role="user", content="later")
+    before = prompt.position
+    run, execution = runs.enqueue(chat, prompt, start=True)
+    assert execution is None and run.status == "queued"
+    assert Message.objects.get(pk=prompt.pk).position == before + QUEUED_POSITION
+    assert prompt.position == before + QUEUED_POSITION
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == (
+        "running",
+        ahead.pk,
+    )
+    assert chat.status == "running"
+
+
+def test_a_waiting_caller_behind_a_decision_is_refused_and_nothing_is_stored(chat):
+    Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
+    count = Message.objects.count(), Run.objects.count()
+    with pytest.raises(ChatBusyError, match="waiting for a decision"):
+        runs.enqueue(chat, Message(chat=chat, role="user", content="x"), start=True, wait=True)
+    assert (Message.objects.count(), Run.objects.count()) == count
+
+
+def test_a_run_lost_meanwhile_stores_no_reply(chat, fake_llm):
+    """The fence inside the function: a run taken over by another process stores nothing
+    (no message, no usage row closed), and the caller is told."""
+    run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="Q"), start=True)
+    Run.objects.filter(pk=run.pk).update(attempt=2, worker="other:1")
+    reply = Message(chat=chat, role="assistant", content="late", run_id=run.pk)
+    count = Message.objects.count()
+    with pytest.raises(RunLostError):
+        execution.store_last_step(reply, [])
+    assert Message.objects.count() == count and reply.pk is None and execution.lost
+
+
+def test_a_pre_save_receiver_gets_the_statements(chat, fake_llm):
+    """Rows a function writes send no signal: with a ``pre_save`` receiver on Message the
+    ORM writes them (its statements, the receiver called)."""
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.role)
+
+    pre_save.connect(receiver, sender=Message)
+    try:
+        fake_llm.script(Reply("fine"))
+        with CaptureQueriesContext(connection) as ctx:
+            chat.ask("hello")
+    finally:
+        pre_save.disconnect(receiver, sender=Message)
+    assert seen == ["user", "assistant"]
+    assert not any("llmchat_run_" in q["sql"] and "_v1(" in q["sql"] for q in ctx.captured_queries)
+
+
+def test_inside_a_callers_transaction_the_calls_are_part_of_it(chat, fake_llm):
+    """In an open transaction the calls join it: rolled back with it, nothing stays."""
+    fake_llm.script(Reply("fine"))
+    count = Message.objects.count(), Run.objects.count()
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        chat.ask("hello")
+        raise Undo
+    assert (Message.objects.count(), Run.objects.count()) == count
+
+
+def test_the_functions_are_installed_by_their_migration_and_removed_by_its_reverse():
+    from django.core.management import call_command
+
+    def installed() -> set[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT proname FROM pg_proc WHERE proname = ANY(%s)", [list(pg.FUNCTIONS)]
+            )
+            return {name for (name,) in cursor.fetchall()}
+
+    assert installed() == set(pg.FUNCTIONS)
+    with connection.cursor() as cursor:  # each says its transition (psql's \df+)
+        cursor.execute(
+            "SELECT proname, obj_description(oid) FROM pg_proc WHERE proname = ANY(%s)",
+            [list(pg.FUNCTIONS)],
+        )
+        described = dict(cursor.fetchall())
+    assert described["llmchat_run_claim_v1"].startswith("queued -> running")
+    assert all(described.values()), described
+    try:
+        call_command("migrate", "django_llmchat", "0013", verbosity=0)
+        assert installed() == set()
+        assert not pg.available("default")  # checked again after a migration
+    finally:
+        call_command("migrate", "django_llmchat", verbosity=0)
+    assert installed() == set(pg.FUNCTIONS) and pg.available("default")
+
+
+def test_a_claim_is_one_call(chat):
+    """A queued run started by a worker: one statement, one round trip; its prompt moved
+    into place, the chat running it."""
+    ahead = taken_run(chat, lease=600)
+    run, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="later"))
+    Run.objects.filter(pk=ahead.pk).update(status="succeeded", lease_expires_at=None)
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        found = runs.claim(chat.pk, run_id=run.pk, task_id="t-1", worker="w:1")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"] and len(wire.trips) == 1
+    execution = found.execution
+    assert execution.pk == run.pk and execution.attempt == 1 and execution.worker == "w:1"
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.attempt, row.worker, row.task_id) == ("running", 1, "w:1", "t-1")
+    assert row.started_at is not None and row.lease_expires_at is not None
+    prompt = Message.objects.get(pk=run.prompt_id)
+    assert prompt.position < QUEUED_POSITION
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("running", run.pk)
+
+
+def test_a_dead_processs_run_is_taken_over_in_one_call(chat):
+    """Running with its lease run out: taken over (attempt + 1), the attempt its process
+    left pending marked lost, in one statement."""
+    dead = taken_run(chat, lease=-1)
+    pending = Usage.objects.create(chat=chat, run=dead, status="pending")
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:2")
+    assert len(ctx) == 1 and found.execution.pk == dead.pk and found.execution.attempt == 2
+    assert Usage.objects.get(pk=pending.pk).status == "lost"
+    assert Run.objects.values_list("attempt", "worker").get(pk=dead.pk) == (2, "w:2")
+
+
+def test_ending_or_pausing_a_run_is_one_call(chat):
+    """finish, pause and requeue: one statement each, fenced (a run no longer ours ends
+    nothing), the chat released."""
+    for end in ("finish", "pause", "requeue"):
+        run, execution = runs.enqueue(
+            chat, Message(chat=chat, role="user", content=end), start=True
+        )
+        with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+            if end == "finish":
+                assert execution.finish("failed", error_type="boom", error="It failed.")
+            elif end == "pause":
+                assert execution.pause()
+            else:
+                assert execution.requeue("rate_limited", "Later.")
+        assert _statements(ctx) == ["SELECT llmchat_run_end_v1"] and len(wire.trips) == 1
+        row = Run.objects.get(pk=run.pk)
+        expected = {"finish": "failed", "pause": "awaiting_approval", "requeue": "queued"}[end]
+        assert row.status == expected and row.lease_expires_at is None
+        if end == "finish":
+            assert (row.error_type, row.error) == ("boom", "It failed.") and row.finished_at
+        Run.objects.filter(pk=run.pk).update(status="cancelled")  # out of the way
+    run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="x"), start=True)
+    Run.objects.filter(pk=run.pk).update(attempt=5)
+    assert not execution.finish("failed") and execution.lost
+    assert Run.objects.get(pk=run.pk).status == "running"
+
+
+def test_stopping_a_run_is_one_call(chat):
+    """A running run asked to stop, a queued one ended (its prompt placed, the chat
+    released): one statement each; a second stop is refused (the first request wins)."""
+    run, _execution = runs.enqueue(chat, Message(chat=chat, role="user", content="a"), start=True)
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        assert runs.interrupt(chat.pk, "why")
+    assert _statements(ctx) == ["SELECT llmchat_run_interrupt_v1"] and len(wire.trips) == 1
+    assert Run.objects.values_list("cancel_requested", "interrupt_reason").get(pk=run.pk) == (
+        True,
+        "why",
+    )
+    assert not runs.interrupt(chat.pk, "again")
+    Run.objects.filter(pk=run.pk).update(status="succeeded", lease_expires_at=None)
+    queued, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="b"))
+    assert not runs.interrupt(chat.pk, "cancelled", run_id=queued.pk + 1)  # not that run
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.interrupt(chat.pk, "cancelled", run_id=queued.pk)
+    assert len(ctx) == 1
+    row = Run.objects.get(pk=queued.pk)
+    assert (row.status, row.interrupt_reason, row.lease_expires_at) == (
+        "cancelled",
+        "cancelled",
+        None,
+    )
+    assert row.finished_at is not None
+    assert Message.objects.get(pk=queued.prompt_id).position < QUEUED_POSITION
+    # the chat's status is its next run's (none): active_run is cleared only by the run
+    # holding it (here the first, ended by hand above)
+    assert Chat.objects.values_list("status", flat=True).get(pk=chat.pk) == "idle"
