@@ -35,16 +35,16 @@ from .history import check_summary_response, summary_request
 from .models import Usage
 from .providers import get_provider
 from .providers.types import ProviderRequest, ProviderResponse
-from .transcript import (
+from .steps import (
     closed_attempt,
     open_attempt,
-    path_leaf,
     record_failed_attempts,
     save_step,
     save_summary,
     usage_row,
     write_attempts,
 )
+from .transcript import path_leaf
 from .values import Cost, Tokens, usd_text
 
 logger = logging.getLogger("django_llmchat.runner")

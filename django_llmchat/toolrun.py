@@ -19,8 +19,9 @@ from .events import Interrupt, SkillActivation, ToolApprovalRequest, ToolResultD
 from .models import ToolCall
 from .providers.types import ProviderMessage
 from .skills import ACTIVATE_TOOL
+from .steps import save_tool_results
 from .tools import Tool, ToolResult
-from .transcript import path_leaf, provider_message, save_tool_results
+from .transcript import path_leaf, provider_message
 
 logger = logging.getLogger("django_llmchat.runner")
 

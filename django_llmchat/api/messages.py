@@ -19,7 +19,7 @@ from .. import branches, runs
 from ..branches import ROOT, branching
 from ..errors import ArgumentError, ChatBusyError
 from ..models import Chat, Message, Run, ToolCall
-from ..transcript import known_relations
+from ..prepared import known_relations
 from .base import LLMChatView, once, stream_inline, stream_position
 from .errors import Conflict
 from .idempotency import (

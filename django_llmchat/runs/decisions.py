@@ -15,8 +15,8 @@ from .. import limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
 from ..models import Chat, Run, ToolCall
 from ..models.message import QUEUED_POSITION
+from ..steps import save_tool_results
 from ..tools import ToolResult
-from ..transcript import save_tool_results
 from . import base, pg
 from .admission import _admit, _admitted
 from .base import (
