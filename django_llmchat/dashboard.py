@@ -1,15 +1,16 @@
 """The usage dashboard's figures: spend and tokens over time and by model, provider, user,
 status and chat, aggregated in the database.
 
-:func:`usage_summary` runs FOUR queries whatever the number of usage rows (the periods, the
-models, the users, the chats), each a ``GROUP BY`` over the rows of the date range (the
-``llmchat_usage_created_idx`` index). Everything else (provider and status totals, cache
-savings, empty periods) is worked out from those few grouped rows.
+:func:`usage_summary` runs FIVE queries whatever the number of usage rows (the periods, the
+models, the users, the chats: each a ``GROUP BY`` over the rows of the date range, the
+``llmchat_usage_created_idx`` index; and the ratings given in the range, by the rated
+reply's model). Everything else (provider and status totals, cache savings, empty
+periods) is worked out from those few grouped rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -20,7 +21,7 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
-from .models import Usage
+from .models import Feedback, Usage
 from .pricing import model_pricing
 
 __all__ = ["PERIODS", "DashboardFilters", "UsageSummary", "usage_summary"]
@@ -70,6 +71,9 @@ class UsageSummary:
     by_status: list[dict[str, Any]]
     by_user: list[dict[str, Any]]
     top_chats: list[dict[str, Any]]
+    ratings: list[dict[str, Any]] = field(default_factory=list)
+    """Per model of the rated replies: ``up`` and ``down`` (how many thumbs), ``rated``
+    (their sum) and ``share_up`` (0 to 1), most rated first."""
 
     def chart_data(self) -> dict[str, Any]:
         """The figures the charts draw, as JSON-ready numbers."""
@@ -156,7 +160,8 @@ def usage_summary(
 ) -> UsageSummary:
     """The dashboard's figures for usage rows created from ``start`` to ``end`` (dates in
     the current time zone, both included), bucketed by ``period`` (day, week or month).
-    ``queryset`` narrows the rows (default: every ``Usage`` row). Four queries."""
+    ``queryset`` narrows the rows (default: every ``Usage`` row; the ratings then count
+    only replies whose usage rows it holds). Five queries."""
     if period not in PERIODS:
         raise ValueError(f"period must be one of {', '.join(PERIODS)}, not {period!r}")
     tz = timezone.get_current_timezone()
@@ -238,6 +243,20 @@ def usage_summary(
         .annotate(**_sums())
         .order_by(F("cost").desc(nulls_last=True), "-chat")[:top]
     ]
+    # 5. ratings given in the range, by the model of the rated reply
+    feedback = Feedback.objects.filter(created_at__gte=since, created_at__lt=until)
+    if queryset is not None:
+        feedback = feedback.filter(message_id__in=rows.values("message_id"))
+    ratings = []
+    for row in (
+        feedback.order_by()
+        .values(provider=F("message__provider"), model_id=F("message__model_id"))
+        .annotate(up=Count("id", filter=Q(rating=1)), down=Count("id", filter=Q(rating=-1)))
+    ):
+        row["rated"] = row["up"] + row["down"]
+        row["share_up"] = row["up"] / row["rated"] if row["rated"] else 0.0
+        ratings.append(row)
+    ratings.sort(key=lambda r: (-r["rated"], r["provider"], r["model_id"]))
     return UsageSummary(
         start=start,
         end=end,
@@ -249,4 +268,5 @@ def usage_summary(
         by_status=by_status,
         by_user=by_user,
         top_chats=top_chats,
+        ratings=ratings,
     )

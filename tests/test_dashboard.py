@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_llmchat.dashboard import usage_summary
-from django_llmchat.models import Chat, Usage
+from django_llmchat.models import Chat, Feedback, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -105,12 +105,12 @@ def test_the_query_count_is_the_same_for_100_and_100000_rows(admin_client):
     assert "100,000" in html  # the attempts card
 
 
-def test_usage_summary_runs_four_queries_and_adds_up():
+def test_usage_summary_runs_five_queries_and_adds_up():
     make_usage(300)
     today = timezone.localdate()
     with CaptureQueriesContext(connection) as ctx:
         summary = usage_summary(today - timedelta(days=29), today, "day")
-    assert len(ctx) == 4
+    assert len(ctx) == 5
     totals = summary.totals
     assert totals["attempts"] == 300 and totals["failed"] == 30
     assert totals["cost"] == Decimal("0.0300")
@@ -134,6 +134,47 @@ def test_usage_summary_runs_four_queries_and_adds_up():
     )
     [unknown] = [r for r in summary.by_model if r["model_id"] == "x"]
     assert unknown["cache_savings"] == 0  # no input price known: nothing claimed
+
+
+def test_ratings_by_model(admin_client, django_user_model):
+    """Thumbs given in the range, counted by the model of the rated reply; a rating given
+    before the range is not counted, and the page shows the table."""
+    users = [django_user_model.objects.create_user(f"rater{i}") for i in range(3)]
+    chat = Chat.objects.create(user=users[0], provider="openai", model_id="gpt-4.1-mini")
+    mini = chat.messages.create(
+        role="assistant", content="A", provider="openai", model_id="gpt-4.1-mini"
+    )
+    haiku = chat.messages.create(
+        role="assistant", content="B", provider="anthropic", model_id="claude-haiku-4-5"
+    )
+    for user in users:
+        mini.rate(1, user=user)
+    haiku.rate(-1, user=users[0])
+    haiku.rate(1, user=users[1])
+    old = haiku.rate(-1, user=users[2])
+    Feedback.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=90))
+    today = timezone.localdate()
+    summary = usage_summary(today - timedelta(days=29), today)
+    assert summary.ratings == [
+        {
+            "provider": "openai",
+            "model_id": "gpt-4.1-mini",
+            "up": 3,
+            "down": 0,
+            "rated": 3,
+            "share_up": 1.0,
+        },
+        {
+            "provider": "anthropic",
+            "model_id": "claude-haiku-4-5",
+            "up": 1,
+            "down": 1,
+            "rated": 2,
+            "share_up": 0.5,
+        },
+    ]
+    _, html = dashboard_queries(admin_client)
+    assert 'id="ratings-by-model"' in html and "claude-haiku-4-5" in html and "50%" in html
 
 
 def test_weeks_and_months_cover_the_range():
