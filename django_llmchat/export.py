@@ -1,5 +1,5 @@
-"""Transcripts as training data: OpenAI's chat fine-tuning format, one JSON line per
-conversation.
+"""Transcripts out of the database: as training data (OpenAI's chat fine-tuning format, one
+JSON line per conversation) or as plain JSON (every stored field a reader needs).
 
 Each line is ``{"messages": [...], "tools": [...]}``: ``system`` (the agent's instructions
 and the chat's system messages, joined as a request sends them), ``user`` and
@@ -14,6 +14,12 @@ context, not learnt.
 The functions take "the messages of a path": a chat's active path in order
 (:func:`chat_path`; the other branches of a chat that branches are left out: switch to one
 with ``chat.switch_to()`` to export it); they never read the chat's order themselves.
+
+The plain JSON export (:func:`transcript_dict`, :func:`transcripts_json`) gives each
+chat's settings and totals and, per message of its path, its ``id`` and ``parent`` (the
+tree's links), ``created_at``, the fields of ``Message.to_dict()`` (role, content, tool
+calls with their arguments, the ``tool_call_id`` a result answers, thinking, tokens...),
+its ``cost`` in USD (from its usage rows) and the ``feedback`` ratings it got.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from .models import Chat, Feedback, Message
@@ -32,6 +39,8 @@ __all__ = [
     "finetune_example",
     "finetune_lines",
     "tool_definitions",
+    "transcript_dict",
+    "transcripts_json",
 ]
 
 
@@ -202,3 +211,54 @@ def finetune_lines(chats: Iterable[Chat] | QuerySet, *, path=chat_path) -> Itera
         )
         if example is not None:
             yield json.dumps(example, ensure_ascii=False, separators=(",", ":"))
+
+
+def transcript_dict(chat: Chat, *, path=chat_path) -> dict[str, Any]:
+    """The chat as a plain JSON-ready dict: its settings, its totals over every branch
+    (``tokens``, ``cost`` in USD) and the messages of its path (``path(chat)``, by default
+    :func:`chat_path`: the active path), each with ``id``, ``parent``, ``created_at``, the
+    fields of ``Message.to_dict()``, its ``cost`` and its ``feedback`` ratings."""
+    messages = []
+    for message in path(chat):
+        entry: dict[str, Any] = {
+            "id": message.pk,
+            "parent": message.parent_id,
+            "created_at": message.created_at.isoformat() if message.created_at else None,
+            **message.to_dict(),
+        }
+        cost = message.cost().total
+        if cost is not None and message.role == "assistant":
+            entry["cost"] = str(cost)
+        ratings = [f.rating for f in message.feedback.all()]
+        if ratings:
+            entry["feedback"] = ratings
+        messages.append(entry)
+    total = chat.cost().total
+    return {
+        "id": chat.pk,
+        "title": chat.title,
+        "user": chat.user_id,
+        "provider": chat.provider,
+        "model_id": chat.model_id,
+        "created_at": chat.created_at.isoformat() if chat.created_at else None,
+        "tokens": chat.tokens.to_dict(),
+        "cost": str(total) if total is not None else None,
+        "messages": messages,
+    }
+
+
+def transcripts_json(chats: Iterable[Chat] | QuerySet, *, path=chat_path) -> Iterator[str]:
+    """One JSON array of :func:`transcript_dict` per chat of ``chats``, in pieces to write
+    or stream as they come (``"".join(...)`` is the whole document)."""
+    yield "["
+    for index, chat in enumerate(
+        chats.iterator(chunk_size=100) if isinstance(chats, QuerySet) else chats
+    ):
+        yield (
+            ("," if index else "")
+            + "\n"
+            + json.dumps(
+                transcript_dict(chat, path=path), cls=DjangoJSONEncoder, ensure_ascii=False
+            )
+        )
+    yield "\n]\n"

@@ -4,6 +4,7 @@ chat admin's action): each line is one example in OpenAI's chat fine-tuning form
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -11,7 +12,12 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.urls import reverse
 
-from django_llmchat.export import filter_chats, finetune_example, finetune_lines
+from django_llmchat.export import (
+    filter_chats,
+    finetune_example,
+    finetune_lines,
+    transcripts_json,
+)
 from django_llmchat.models import Chat, Message
 from django_llmchat.models import ToolCall as StoredToolCall
 from django_llmchat.testing import FakeProviderServer, Reply, ToolCall
@@ -215,3 +221,64 @@ def test_the_admin_action_downloads_the_selected_chats(admin_client):
     assert "llmchat-finetune.jsonl" in response["Content-Disposition"]
     lines = b"".join(response.streaming_content).decode().splitlines()
     assert [check_line(line)["messages"][0]["content"] for line in lines] == ["Hi"]
+
+
+def test_plain_json_keeps_the_tree_the_tool_round_and_the_cost(server, django_user_model):
+    """The plain JSON export of a chat with a tool round, a regenerated reply and a rating:
+    the active path with each message's id and parent, the call and its result, the
+    reply's cost from its usage row, and the totals over every branch."""
+    ann = django_user_model.objects.create_user("ann")
+    chat = Chat.objects.create(user=ann, provider="openai", model_id="gpt-4.1-mini")
+    chat.with_tools(forecast)
+    server.script(
+        Reply(tool_calls=[ToolCall("forecast", {"city": "Oslo"}, call_id="call_f")]),
+        Reply("Rain.", usage={"input_tokens": 10, "output_tokens": 2}),
+        Reply("Rain, says the forecast.", usage={"input_tokens": 10, "output_tokens": 5}),
+    )
+    chat.ask("Weather in Oslo?")
+    reply = chat.regenerate()
+    reply.rate(1, user=ann)
+
+    [data] = json.loads("".join(transcripts_json(Chat.objects.filter(pk=chat.pk))))
+    messages = data["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["content"] == "Rain, says the forecast."
+    assert messages[1]["parent"] == messages[0]["id"] and messages[0]["parent"] is None
+    assert messages[1]["feedback"] == [1] and Decimal(messages[1]["cost"]) == reply.cost().total
+    # the first branch (its tool round) is kept: switch to it and export it
+    first = Message.objects.get(chat=chat, content="Rain.")
+    chat.switch_to(first)
+    [data] = json.loads("".join(transcripts_json([Chat.objects.get(pk=chat.pk)])))
+    roles = [m["role"] for m in data["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    _, calls, result, answer = data["messages"]
+    assert calls["tool_calls"]["call_f"]["arguments"] == {"city": "Oslo"}
+    assert result["tool_call_id"] == "call_f" and result["parent"] == calls["id"]
+    assert answer["parent"] == result["id"] and answer["content"] == "Rain."
+    # totals count every branch
+    assert data["tokens"] == chat.tokens.to_dict() and data["user"] == ann.pk
+    assert data["tokens"]["output_tokens"] > 2 + 5  # the tool round's attempt too
+    assert Decimal(data["cost"]) == chat.cost().total > 0
+
+
+def test_plain_json_from_the_command_and_the_admin(admin_client, tmp_path):
+    first, _ = _chat(title="first")
+    second, _ = _chat(title="second", turns=(("Yo", "Hey"),))
+    out = StringIO()
+    call_command("llmchat_export_finetune", "--format", "json", "--chat", str(first.pk), stdout=out)
+    assert [c["title"] for c in json.loads(out.getvalue())] == ["first"]
+    target = tmp_path / "all.json"
+    err = StringIO()
+    call_command("llmchat_export_finetune", "--format", "json", "-o", str(target), stderr=err)
+    assert [c["title"] for c in json.loads(target.read_text())] == ["first", "second"]
+    assert "Wrote 2 chat(s)" in err.getvalue()
+    assert json.loads("".join(transcripts_json(Chat.objects.none()))) == []
+    response = admin_client.post(
+        reverse("admin:django_llmchat_chat_changelist"),
+        {"action": "export_transcripts", "_selected_action": [second.pk]},
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/json")
+    assert "llmchat-transcripts.json" in response["Content-Disposition"]
+    [data] = json.loads(b"".join(response.streaming_content))
+    assert [m["content"] for m in data["messages"]] == ["Yo", "Hey"]

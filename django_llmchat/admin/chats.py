@@ -67,7 +67,12 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     delete_selected_confirmation_template = (
         "admin/django_llmchat/chat/delete_selected_confirmation.html"
     )
-    actions = ["export_finetune", "export_users_data", "erase_users_data"]
+    actions = [
+        "export_finetune",
+        "export_transcripts",
+        "export_users_data",
+        "erase_users_data",
+    ]
     list_display = (
         "short_title",
         "user",
@@ -254,6 +259,19 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         lines = (line + "\n" for line in finetune_lines(chosen))
         response = StreamingHttpResponse(lines, content_type="application/jsonl; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="llmchat-finetune.jsonl"'
+        return response
+
+    @admin.action(description="Export transcripts as JSON")
+    def export_transcripts(self, request: HttpRequest, queryset: QuerySet):
+        """The selected chats' active paths as one JSON array (see
+        :func:`django_llmchat.export.transcript_dict`), streamed as a download."""
+        from ..export import filter_chats, transcripts_json
+
+        chosen = filter_chats(chat_ids=list(queryset.values_list("pk", flat=True)))
+        response = StreamingHttpResponse(
+            transcripts_json(chosen), content_type="application/json; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="llmchat-transcripts.json"'
         return response
 
     @admin.action(description="Export the data of the selected chats' users (JSON)")
