@@ -3,13 +3,15 @@ rules, the admin, and what the data lifecycle does with it."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from django_llmchat.errors import ArgumentError
 from django_llmchat.lifecycle import anonymise_chats, erase_user, export_user
-from django_llmchat.models import Chat, Feedback
+from django_llmchat.models import Chat, Feedback, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -101,8 +103,21 @@ def test_the_admin_shows_feedback_and_filters_by_rating(admin_client, reply, ann
     assert "Unrated" in admin_client.get(changelist).content.decode() and other.pk
 
     feedback_list = reverse("admin:django_llmchat_feedback_changelist")
+    Usage.objects.create(
+        chat=chat,
+        message=reply,
+        provider="openai",
+        model_id="gpt-4.1-mini",
+        total_cost=Decimal("0.0025"),
+    )
+    type(reply).objects.filter(pk=reply.pk).update(provider="openai", model_id="gpt-4.1-mini")
     page = admin_client.get(feedback_list, {"rating": "-1"}).content.decode()
     assert "Too short" in page and f"#message-{reply.pk}" in page
+    assert "$0.002500" in page and "openai/gpt-4.1-mini" in page  # the reply's usage
+    assert (
+        "Too short"
+        in admin_client.get(feedback_list, {"message__model_id": "gpt-4.1-mini"}).content.decode()
+    )
     assert "Too short" not in admin_client.get(feedback_list, {"rating": "1"}).content.decode()
     row = Feedback.objects.get()
     detail = admin_client.get(reverse("admin:django_llmchat_feedback_change", args=[row.pk]))

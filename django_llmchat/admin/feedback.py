@@ -1,9 +1,10 @@
-"""Feedback on replies: every rating with its comment, and the chat list's filter."""
+"""Feedback on replies: every rating with its comment, the rated reply's model and what it
+cost (its usage rows), and the chat list's filter."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Sum
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -31,15 +32,39 @@ class FeedbackFilter(admin.SimpleListFilter):
 
 @admin.register(Feedback)
 class FeedbackAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
-    """Every rating of a reply, with its comment: filter by rating, open the chat at the
-    reply. Read-only: feedback is the users' (``Message.rate()``, the REST route)."""
+    """Every rating of a reply, with its comment, the reply's model and its cost (the sum of
+    its usage rows): filter by rating or model, open the chat at the reply. Read-only:
+    feedback is the users' (``Message.rate()``, the REST route)."""
 
-    list_display = ("thumb", "comment_short", "reply", "chat_link", "user", "updated_at")
-    list_filter = ("rating", ("updated_at", admin.DateFieldListFilter))
+    list_display = (
+        "thumb",
+        "comment_short",
+        "reply",
+        "reply_model",
+        "reply_cost",
+        "chat_link",
+        "user",
+        "updated_at",
+    )
+    list_filter = ("rating", "message__model_id", ("updated_at", admin.DateFieldListFilter))
     search_fields = ("comment", "message__chat__title")
     list_select_related = ("user", "message", "message__chat")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at", "-id")
+
+    def get_queryset(self, request):
+        # the reply's cost in the list's own statement (no query per row)
+        return super().get_queryset(request).annotate(cost=Sum("message__usages__total_cost"))
+
+    @admin.display(description="model", ordering="message__model_id")
+    def reply_model(self, obj: Feedback) -> str:
+        message = obj.message
+        return f"{message.provider}/{message.model_id}" if message.provider else message.model_id
+
+    @admin.display(description="cost", ordering="cost")
+    def reply_cost(self, obj: Feedback) -> str:
+        cost = getattr(obj, "cost", None)
+        return "—" if cost is None else f"${cost:.6f}"
 
     @admin.display(description="rating", ordering="rating")
     def thumb(self, obj: Feedback) -> str:
