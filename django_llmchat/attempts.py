@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from . import dbconn, runs, telemetry
 from .errors import (
@@ -31,10 +32,10 @@ from .events import (
     ToolCallDone,
 )
 from .guardrails import AFTER, GuardrailResult
-from .history import check_summary_response, summary_request
+from .history import History, check_summary_response, summary_request
 from .models import Usage
 from .providers import get_provider
-from .providers.types import ProviderRequest, ProviderResponse
+from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse
 from .steps import (
     closed_attempt,
     open_attempt,
@@ -50,8 +51,24 @@ from .values import Cost, Tokens, usd_text
 logger = logging.getLogger("django_llmchat.runner")
 
 
+@dataclass
+class FirstCall:
+    """A run's first provider call, made ready before the run is admitted: the history
+    read (with the new prompt), the request built from it and its attempt's pending usage
+    row, which the admission writes with the run when the path is still ``seen`` (so a
+    plain ask commits twice: before the provider call and after)."""
+
+    history: History
+    request: ProviderRequest
+    row: Usage
+    seen: tuple[int | None, int, int | None]
+    prompt: ProviderMessage
+
+
 class ProviderAttempts:
     """The provider calls of :class:`~django_llmchat.runner.Runner`."""
+
+    _first: FirstCall | None = None
 
     # -- one provider response ------------------------------------------------------------
     def _step(self, *, stream: bool):
@@ -60,7 +77,10 @@ class ProviderAttempts:
         retry."""
         history = self.history
         self.last_tokens = None
-        request = yield from history.fit(self._request, compact=self._compact)
+        if self._first is not None:
+            request = self._first.request
+        else:
+            request = yield from history.fit(self._request, compact=self._compact)
         try:
             response = yield from self._call(request, stream=stream)
         except ContextLengthExceededError:
@@ -113,8 +133,21 @@ class ProviderAttempts:
     def _open_attempt(
         self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
     ) -> Usage:
-        """The pending Usage row of an attempt about to call ``provider``: its input
-        tokens as the history estimates them, their cost (marked estimated)."""
+        """The pending Usage row of an attempt about to call ``provider``, written now (or
+        with the run's admission, for its first call)."""
+        first, self._first = self._first, None
+        if first is not None and first.request is request and operation == "chat":
+            opened = first.row
+        else:
+            opened = open_attempt(self._pending_row(request, provider, model_id, operation))
+        opened.span = telemetry.start_attempt(self, request, provider, model_id, operation)
+        return opened
+
+    def _pending_row(
+        self, request: ProviderRequest, provider: str, model_id: str, operation: str
+    ) -> Usage:
+        """The pending Usage row of an attempt (unsaved): its input tokens as the history
+        estimates them, their cost (marked estimated)."""
         estimate = None
         if self.history is not None:
             try:
@@ -131,9 +164,15 @@ class ProviderAttempts:
             run_id=self.execution.pk if self.execution is not None else None,
         )
         row.duration_ms, row.operation = None, operation
-        opened = open_attempt(row)
-        opened.span = telemetry.start_attempt(self, request, provider, model_id, operation)
-        return opened
+        row.status, row.estimated = Usage.PENDING, True
+        return row
+
+    def discard_first_call(self) -> None:
+        """A run that ended before its first call: the attempt its admission opened was
+        never made, so its pending row goes (it was never paid for)."""
+        first, self._first = self._first, None
+        if first is not None and first.row.pk is not None:
+            Usage.objects.filter(pk=first.row.pk, status=Usage.PENDING).delete()
 
     @staticmethod
     def _close_attempt(pending: Usage | None, row: Usage, response=None) -> Usage:

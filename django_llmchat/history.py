@@ -532,15 +532,48 @@ class History:
         a compaction yields its :class:`ContextCompacted` event. ``overflow``: the request
         the vendor refused as too long (the budget shrinks below it); ``compact(covered,
         boundary, previous)`` stores a summary and returns its row (or ``None``)."""
+        request, over = self._shape(build, overflow)
+        if over is None:
+            return request
+        before, budget = over
+        if self.options.strategy == "summarize" and compact is not None:
+            done = yield from self._compact(request, budget, compact, before)
+            if done:
+                request = build(self.with_summary(self.messages))
+                if self.count(request.messages) <= budget:
+                    return request
+        request.messages = self.trim(request.messages, budget)
+        return request
+
+    def fit_now(
+        self, build: Callable[[list[ProviderMessage]], ProviderRequest]
+    ) -> ProviderRequest | None:
+        """The request :meth:`fit` gives when it needs no compaction (no summary to
+        store), else ``None``: a run's first request, built before the run is admitted."""
+        request, over = self._shape(build, None)
+        if over is None:
+            return request
+        if self.options.strategy == "summarize":
+            return None
+        request.messages = self.trim(request.messages, over[1])
+        return request
+
+    def _shape(
+        self,
+        build: Callable[[list[ProviderMessage]], ProviderRequest],
+        overflow: ProviderRequest | None,
+    ) -> tuple[ProviderRequest, tuple[int, int] | None]:
+        """The request after the policy's cheap part, and ``(its estimate, the budget)``
+        when it is over the budget (``None`` when it is done)."""
         options = self.options
         request = build(self.with_summary(self.messages))
         if options.strategy == "all" and overflow is None:
-            return request
+            return request, None
         window = self.window(request)
         processor = options.processor
         if processor is not None and overflow is None:
             request.messages = paired(list(processor(list(request.messages), window)))
-            return request
+            return request, None
         budget = window.budget
         if overflow is not None:
             # the vendor counted more than its window holds: ask for a quarter less
@@ -557,22 +590,15 @@ class History:
                     self.chat.model_id,
                     self.chat.provider,
                 )
-            return request
+            return request, None
         raw = self.raw_count(request.messages)
         if self.scale is None and overflow is None and raw > budget // 2:
             self._calibrate(request, budget)
         before = int(raw * (self.scale or 1.0))
         if before <= budget:
             self._fitted = {id(request): raw}
-            return request
-        if options.strategy == "summarize" and compact is not None:
-            done = yield from self._compact(request, budget, compact, before)
-            if done:
-                request = build(self.with_summary(self.messages))
-                if self.count(request.messages) <= budget:
-                    return request
-        request.messages = self.trim(request.messages, budget)
-        return request
+            return request, None
+        return request, (before, budget)
 
     def trim(self, messages: list[ProviderMessage], budget: int) -> list[ProviderMessage]:
         """The window: the oldest turns dropped until ``messages`` fit ``budget``; the

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from . import limits, runs
 from .agents import Agent, load_agent
-from .attempts import ProviderAttempts
+from .attempts import FirstCall, ProviderAttempts
 from .conf import settings
 from .context import Context
 from .errors import (
@@ -198,12 +198,50 @@ class Runner(ProviderAttempts, ToolRunning):
                     f"chat {chat.pk} is waiting for a decision on its tool calls: approve "
                     "or deny them (or cancel the run) first"
                 )
+        first = None
+        if message is not None and runs.opens_attempt(chat, attachments):
+            first = self._first_call(message)
         run, execution = runs.enqueue(
-            chat, message, attachments, start=True, wait=True, regenerate=regenerate
+            chat,
+            message,
+            attachments,
+            start=True,
+            wait=True,
+            regenerate=regenerate,
+            attempt=first.row if first is not None else None,
+            seen=first.seen if first is not None else None,
         )
+        if first is not None and first.row.pk is not None:
+            first.prompt.ref = message.pk  # what the reply follows
+            self._first = first
         self._admitted = run.verdict  # the admission's check serves the first call
         self.run_row, self.execution = run, execution
         return events
+
+    def _first_call(self, prompt: Message) -> FirstCall | None:
+        """The run's first call made ready before its admission (:class:`FirstCall`): the
+        history read, the prompt added, the request built and estimated. ``None`` when the
+        loop has other work first (tool calls unanswered, a compaction to store)."""
+        chat = self.chat
+        loaded = load_history(chat)
+        if loaded.pending:
+            return None
+        message = provider_message(prompt, calls=[], attachments=[])
+        history = History(
+            chat,
+            self.agent,
+            [*loaded.messages, message],
+            loaded.summary,
+            loaded.tokens,
+            limits=model_limits,
+            last_step=last_reported_step,
+        )
+        request = history.fit_now(self._request)
+        if request is None:
+            return None
+        self.history = history
+        row = self._pending_row(request, chat.provider, chat.model_id, "chat")
+        return FirstCall(history, request, row, loaded.seen, message)
 
     def take_turn(self) -> None:
         """The second half of :meth:`begin`: wait until the admitted run is this
@@ -248,17 +286,21 @@ class Runner(ProviderAttempts, ToolRunning):
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            loaded = load_history(chat)
-            history, pending_ids = loaded.messages, loaded.pending
-            self.history = History(
-                chat,
-                self.agent,
-                history,
-                loaded.summary,
-                loaded.tokens,
-                limits=model_limits,
-                last_step=last_reported_step,
-            )
+            if self._first is not None:  # read before the admission
+                self.history = self._first.history
+                history, pending_ids = self.history.messages, []
+            else:
+                loaded = load_history(chat)
+                history, pending_ids = loaded.messages, loaded.pending
+                self.history = History(
+                    chat,
+                    self.agent,
+                    history,
+                    loaded.summary,
+                    loaded.tokens,
+                    limits=model_limits,
+                    last_step=last_reported_step,
+                )
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (
@@ -340,6 +382,7 @@ class Runner(ProviderAttempts, ToolRunning):
                 outcome = (Run.FAILED, error_type, error, "")
             raise
         finally:
+            self.discard_first_call()
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
                 Chat.objects.filter(pk=chat.pk).update(context=caller)

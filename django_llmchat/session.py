@@ -259,6 +259,7 @@ class RunSession:
         except GeneratorExit:
             if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
                 # closed at run_started: the loop never began, the run ends here
+                runner.discard_first_call()
                 runner.execution.finish(Run.CANCELLED, interrupt_reason="stream_closed")
             else:
                 events.close()  # the loop ends the run cancelled, its usage rows kept
@@ -325,6 +326,7 @@ class RunSession:
         run = self.run
         if not self.admitted or run is None or run.pk is None:
             return
+        self._runner.discard_first_call()
         execution = self._runner.execution
         if execution is None:
             runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")

@@ -153,6 +153,8 @@ class LoadedHistory:
     pending: list[int]
     summary: tuple | None
     tokens: dict[Any, dict[int, int]]
+    seen: tuple[int | None, int, int | None] = (None, 0, None)
+    """The path as read: its active leaf's id, its message count, its highest id."""
 
 
 @dataclass
@@ -310,6 +312,7 @@ def load_history(chat: Chat) -> LoadedHistory:
         pending=list(fresh.unanswered),
         summary=fresh.summary,
         tokens=fresh.tokens,
+        seen=(fresh.anchor, fresh.count, fresh.top or None),
     )
 
 

@@ -303,12 +303,14 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
     # (and on PostgreSQL the user's admission lock, taken only when limits are on; with
     # no limit to check, the admission is one call of its function there instead of its
     # transaction: BEGIN, the chat's lock, the runs ahead, the active leaf, two INSERTs,
-    # the chat's status, COMMIT)
+    # the chat's status, COMMIT, and the first attempt's pending row after it; the
+    # transcript is read before it)
     postgresql = connection.vendor == "postgresql"
-    lock, one_call = (1, 8 - 1) if postgresql else (0, 0)
+    lock, one_call = (1, 8 + 1 - 1) if postgresql else (0, 0)
     assert len(off.captured_queries) == len(many) - 2 - lock - one_call
     if postgresql:
-        assert "llmchat_run_enqueue_v1" in off.captured_queries[0]["sql"]
+        assert "llmchat_message" in off.captured_queries[0]["sql"]
+        assert any("llmchat_run_enqueue_v2" in q["sql"] for q in off.captured_queries)
 
 
 def test_spend_reads_everything_in_one_query(configure, chat, user):

@@ -8,19 +8,9 @@ from pathlib import Path
 
 from django.db import migrations
 
+from django_llmchat.migrations._sql import PostgreSQLOnly
+
 SQL = Path(__file__).resolve().parent.parent / "sql" / "v1"
-
-
-class PostgreSQLOnly(migrations.RunSQL):
-    """``RunSQL`` run on PostgreSQL only (the functions are PL/pgSQL)."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
 class Migration(migrations.Migration):

@@ -47,6 +47,7 @@ from .admission import (
     _lock_user,
     enqueue,
     on_admit,
+    opens_attempt,
     switch_to,
 )
 from .base import (
@@ -107,6 +108,7 @@ __all__ = [
     "hold_if_idle",
     "interrupt",
     "on_admit",
+    "opens_attempt",
     "recover",
     "send",
     "stale_runs",

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from .. import branches, limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError, RunInProgress
-from ..models import Chat, Message, Run
+from ..models import Chat, Message, Run, Usage
 from ..models.message import QUEUED_POSITION
 from ..prepared import PreparedInsert, mark_saved
 from . import pg
@@ -38,6 +38,7 @@ from .execution import Execution
 
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
+_INSERT_USAGE = PreparedInsert(Usage)
 
 # the advisory lock space of users' admissions: "llmc"
 _USER_LOCK_SPACE = 0x6C6C6D63
@@ -102,6 +103,8 @@ def enqueue(
     start: bool = False,
     wait: bool = False,
     regenerate: bool = False,
+    attempt: Usage | None = None,
+    seen: tuple[int | None, int, int | None] | None = None,
 ) -> tuple[Run, Execution | None]:
     """Admit and store ``prompt`` (unsaved, with its attachments) and a queued run
     answering it, in one transaction (the gate: the chat's lock, the user's lock, every
@@ -115,6 +118,12 @@ def enqueue(
     unfinished. Inside :func:`django_llmchat.branches.branching`, the prompt follows the
     given message instead of the active leaf (a new branch; :class:`ChatBusyError` while
     a run is unfinished).
+
+    ``attempt`` (with :func:`opens_attempt`): the run's first attempt, its pending usage
+    row (unsaved), built from the chat's path as the caller read it before, ``seen`` =
+    ``(its active leaf's id, its message count, its highest message id)``. It is written in
+    the admission's own call when the run starts and the path is still the one read (its
+    ``pk`` is set then); otherwise nothing of it is written and the caller reads again.
 
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     if chat.pk is None:
@@ -134,7 +143,7 @@ def enqueue(
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
             if one_call:  # pragma: no mutate block
                 run, claimed, chat.status = _enqueue_call(
-                    chat, prompt, task_id, start, wait, worker, using
+                    chat, prompt, task_id, start, wait, worker, using, attempt, seen
                 )
             else:
                 run, claimed, chat.status = _enqueue(
@@ -188,7 +197,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v2`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user; otherwise the statements of :func:`_enqueue`."""
     if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
@@ -198,14 +207,27 @@ def _in_one_call(
     return pg.available(using, Message, Run)
 
 
-def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma: no mutate block
-    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status)."""
+def opens_attempt(chat: Chat, attachments=None) -> bool:  # pragma: no mutate block
+    """Whether :func:`enqueue` of a prompt (with ``attachments``) can write its run's first
+    attempt (``attempt=``) in its own call: on PostgreSQL with the run functions, where
+    the admission is one call, and no receiver of Usage's save signals."""
+    using = router.db_for_write(Run)
+    return _in_one_call(chat, attachments, False, using) and pg.available(using, Usage)
+
+
+def _enqueue_call(
+    chat, prompt, task_id, start, wait, worker, using, attempt=None, seen=None
+):  # pragma: no mutate block
+    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
+    the first attempt's pending usage row when given)."""
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
-    outcome, run_id, prompt_id, claimed, behind, parent, status = pg.call(
+    after, count, top = seen if seen is not None else (None, 0, None)
+    opened = attempt is not None and pg.available(using, Usage)
+    outcome, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
         using,
-        "llmchat_run_enqueue_v1",
+        "llmchat_run_enqueue_v2",
         (chat.pk, "bigint"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
         (_INSERT_RUN.row(run, using), "jsonb"),
@@ -215,6 +237,10 @@ def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma:
         (now, "timestamptz"),
         (lease, "timestamptz"),
         (QUEUED_POSITION, "bigint"),
+        (_INSERT_USAGE.row(attempt, using) if opened else None, "jsonb"),
+        (after, "bigint"),
+        (count, "bigint"),
+        (top, "bigint"),
     )
     if outcome == "no_chat":
         raise ArgumentError(f"chat {chat.pk} does not exist")
@@ -233,6 +259,9 @@ def _enqueue_call(chat, prompt, task_id, start, wait, worker, using):  # pragma:
     elif wait:
         run.worker, run.lease_expires_at = worker, lease
     mark_saved(run, using)
+    if attempt_id is not None:
+        attempt.pk, attempt.run_id = attempt_id, run_id
+        mark_saved(attempt, using)
     _admitted(run)
     run.verdict = None
     return run, claimed, status

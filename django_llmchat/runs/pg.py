@@ -2,7 +2,7 @@
 (installed by migrations, named with their version), called here and nowhere else.
 
 Each transition has two faces behind one Python function of this package: on PostgreSQL,
-when the functions of :data:`VERSION` are installed, one ``SELECT`` of the function (one
+when the functions of :data:`FUNCTIONS` are installed, one ``SELECT`` of the function (one
 round trip, no ``BEGIN``/``COMMIT`` of its own: the statement is its transaction, or a
 part of the caller's); elsewhere (SQLite, another backend, a database migrated without
 them) the statements of the other modules, in a transaction. Values reach the functions
@@ -20,14 +20,17 @@ from django.db.models import signals
 
 logger = logging.getLogger("django_llmchat.runs")
 
-VERSION = 1
-"""The version of the functions this code calls (``llmchat_<transition>_v1``)."""
+VERSION = 2
+"""The newest version of the functions this code calls: ``django_llmchat/sql/v<N>/`` holds
+what version N added or changed, each function named with the version it came in
+(``llmchat_<transition>_v<N>``)."""
 
 FUNCTIONS = (
     "llmchat_run_leaf_v1",
     "llmchat_run_place_prompt_v1",
     "llmchat_run_release_v1",
     "llmchat_run_enqueue_v1",
+    "llmchat_run_enqueue_v2",
     "llmchat_run_claim_v1",
     "llmchat_run_store_last_step_v1",
     "llmchat_run_end_v1",

@@ -5,6 +5,7 @@ the functions are installed and removed by their migration."""
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 
@@ -78,24 +79,115 @@ def chat(fake_llm):
     return made
 
 
-def test_a_plain_ask_is_four_round_trips_and_no_begin_or_commit(chat, fake_llm):
-    """The prompt with its run, started (one call); the transcript read; the attempt's
-    pending usage row (before the provider call); the reply with the run's end (one
-    call): four statements, four round trips, none of them BEGIN or COMMIT (each
+def test_a_plain_ask_is_three_round_trips_and_no_begin_or_commit(chat, fake_llm):
+    """The transcript read; the prompt with its run, started, and the attempt's pending
+    usage row (one call, before the provider call); the reply with the run's end (one
+    call): three statements, three round trips, none of them BEGIN or COMMIT (each
     statement is its own transaction, the two calls included)."""
     fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_message",
-        "INSERT llmchat_usage",
+        "SELECT llmchat_run_enqueue_v2",
         "SELECT llmchat_run_store_last_step_v1",
     ]
     assert len(ctx) <= 4
-    assert len(wire.trips) == 4, wire.trips
+    assert len(wire.trips) == 3, wire.trips
     assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
     assert reply.content == "fine" and reply.usages.get().output_tokens == 1
+
+
+def _next_xid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+
+def test_a_plain_ask_commits_twice(chat, fake_llm):
+    """Two transactions write (each takes a transaction id): the admission with the
+    attempt's pending row, before the provider call, and the reply after it. The history
+    read writes nothing. Transaction ids are the whole server's: another client can only
+    add to a count, so the least of three asks is this connection's own."""
+    counts = []
+    for number in range(3):
+        fake_llm.script(Reply(f"reply {number}"))
+        before = _next_xid()
+        chat.ask(f"question {number}")
+        counts.append(_next_xid() - before)
+    assert min(counts) == 2, counts
+
+
+def test_the_first_attempt_is_on_the_ledger_before_the_provider_answers(chat, fake_llm):
+    """While the reply streams, the run's attempt is a committed pending row with the
+    history's estimate of the request (a process dying now leaves it on the ledger)."""
+    fake_llm.script(Reply("one two three", usage={"input_tokens": 40, "output_tokens": 3}))
+    events = chat.stream("count to three")
+    for event in events:
+        if event.type == "text_delta":
+            break
+    run = chat.last_run
+    pending = Usage.objects.get(run_id=run.pk)
+    assert (pending.status, pending.estimated, pending.message_id) == ("pending", True, None)
+    assert pending.input_tokens > 0 and pending.chat_id == chat.pk
+    for _ in events:
+        pass
+    closed = Usage.objects.get(run_id=run.pk)
+    assert (closed.pk, closed.status, closed.estimated) == (pending.pk, "succeeded", False)
+    assert closed.input_tokens == 40
+
+
+@pytest.mark.parametrize("role", ["assistant", "system"])
+def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch, role):
+    """A message stored between the history read and the admission (a reply: the active
+    leaf moved; instructions: the leaf did not, the count did): the admission writes no
+    attempt, the run reads the path again (the request holds the late message) and opens
+    its attempt then; one usage row, closed."""
+    from django_llmchat import runner as runner_module
+
+    read = runner_module.load_history
+
+    def read_then_a_message_arrives(target):
+        loaded = read(target)
+        Message.objects.create(chat=target, role=role, content="a late note")
+        return loaded
+
+    monkeypatch.setattr(runner_module, "load_history", read_then_a_message_arrives)
+    fake_llm.script(Reply("seen"))
+    with CaptureQueriesContext(connection) as ctx:
+        reply = chat.ask("what came last?")
+    monkeypatch.setattr(runner_module, "load_history", read)
+    assert "INSERT llmchat_usage" in _statements(ctx)
+    sent = json.dumps(fake_llm.last_request.body)
+    assert "a late note" in sent and "what came last?" in sent
+    (usage,) = Usage.objects.filter(run_id=reply.run_id)
+    assert usage.status == "succeeded" and usage.message_id == reply.pk
+
+
+def test_a_run_behind_another_opens_no_attempt(chat):
+    """The admission writes the attempt only for a run it starts: one queued behind
+    another process's run gets none (its loop opens it when its turn comes)."""
+    taken_run(chat, lease=600)
+    attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+    attempt.estimated = True
+    prompt = Message(chat=chat, role="user", content="later")
+    run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=(None, 0, None))
+    assert execution is None and run.status == "queued"
+    assert attempt.pk is None and not Usage.objects.filter(run_id=run.pk).exists()
+
+
+def test_a_stream_closed_at_run_started_leaves_no_attempt(chat, fake_llm):
+    """Closed right after ``run_started``: the attempt the admission opened was never
+    made, so its pending row goes with the run's end (cancelled)."""
+    fake_llm.script(Reply("never sent"))
+    requests = len(fake_llm.requests)
+    events = chat.stream("hello")
+    assert next(events).type == "run_started"
+    events.close()
+    run = Run.objects.get(pk=chat.last_run.pk)
+    assert run.status == "cancelled"
+    assert not Usage.objects.filter(run_id=run.pk).exists()
+    assert len(fake_llm.requests) == requests
 
 
 def test_the_rows_are_those_the_statements_write(chat, fake_llm):
