@@ -98,24 +98,50 @@ def test_a_plain_ask_is_three_round_trips_and_no_begin_or_commit(chat, fake_llm)
     assert reply.content == "fine" and reply.usages.get().output_tokens == 1
 
 
-def _next_xid() -> int:
+def _xmin(table: str, pk: int) -> int:
+    """The id of the transaction that last wrote row ``pk`` of ``table``."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        cursor.execute(f"SELECT xmin::text::bigint FROM {table} WHERE id = %s", [pk])
         return cursor.fetchone()[0]
 
 
 def test_a_plain_ask_commits_twice(chat, fake_llm):
-    """Two transactions write (each takes a transaction id): the admission with the
-    attempt's pending row, before the provider call, and the reply after it. The history
-    read writes nothing. Transaction ids are the whole server's: another client can only
-    add to a count, so the least of three asks is this connection's own."""
-    counts = []
-    for number in range(3):
-        fake_llm.script(Reply(f"reply {number}"))
-        before = _next_xid()
-        chat.ask(f"question {number}")
-        counts.append(_next_xid() - before)
-    assert min(counts) == 2, counts
+    """Two transactions write: the admission (the prompt, its run and the attempt's
+    pending row, before the provider call) and the reply (the reply, the attempt's row
+    closed, the run ended, the chat idle again). Every row an ask writes was last written
+    by one of the two (its ``xmin``); the third statement, the transcript read, is a plain
+    SELECT."""
+    written = {}
+
+    def at_the_call(request):  # the provider's side (its own connection), mid-call
+        try:
+            run = Run.objects.filter(chat=chat).latest("id")
+            written["run"] = _xmin("llmchat_run", run.pk)
+            written["prompt"] = _xmin("llmchat_message", run.prompt_id)
+            written["attempt"] = _xmin("llmchat_usage", Usage.objects.get(run_id=run.pk).pk)
+        finally:
+            connection.close()
+        return Reply("fine")
+
+    fake_llm.script(at_the_call)
+    with CaptureQueriesContext(connection) as ctx:
+        reply = chat.ask("hello")
+    assert _statements(ctx) == [
+        "SELECT llmchat_message",
+        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_store_last_step_v1",
+    ]
+    admission = written["prompt"]
+    assert written["run"] == written["attempt"] == admission
+    run = Run.objects.get(pk=reply.run_id)
+    after = {
+        _xmin("llmchat_message", reply.pk),
+        _xmin("llmchat_run", run.pk),
+        _xmin("llmchat_usage", reply.usages.get().pk),
+        _xmin("llmchat_chat", chat.pk),
+    }
+    assert len(after) == 1 and after != {admission}
+    assert _xmin("llmchat_message", run.prompt_id) == admission
 
 
 def test_the_first_attempt_is_on_the_ledger_before_the_provider_answers(chat, fake_llm):
