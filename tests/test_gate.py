@@ -158,11 +158,17 @@ def ui_post(chat, body):
 
 
 def ui_chat(chat):
+    # the new message alone, as a client that sends only the last message does (a list
+    # holding only it, on a chat that has messages, would be an edit of the first one: a
+    # branch, refused with 409 while a run is in progress, before any limit is read);
+    # a new message id each time: the same id would be one retried request
     body = {
         "id": str(chat.pk),
-        "messages": [  # a new message id each time: the same id would be one retried request
-            {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": "Go?"}]}
-        ],
+        "message": {
+            "id": uuid.uuid4().hex,
+            "role": "user",
+            "parts": [{"type": "text", "text": "Go?"}],
+        },
         "trigger": "submit-message",
     }
     return ui_post(chat, body)
