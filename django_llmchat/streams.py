@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ._per_process import PerProcess
 from .conf import settings
 from .events import RunFinished, StreamEvent, event_from_dict
 
@@ -222,14 +223,14 @@ def publish_later(chat_id: int | str, event: StreamEvent) -> None:
     if not url:
         return
     key, fields = _entry(chat_id, event)
-    _outbox().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
+    _outboxes.get().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
 
 
 def flush(timeout: float | None = 5.0) -> bool:
     """Wait until the events queued by :func:`publish_later` so far are sent (or dropped
     after a Redis error); returns ``False`` on timeout."""
-    box = _box
-    if box is None or box.pid != os.getpid():
+    box = _outboxes.current()
+    if box is None:
         return True
     return box.flush(timeout)
 
@@ -303,19 +304,7 @@ class _Outbox:
                 raise
 
 
-_box: _Outbox | None = None
-_box_mutex = threading.Lock()
-
-
-def _outbox() -> _Outbox:
-    global _box
-    box = _box
-    if box is not None and box.pid == os.getpid():
-        return box
-    with _box_mutex:
-        if _box is None or _box.pid != os.getpid():
-            _box = _Outbox()
-        return _box
+_outboxes = PerProcess(_Outbox)
 
 
 def last_id(chat_id: int | str) -> str:
