@@ -411,6 +411,25 @@ def _follow_protocol(
                 return
 
 
+class _Following:
+    """The commands of :func:`_follow_protocol` for a chat, to iterate: the driver sets
+    ``answer`` to the result of each Redis command before taking the next (an ``emit``
+    needs none)."""
+
+    def __init__(self, chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat) -> None:
+        block_ms, key = _check_block(block_ms), stream_key(chat_id)
+        self.steps = _follow_protocol(key, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
+        self.answer: Any = None
+
+    def __iter__(self):
+        while True:
+            answer, self.answer = self.answer, None
+            try:
+                yield self.steps.send(answer)
+            except StopIteration:
+                return
+
+
 def follow(
     chat_id: int | str,
     last_id: str | None = None,
@@ -430,22 +449,13 @@ def follow(
     (seconds) bounds the whole follow; ``heartbeat=True`` yields ``(None, None)`` after each
     ``block_ms`` without an event, so an SSE view can write a keep-alive comment.
     """
-    block_ms = _check_block(block_ms)
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
     redis_client = client()
-    steps = _follow_protocol(
-        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
-    )
-    answer = None
-    while True:
-        try:
-            method, args, kwargs = steps.send(answer)
-        except StopIteration:
-            return
+    for method, args, kwargs in steps:
         if method == "emit":
-            answer = None
             yield args
         else:
-            answer = getattr(redis_client, method)(*args, **kwargs)
+            steps.answer = getattr(redis_client, method)(*args, **kwargs)
 
 
 async def afollow(
@@ -458,22 +468,13 @@ async def afollow(
     heartbeat: bool = False,
 ) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
-    block_ms = _check_block(block_ms)
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
     redis_client = _redis().asyncio.Redis.from_url(_url(), **CLIENT_OPTIONS)
-    steps = _follow_protocol(
-        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
-    )
-    answer = None
     try:
-        while True:
-            try:
-                method, args, kwargs = steps.send(answer)
-            except StopIteration:
-                return
+        for method, args, kwargs in steps:
             if method == "emit":
-                answer = None
                 yield args
             else:
-                answer = await getattr(redis_client, method)(*args, **kwargs)
+                steps.answer = await getattr(redis_client, method)(*args, **kwargs)
     finally:
         await redis_client.aclose()
