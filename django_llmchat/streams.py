@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ._per_process import PerProcess
 from .conf import settings
 from .events import RunFinished, StreamEvent, event_from_dict
 
@@ -222,14 +223,14 @@ def publish_later(chat_id: int | str, event: StreamEvent) -> None:
     if not url:
         return
     key, fields = _entry(chat_id, event)
-    _outbox().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
+    _outboxes.get().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
 
 
 def flush(timeout: float | None = 5.0) -> bool:
     """Wait until the events queued by :func:`publish_later` so far are sent (or dropped
     after a Redis error); returns ``False`` on timeout."""
-    box = _box
-    if box is None or box.pid != os.getpid():
+    box = _outboxes.current()
+    if box is None:
         return True
     return box.flush(timeout)
 
@@ -303,19 +304,7 @@ class _Outbox:
                 raise
 
 
-_box: _Outbox | None = None
-_box_mutex = threading.Lock()
-
-
-def _outbox() -> _Outbox:
-    global _box
-    box = _box
-    if box is not None and box.pid == os.getpid():
-        return box
-    with _box_mutex:
-        if _box is None or _box.pid != os.getpid():
-            _box = _Outbox()
-        return _box
+_outboxes = PerProcess(_Outbox)
 
 
 def last_id(chat_id: int | str) -> str:
@@ -422,6 +411,25 @@ def _follow_protocol(
                 return
 
 
+class _Following:
+    """The commands of :func:`_follow_protocol` for a chat, to iterate: the driver sets
+    ``answer`` to the result of each Redis command before taking the next (an ``emit``
+    needs none)."""
+
+    def __init__(self, chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat) -> None:
+        block_ms, key = _check_block(block_ms), stream_key(chat_id)
+        self.steps = _follow_protocol(key, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
+        self.answer: Any = None
+
+    def __iter__(self):
+        while True:
+            answer, self.answer = self.answer, None
+            try:
+                yield self.steps.send(answer)
+            except StopIteration:
+                return
+
+
 def follow(
     chat_id: int | str,
     last_id: str | None = None,
@@ -441,22 +449,13 @@ def follow(
     (seconds) bounds the whole follow; ``heartbeat=True`` yields ``(None, None)`` after each
     ``block_ms`` without an event, so an SSE view can write a keep-alive comment.
     """
-    block_ms = _check_block(block_ms)
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
     redis_client = client()
-    steps = _follow_protocol(
-        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
-    )
-    answer = None
-    while True:
-        try:
-            method, args, kwargs = steps.send(answer)
-        except StopIteration:
-            return
+    for method, args, kwargs in steps:
         if method == "emit":
-            answer = None
             yield args
         else:
-            answer = getattr(redis_client, method)(*args, **kwargs)
+            steps.answer = getattr(redis_client, method)(*args, **kwargs)
 
 
 async def afollow(
@@ -469,22 +468,13 @@ async def afollow(
     heartbeat: bool = False,
 ) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
-    block_ms = _check_block(block_ms)
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
     redis_client = _redis().asyncio.Redis.from_url(_url(), **CLIENT_OPTIONS)
-    steps = _follow_protocol(
-        stream_key(chat_id), last_id, block_ms, stop_at_run_end, timeout, heartbeat
-    )
-    answer = None
     try:
-        while True:
-            try:
-                method, args, kwargs = steps.send(answer)
-            except StopIteration:
-                return
+        for method, args, kwargs in steps:
             if method == "emit":
-                answer = None
                 yield args
             else:
-                answer = await getattr(redis_client, method)(*args, **kwargs)
+                steps.answer = await getattr(redis_client, method)(*args, **kwargs)
     finally:
         await redis_client.aclose()

@@ -208,3 +208,37 @@ def test_follow_and_afollow_start_at_the_run_in_progress_across_pages(redis_even
     assert [i for i, _ in asyncio.run(collect())] == live
     publish_run(6, "r3")  # once a run is over, a new follower waits for the next one
     assert list(streams.follow(6, None, block_ms=50, timeout=0.3)) == []
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_ui_following_keeps_alive_while_a_run_lives_and_stops_after(redis_events, asynchronous):
+    """``follow_chunks`` writes a keep-alive at a heartbeat while the chat has a run queued
+    or running, and ends (``[DONE]``) at the first heartbeat after."""
+    from django_llmchat.api.ui import DONE, follow_chunks
+    from django_llmchat.models import Chat, Run
+
+    async def first(frames, count):
+        out = []
+        async for text in frames:
+            out.append(text)
+            if len(out) == count:
+                break
+        await frames.aclose()
+        return out
+
+    def frames_of(chat, count):
+        frames = follow_chunks(chat, asynchronous=asynchronous)
+        if asynchronous:
+            return asyncio.run(first(frames, count))
+        out = [text for text, _ in zip(frames, range(count), strict=False)]
+        frames.close()
+        return out
+
+    chat = Chat.objects.create()
+    run = Run.objects.create(chat=chat, status=Run.QUEUED)
+    assert frames_of(chat, 1) == [": keep-alive\n\n"]
+    run.status = Run.FAILED
+    run.save(update_fields=["status"])
+    assert frames_of(chat, 2) == [DONE]

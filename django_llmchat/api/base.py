@@ -45,6 +45,14 @@ class LLMChatView(GenericAPIView):
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     starts_runs = False  # the ``llmchat_runs`` throttle scope applies
+    post_serializer_class: type | None = None
+    """The serializer of a POST's body, where it is not ``serializer_class`` (the answer's)."""
+
+    def get_serializer_class(self):
+        post = self.post_serializer_class
+        if post is not None and self.request is not None and self.request.method == "POST":
+            return post
+        return super().get_serializer_class()
 
     def get_authenticators(self):
         return [cls() for cls in default_authenticators()]

@@ -41,71 +41,61 @@ def _object(required: dict[str, Any], optional: dict[str, Any] | None = None, do
     return out
 
 
-_ROLE = {"role": _STR}
+def _event(required: dict[str, Any], optional: dict[str, Any] | None = None, doc: str = ""):
+    """An event's payload: its ``role`` (every event has one), then its own keys."""
+    return _object({"role": _STR, **required}, optional, doc)
+
 
 EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
-    "text_delta": _object({**_ROLE, "content": _STR}, doc="A piece of the reply's text."),
-    "text_done": _object({**_ROLE, "content": _STR}, doc="The response's whole text."),
-    "tool_call_delta": _object(
-        {**_ROLE, "item_id": _NULLABLE_STR, "arguments_delta": _STR},
+    "text_delta": _event({"content": _STR}, doc="A piece of the reply's text."),
+    "text_done": _event({"content": _STR}, doc="The response's whole text."),
+    "tool_call_delta": _event(
+        {"item_id": _NULLABLE_STR, "arguments_delta": _STR},
         {"name": _STR},
         doc="A fragment of a tool call's JSON arguments.",
     ),
-    "tool_call_done": _object(
-        {**_ROLE, "item_id": _NULLABLE_STR, "call_id": _STR, "name": _STR, "arguments": _STR},
+    "tool_call_done": _event(
+        {"item_id": _NULLABLE_STR, "call_id": _STR, "name": _STR, "arguments": _STR},
         doc="A complete tool call; `arguments` is JSON text.",
     ),
-    "reasoning_delta": _object({**_ROLE, "content": _STR}, doc="A piece of reasoning."),
-    "reasoning_done": _object(
-        {
-            **_ROLE,
-            "part": _object({"type": _STR, "text": _STR}, {"format": _STR, "signature": _STR}),
-        },
+    "reasoning_delta": _event({"content": _STR}, doc="A piece of reasoning."),
+    "reasoning_done": _event(
+        {"part": _object({"type": _STR, "text": _STR}, {"format": _STR, "signature": _STR})},
         doc="One block of reasoning.",
     ),
-    "web_search_status": _object(
-        {**_ROLE, "status": _STR}, {"query": _STR, "url": _STR}, doc="Server-side search."
+    "web_search_status": _event(
+        {"status": _STR}, {"query": _STR, "url": _STR}, doc="Server-side search."
     ),
-    "web_search_done": _object(
-        {
-            **_ROLE,
-            "query": _NULLABLE_STR,
-            "sources": {"type": "array", "items": {"type": "object"}},
-        },
+    "web_search_done": _event(
+        {"query": _NULLABLE_STR, "sources": {"type": "array", "items": {"type": "object"}}},
         doc="A server-side search finished.",
     ),
-    "guardrail_tripwire": _object(
-        {**_ROLE, "guardrail_id": _STR, "reason": _NULLABLE_STR, "phase": _STR},
+    "guardrail_tripwire": _event(
+        {"guardrail_id": _STR, "reason": _NULLABLE_STR, "phase": _STR},
         doc="A guardrail blocked the run.",
     ),
-    "guardrail_modification": _object(
-        {
-            **_ROLE,
-            "guardrail_id": _STR,
-            "phase": _STR,
-            "message_indices": {"type": "array", "items": _INT},
-        },
+    "guardrail_modification": _event(
+        {"guardrail_id": _STR, "phase": _STR, "message_indices": {"type": "array", "items": _INT}},
         doc="A guardrail changed messages.",
     ),
-    "skill_activation": _object({**_ROLE, "name": _STR}, doc="A skill was activated."),
-    "interrupt": _object(
-        {**_ROLE, "interrupt": {"type": "boolean"}, "reason": _NULLABLE_STR},
+    "skill_activation": _event({"name": _STR}, doc="A skill was activated."),
+    "interrupt": _event(
+        {"interrupt": {"type": "boolean"}, "reason": _NULLABLE_STR},
         doc="The loop stopped early.",
     ),
-    "token_usage_done": _object(
-        {**_ROLE, "token_usage": _TOKENS}, doc="Token usage of the response that ended."
+    "token_usage_done": _event(
+        {"token_usage": _TOKENS}, doc="Token usage of the response that ended."
     ),
-    "finish_reason_done": _object(
-        {**_ROLE, "finish_reason": _STR, "raw_finish_reason": _NULLABLE_STR},
+    "finish_reason_done": _event(
+        {"finish_reason": _STR, "raw_finish_reason": _NULLABLE_STR},
         doc="Why the model stopped.",
     ),
-    "tool_approval_request": _object(
-        {**_ROLE, "call_id": _STR, "name": _STR, "arguments": _STR},
+    "tool_approval_request": _event(
+        {"call_id": _STR, "name": _STR, "arguments": _STR},
         doc="A tool call waits for approve or deny; the run pauses.",
     ),
-    "tool_result_done": _object(
+    "tool_result_done": _event(
         {
-            **_ROLE,
             "call_id": _STR,
             "name": _STR,
             "result": _STR,
@@ -114,9 +104,8 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
         },
         doc="A tool call's result was stored (as message `message_id`).",
     ),
-    "step_finished": _object(
+    "step_finished": _event(
         {
-            **_ROLE,
             "message_id": _NULLABLE_INT,
             "step": _INT,
             "finish_reason": _STR,
@@ -125,11 +114,11 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
         },
         doc="A step was stored as message `message_id`, with its tokens and USD cost.",
     ),
-    "run_started": _object(
-        {**_ROLE, "run_id": _STR}, {"message_id": _INT}, doc="A run began (or was taken over)."
+    "run_started": _event(
+        {"run_id": _STR}, {"message_id": _INT}, doc="A run began (or was taken over)."
     ),
-    "run_finished": _object(
-        {**_ROLE, "run_id": _STR, "status": _STR},
+    "run_finished": _event(
+        {"run_id": _STR, "status": _STR},
         {
             "error": _STR,
             "error_type": _STR,
@@ -139,19 +128,12 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
         },
         doc="A run ended, with its totals (and its safe error and its type).",
     ),
-    "budget_warning": _object(
-        {
-            **_ROLE,
-            "limit": _STR,
-            "used": _STR,
-            "allowed": _STR,
-            "resets_at": _NULLABLE_STR,
-        },
+    "budget_warning": _event(
+        {"limit": _STR, "used": _STR, "allowed": _STR, "resets_at": _NULLABLE_STR},
         doc="The user passed the soft fraction of a spending limit (the run goes on).",
     ),
-    "context_compacted": _object(
+    "context_compacted": _event(
         {
-            **_ROLE,
             "message_id": _NULLABLE_INT,
             "summary_until": _NULLABLE_INT,
             "messages": _INT,

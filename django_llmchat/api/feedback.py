@@ -69,12 +69,8 @@ class FeedbackView(LLMChatView):
     """The requesting user's feedback on one assistant reply of one of their chats."""
 
     serializer_class = FeedbackSerializer
+    post_serializer_class = FeedbackRequestSerializer
     queryset = Feedback.objects.none()
-
-    def get_serializer_class(self):
-        if self.request is not None and self.request.method == "POST":
-            return FeedbackRequestSerializer
-        return FeedbackSerializer
 
     def _message(self, pk: int, message_id: int) -> Message:
         chat = self.get_chat(pk)

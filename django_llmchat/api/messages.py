@@ -60,15 +60,11 @@ class MessageListCreateView(LLMChatView):
 
     pagination_class = MessageCursorPagination
     serializer_class = MessageSerializer
+    post_serializer_class = MessageCreateSerializer
     parser_classes = [StrictJSONParser, StrictMultiPartParser]
     renderer_classes = [JSONRenderer, EventStreamRenderer]
     starts_runs = True
     queryset = Message.objects.none()
-
-    def get_serializer_class(self):
-        if self.request is not None and self.request.method == "POST":
-            return MessageCreateSerializer
-        return MessageSerializer
 
     @document(
         summary="List a chat's messages",

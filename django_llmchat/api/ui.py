@@ -111,12 +111,11 @@ def follow_chunks(chat: Chat, *, asynchronous: bool):
     )
     options = {"last_id": None, "stop_at_run_end": True, "heartbeat": True, "block_ms": 1000}
 
-    def frame(event: Any, live: bool) -> str | None:
-        """The frames of a followed event, a keep-alive for a heartbeat while the run
-        lives (``None``: stop)."""
+    def frame(event: Any) -> str:
+        """The frames of a followed event, a keep-alive for a heartbeat."""
         if event is not None:
             return "".join(chunk(item) for item in ui.feed(event))
-        return ": keep-alive\n\n" if live else None
+        return ": keep-alive\n\n"
 
     def failed(exc: Exception) -> str:
         logger.exception("following chat %s failed", chat.pk, exc_info=exc)
@@ -128,10 +127,9 @@ def follow_chunks(chat: Chat, *, asynchronous: bool):
         async def aframes():
             try:
                 async for _, event in streams.afollow(chat.pk, **options):
-                    text = frame(event, event is not None or await sync_to_async(_live)(chat.pk))
-                    if text is None:
+                    if event is None and not await sync_to_async(_live)(chat.pk):
                         break
-                    yield text
+                    yield frame(event)
             except Exception as exc:
                 yield failed(exc)
             yield DONE
@@ -141,10 +139,9 @@ def follow_chunks(chat: Chat, *, asynchronous: bool):
     def frames():
         try:
             for _, event in streams.follow(chat.pk, **options):
-                text = frame(event, event is not None or _live(chat.pk))
-                if text is None:
+                if event is None and not _live(chat.pk):
                     break
-                yield text
+                yield frame(event)
         except Exception as exc:
             yield failed(exc)
         yield DONE

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import suppress
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -433,10 +434,8 @@ def _output(text: str) -> Any:
     """A tool's result as the client gets it: JSON objects and arrays decoded, any other
     text as it is."""
     if text[:1] in ("{", "["):
-        try:
+        with suppress(ValueError):
             return json.loads(text)
-        except ValueError:
-            pass
     return text
 
 

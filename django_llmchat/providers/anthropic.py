@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import Any
 
 from ..errors import UnsupportedFeatureError
 from ..values import Citation, ServerToolCall, Thinking
@@ -23,8 +24,8 @@ from .anthropic_stream import AnthropicStreamParser
 from .anthropic_wire import FINISH_REASONS
 from .base import Provider, copy_params, merge_vendor_options
 from .types import (
+    EVERY_FEATURE,
     AttachmentData,
-    Capabilities,
     ProviderMessage,
     ProviderRequest,
     ProviderResponse,
@@ -57,22 +58,11 @@ MAX_CACHE_BREAKPOINTS = 4
 class AnthropicProvider(Provider):
     """Claude models over the Messages API."""
 
-    name: ClassVar[str] = "anthropic"
-    label: ClassVar[str] = "Anthropic"
-    default_base_url: ClassVar[str] = "https://api.anthropic.com"
-    api_key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        streaming=True,
-        tools=True,
-        parallel_tool_calls=True,
-        vision=True,
-        pdf=True,
-        thinking=True,
-        structured_output=True,
-        prompt_caching="explicit",
-        citations=True,
-        server_tools=True,
-    )
+    name = "anthropic"
+    label = "Anthropic"
+    default_base_url = "https://api.anthropic.com"
+    api_key_env = "ANTHROPIC_API_KEY"
+    capabilities = replace(EVERY_FEATURE, prompt_caching="explicit")
     stream_parser_class = AnthropicStreamParser
 
     # -- connection ----------------------------------------------------------------------

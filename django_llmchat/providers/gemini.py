@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 from ..errors import AuthenticationError, ProviderError
 from ..values import Thinking
@@ -23,8 +23,8 @@ from .base import Provider, as_authentication_error, copy_params, merge_vendor_o
 from .gemini_stream import GeminiStreamParser
 from .gemini_wire import FINISH_REASONS
 from .types import (
+    EVERY_FEATURE,
     AttachmentData,
-    Capabilities,
     ProviderMessage,
     ProviderRequest,
     ProviderResponse,
@@ -135,19 +135,11 @@ def error_info(payload: Any) -> tuple[dict[str, Any], str | None]:
 class GeminiProvider(Provider):
     """Google Gemini through the Gemini API (API key auth)."""
 
-    name: ClassVar[str] = "gemini"
-    label: ClassVar[str] = "Google Gemini"
-    default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
-    api_key_env: ClassVar[str | None] = "GEMINI_API_KEY"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        vision=True,
-        pdf=True,
-        thinking=True,
-        structured_output=True,
-        prompt_caching="automatic",
-        citations=True,
-        server_tools=True,
-    )
+    name = "gemini"
+    label = "Google Gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    api_key_env = "GEMINI_API_KEY"
+    capabilities = EVERY_FEATURE
     stream_parser_class = GeminiStreamParser
 
     # -- request ---------------------------------------------------------------------

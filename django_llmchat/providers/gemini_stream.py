@@ -69,8 +69,7 @@ class GeminiStreamParser(StreamParser):
         content = candidate.get("content")
         for part in (content.get("parts") if content else None) or ():
             if "functionCall" in part:
-                if self.thinking_open:
-                    events.extend(self.close_thinking())
+                events.extend(self.close_thinking())
                 events.extend(self.function_call(part))
                 continue
             signature = part.get("thoughtSignature")
@@ -84,8 +83,7 @@ class GeminiStreamParser(StreamParser):
                 self.thinking_open = True
                 events.append(ev.ReasoningDelta(text))
             else:
-                if self.thinking_open:
-                    events.extend(self.close_thinking())
+                events.extend(self.close_thinking())
                 events.append(ev.TextDelta(text))
         grounding = candidate.get("groundingMetadata")
         if grounding:

@@ -316,11 +316,7 @@ class PerplexityProvider(ChatCompletionsProvider):
     default_base_url = "https://api.perplexity.ai"
     api_key_env = "PERPLEXITY_API_KEY"
     capabilities = Capabilities(
-        tools=False,
-        parallel_tool_calls=False,
-        vision=True,
-        structured_output=True,
-        citations=True,
+        tools=False, parallel_tool_calls=False, vision=True, structured_output=True, citations=True
     )
     requires_done_sentinel = False
 

@@ -29,8 +29,8 @@ from .base import (
 from .openai_responses_stream import ResponsesStreamParser
 from .openai_responses_wire import FINISH_REASONS
 from .types import (
+    EVERY_FEATURE,
     AttachmentData,
-    Capabilities,
     ProviderMessage,
     ProviderRequest,
     ProviderResponse,
@@ -71,19 +71,11 @@ def _is_text(mime_type: str) -> bool:
 class OpenAIResponsesProvider(Provider):
     """OpenAI through the Responses API."""
 
-    name: ClassVar[str] = "openai"
-    label: ClassVar[str] = "OpenAI"
-    default_base_url: ClassVar[str] = "https://api.openai.com/v1"
-    api_key_env: ClassVar[str | None] = "OPENAI_API_KEY"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        vision=True,
-        pdf=True,
-        thinking=True,
-        structured_output=True,
-        prompt_caching="automatic",
-        citations=True,
-        server_tools=True,
-    )
+    name = "openai"
+    label = "OpenAI"
+    default_base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"
+    capabilities = EVERY_FEATURE
     stream_parser_class = ResponsesStreamParser
 
     # Vendor differences, switched off by subclasses speaking the same protocol.
@@ -360,11 +352,11 @@ class XAIProvider(OpenAIResponsesProvider):
     own), and documents cannot be sent inline.
     """
 
-    name: ClassVar[str] = "xai"
-    label: ClassVar[str] = "xAI"
-    default_base_url: ClassVar[str] = "https://api.x.ai/v1"
-    api_key_env: ClassVar[str | None] = "XAI_API_KEY"
-    capabilities: ClassVar[Capabilities] = replace(OpenAIResponsesProvider.capabilities, pdf=False)
+    name = "xai"
+    label = "xAI"
+    default_base_url = "https://api.x.ai/v1"
+    api_key_env = "XAI_API_KEY"
+    capabilities = replace(OpenAIResponsesProvider.capabilities, pdf=False)
 
     system_as_instructions: ClassVar[bool] = False
     replay_item_ids: ClassVar[bool] = False

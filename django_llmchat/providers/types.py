@@ -154,3 +154,16 @@ class Capabilities:
     prompt_caching: str = "automatic"  # "explicit" | "automatic" | "none"
     citations: bool = False
     server_tools: bool = False
+
+
+EVERY_FEATURE = Capabilities(
+    vision=True,
+    pdf=True,
+    thinking=True,
+    structured_output=True,
+    prompt_caching="automatic",
+    citations=True,
+    server_tools=True,
+)
+"""Every feature, prompt caching automatic: what the vendors' own APIs offer (Gemini,
+OpenAI Responses; Anthropic's caching is explicit)."""

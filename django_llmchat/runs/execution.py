@@ -19,6 +19,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from .._per_process import PerProcess
 from ..errors import ArgumentError, RunLostError
 from ..models import Message, Run, Usage
 from ..models.message import QUEUED_POSITION
@@ -398,19 +399,11 @@ def _tick() -> float:
     return max(0.2, _lease_seconds() / 3)
 
 
-_keeper_instance: _Keeper | None = None
-_keeper_mutex = threading.Lock()
+_keepers = PerProcess(_Keeper)
 
 
 def _keeper() -> _Keeper:
-    global _keeper_instance
-    found = _keeper_instance
-    if found is not None and found.pid == os.getpid():
-        return found
-    with _keeper_mutex:
-        if _keeper_instance is None or _keeper_instance.pid != os.getpid():
-            _keeper_instance = _Keeper()
-        return _keeper_instance
+    return _keepers.get()
 
 
 def _private_database() -> bool:

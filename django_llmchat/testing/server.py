@@ -445,7 +445,9 @@ class FakeProviderServer:
         if stream:
             self._send_stream(h, renderer, reply, fault, request, extra)
         else:
-            self._send_whole(h, renderer, reply, fault, request, extra)
+            data = renderer.encode_body(reply, request)
+            cut = fault is not None and fault.cut_after is not None
+            self._send_whole(h, data, extra, cut=cut)
 
     @staticmethod
     def _fault_headers(fault: Fault) -> dict[str, str]:
@@ -515,34 +517,20 @@ class FakeProviderServer:
             raw = json.dumps(body).encode()
         self._send_json(h, status, None, headers, raw=raw)
 
-    def _send_whole(
-        self,
-        h: _Handler,
-        renderer: Renderer,
-        reply: Reply,
-        fault: Fault | None,
-        request: RecordedRequest,
-        headers: dict[str, str],
-    ) -> None:
-        data = renderer.encode_body(reply, request)
-        content_type = "application/json; charset=utf-8"
-        if fault is not None and fault.cut_after is not None:
-            head = self._head(
-                200, {"Content-Type": content_type, **headers}, close=True, length=len(data)
-            )
-            h.head_sent = True
-            h.connection.sendall(head + data[: len(data) // 2])
+    def _send_whole(self, h: _Handler, data: bytes, headers: dict[str, str], *, cut: bool) -> None:
+        """A whole JSON answer; ``cut``: only its first half, then the connection drops."""
+        if cut:
             h.close_connection = True
-            self._abort(h)
-            return
         head = self._head(
             200,
-            {"Content-Type": content_type, **headers},
+            {"Content-Type": "application/json; charset=utf-8", **headers},
             close=h.close_connection,
             length=len(data),
         )
         h.head_sent = True
-        h.connection.sendall(head + data)
+        h.connection.sendall(head + (data[: len(data) // 2] if cut else data))
+        if cut:
+            self._abort(h)
 
     def _send_stream(
         self,
