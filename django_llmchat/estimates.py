@@ -12,8 +12,6 @@ import json
 
 from .providers.types import ProviderMessage, ProviderRequest
 
-__all__ = ["estimate_tokens"]
-
 # A tool call's and a tool result's framing on the wire, beside their own text: the longest
 # of the dialects' (Chat Completions' call, Anthropic's result), so an estimate never falls
 # short of what any of them sends.

@@ -18,20 +18,6 @@ from .errors import ArgumentError
 from .estimates import estimate_tokens
 from .providers.types import ProviderMessage
 
-__all__ = [
-    "STRATEGIES",
-    "SUMMARY_PROMPT",
-    "HistoryOptions",
-    "Window",
-    "history_errors",
-    "history_options",
-    "history_problems",
-    "history_processor",
-    "registered_estimators",
-    "registered_processors",
-    "token_estimator",
-]
-
 STRATEGIES = ("all", "window", "summarize")
 
 SUMMARY_PROMPT = (

@@ -1,6 +1,14 @@
 """Fixtures of the run package's tests (tests/runs): a chat whose run tasks are recorded
 instead of run, a clock standing still, and other chats' runs in every unfinished state
-that no transition of the chat under test may touch."""
+that no transition of the chat under test may touch.
+
+The tests of each module (``test_<module>.py``) take the state machine one transition at
+a time: the rows it writes, the values it writes, what it refuses, and that the runs of
+other chats are left as they were (``bystanders``, asked for by each file's
+``pytestmark``). Written to kill the mutants ``make mutation`` found alive
+(docs/testing.md, "Mutation testing"): each test names in its docstring the behaviour it
+pins. Time is frozen where a lease or a retry time is compared (``clock``), never waited
+for."""
 
 from __future__ import annotations
 

@@ -2,13 +2,7 @@
 (a prompt, a continuation, a regenerate) and the lock it takes on the user before the
 spending limits admit a run.
 
-One transition at a time, as in every file of tests/runs: the rows it writes, the values
-it writes, what it refuses, and that the runs of other chats are left as they were
-(``bystanders``, tests/runs/conftest.py). Written to kill the mutants ``make mutation``
-found alive (docs/testing.md, "Mutation testing"): each test names in its docstring the
-behaviour it pins. Time is frozen where a lease or a retry time is compared (``clock``),
-never waited for.
-"""
+One transition at a time, as tests/runs/conftest.py says."""
 
 from __future__ import annotations
 
@@ -22,14 +16,7 @@ from django_llmchat.errors import ArgumentError, ChatBusyError
 from django_llmchat.models import Attachment, Chat, Message, Run
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import admission
-from tests.factories import (
-    LEASE,
-    awaiting,
-    chat_row,
-    fresh,
-    prompt_of,
-    taken_run,
-)
+from tests.factories import LEASE, awaiting, chat_row, fresh, prompt_of, taken_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bystanders")]
 

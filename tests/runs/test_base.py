@@ -1,13 +1,7 @@
 """What the run modules share (``django_llmchat/runs/base.py``): the worker's name, the
 place of a queued prompt, telling a chat's followers, sending a run's task.
 
-One transition at a time, as in every file of tests/runs: the rows it writes, the values
-it writes, what it refuses, and that the runs of other chats are left as they were
-(``bystanders``, tests/runs/conftest.py). Written to kill the mutants ``make mutation``
-found alive (docs/testing.md, "Mutation testing"): each test names in its docstring the
-behaviour it pins. Time is frozen where a lease or a retry time is compared (``clock``),
-never waited for.
-"""
+One transition at a time, as tests/runs/conftest.py says."""
 
 from __future__ import annotations
 
@@ -21,11 +15,7 @@ from django_llmchat.events import RunFinished
 from django_llmchat.models import Chat, Message, Run
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import base
-from tests.factories import (
-    _after_everything,
-    fresh,
-    prompt_of,
-)
+from tests.factories import _after_everything, fresh, prompt_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bystanders")]
 

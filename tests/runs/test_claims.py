@@ -2,13 +2,7 @@
 queued one, one whose process died, one lost too often), :func:`wait_for_turn`, and the
 recovery of runs nobody works on (:func:`stale_runs`, :func:`recover`).
 
-One transition at a time, as in every file of tests/runs: the rows it writes, the values
-it writes, what it refuses, and that the runs of other chats are left as they were
-(``bystanders``, tests/runs/conftest.py). Written to kill the mutants ``make mutation``
-found alive (docs/testing.md, "Mutation testing"): each test names in its docstring the
-behaviour it pins. Time is frozen where a lease or a retry time is compared (``clock``),
-never waited for.
-"""
+One transition at a time, as tests/runs/conftest.py says."""
 
 from __future__ import annotations
 
@@ -24,15 +18,7 @@ from django_llmchat.errors import ChatBusyError, RunLostError
 from django_llmchat.models import Chat, Message, Run
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import claims
-from tests.factories import (
-    LEASE,
-    MAX_ATTEMPTS,
-    awaiting,
-    chat_row,
-    fresh,
-    prompt_of,
-    taken_run,
-)
+from tests.factories import LEASE, MAX_ATTEMPTS, awaiting, chat_row, fresh, prompt_of, taken_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bystanders")]
 

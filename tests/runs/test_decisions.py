@@ -1,13 +1,7 @@
 """Stopping and deciding (``django_llmchat/runs/decisions.py``): :func:`cancel_queued`,
 :func:`interrupt`, and :func:`decide` of a tool call waiting for a decision.
 
-One transition at a time, as in every file of tests/runs: the rows it writes, the values
-it writes, what it refuses, and that the runs of other chats are left as they were
-(``bystanders``, tests/runs/conftest.py). Written to kill the mutants ``make mutation``
-found alive (docs/testing.md, "Mutation testing"): each test names in its docstring the
-behaviour it pins. Time is frozen where a lease or a retry time is compared (``clock``),
-never waited for.
-"""
+One transition at a time, as tests/runs/conftest.py says."""
 
 from __future__ import annotations
 

@@ -2,13 +2,7 @@
 fenced by its attempt (renew, fence, step_stored, poll, finish, pause, requeue), and the
 thread keeping its lease.
 
-One transition at a time, as in every file of tests/runs: the rows it writes, the values
-it writes, what it refuses, and that the runs of other chats are left as they were
-(``bystanders``, tests/runs/conftest.py). Written to kill the mutants ``make mutation``
-found alive (docs/testing.md, "Mutation testing"): each test names in its docstring the
-behaviour it pins. Time is frozen where a lease or a retry time is compared (``clock``),
-never waited for.
-"""
+One transition at a time, as tests/runs/conftest.py says."""
 
 from __future__ import annotations
 
@@ -25,13 +19,7 @@ from django_llmchat.errors import ArgumentError, RunLostError
 from django_llmchat.models import Chat, Message, Run
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import execution as runs_execution
-from tests.factories import (
-    LEASE,
-    MAX_ATTEMPTS,
-    chat_row,
-    fresh,
-    prompt_of,
-)
+from tests.factories import LEASE, MAX_ATTEMPTS, chat_row, fresh, prompt_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bystanders")]
 
