@@ -197,7 +197,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     errors.extend(_check_registries(merged))
-    from .history import history_errors
+    from .history_policy import history_errors
 
     for problem in history_errors(merged["HISTORY"]):
         errors.append(
@@ -408,7 +408,7 @@ def _check_registries(merged: dict[str, Any]) -> list:
     functions or their dotted paths."""
     from django.utils.module_loading import import_string
 
-    from .history import STRATEGIES
+    from .history_policy import STRATEGIES
 
     errors: list = []
     for key, (check_id, what) in REGISTRIES.items():

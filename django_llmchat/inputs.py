@@ -500,8 +500,8 @@ def check_history(
     summary model, with the chat's ``provider`` and ``model_id`` (the defaults when not
     given), obeys :func:`check_model`. A problem of one option is reported on
     ``history.<option>``."""
-    from .history import STRATEGIES, history_problems, registered_estimators
-    from .history import registered_processors as processors
+    from .history_policy import STRATEGIES, history_problems, registered_estimators
+    from .history_policy import registered_processors as processors
 
     if value is None:
         return None

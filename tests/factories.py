@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.models.message import QUEUED_POSITION
 
 
 def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -> None:
@@ -104,3 +105,43 @@ def taken_run(chat: Chat, prompt: Message | None = None, *, lease: float, **fiel
     )
     Chat.objects.filter(pk=chat.pk).update(status="running", active_run=run)
     return run
+
+
+# -- the run package's tests (tests/runs) ----------------------------------------------
+# the run lease and the attempts the run tests' chat is configured with (tests/runs/conftest.py)
+LEASE = 30.0
+MAX_ATTEMPTS = 3
+
+
+def prompt_of(chat, text="Q"):
+    return Message(chat=chat, role="user", content=text)
+
+
+def fresh(run):
+    return Run.objects.get(pk=run.pk)
+
+
+def chat_row(chat):
+    return Chat.objects.values("status", "active_run_id").get(pk=chat.pk)
+
+
+def waiting_call(chat, run, call_id="c1"):
+    """A tool call of ``run`` waiting for a decision."""
+    message = chat.add_message(role="assistant", content="", run=run)
+    return ToolCall.objects.create(chat=chat, message=message, call_id=call_id, name="pay")
+
+
+def awaiting(chat, *call_ids):
+    run = Run.objects.create(chat=chat, status="awaiting_approval", attempt=1, steps=1)
+    Chat.objects.filter(pk=chat.pk).update(status="awaiting_approval", active_run=run)
+    return run, [waiting_call(chat, run, c) for c in call_ids]
+
+
+def _after_everything(chat, prompt):
+    """The chat's last message placed after any clock reading, ``prompt`` queued: the
+    place the prompt must move to is right after that message."""
+    last = chat.add_message(role="assistant", content="A")
+    far = last.position + 10**12
+    Message.objects.filter(pk=last.pk).update(position=far)
+    Message.objects.filter(pk=prompt.pk).update(position=QUEUED_POSITION + 5)
+    return far + 1

@@ -344,7 +344,7 @@ def test_racing_branches_one_wins_the_others_are_refused_and_the_tree_stays_vali
     """Eight edits of one prompt at once (each a branch after the same reply): one is
     admitted, the others find its run in progress; after it, the path is valid and each
     branch made follows the reply."""
-    from tests.test_gate import Provider, finish, needs_server_database, race
+    from tests.runs.test_admission_gate import Provider, finish, needs_server_database, race
 
     needs_server_database()
     fake_llm.configure("openai", "gpt-4.1-mini")

@@ -200,7 +200,9 @@ def test_registered_names_and_built_in_strategies_pass(settings):
 def test_nothing_a_client_names_is_imported(settings, monkeypatch):
     settings.LLMCHAT = PROVIDERS
     imported = []
-    monkeypatch.setattr("django_llmchat.history.import_string", lambda path: imported.append(path))
+    monkeypatch.setattr(
+        "django_llmchat.history_policy.import_string", lambda path: imported.append(path)
+    )
     for value in ("antigravity.fly", {"estimator": "this.x"}, {"strategy": "os.system"}):
         refused(inputs.check_history, value)
     assert imported == []

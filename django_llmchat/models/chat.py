@@ -320,7 +320,7 @@ class AbstractChat(models.Model):
         options (``{"strategy": "summarize", "keep": 0.4}``); ``None`` goes back to the
         agent's or the project's ``LLMCHAT["HISTORY"]``."""
         if history is not None:
-            from ..history import history_errors
+            from ..history_policy import history_errors
 
             problems = history_errors(history)
             if problems:

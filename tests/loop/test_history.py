@@ -10,14 +10,12 @@ import pytest
 
 from django_llmchat.errors import ArgumentError, ContextLengthExceededError
 from django_llmchat.events import ContextCompacted
-from django_llmchat.history import (
-    estimate_tokens,
-    history_options,
-    history_processor,
-    token_estimator,
-)
 from django_llmchat.models import Chat, LLMModel, Message, ToolCall, Usage
 from django_llmchat.testing import Fault, Reply
+from tests.loop.test_history_policy import (  # keep_last_four: named by its dotted path
+    REGISTRIES,
+    keep_last_four,  # noqa: F401
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -306,12 +304,6 @@ def test_a_second_refusal_reaches_the_caller(chat, fake_llm):
     assert len(fake_llm.requests) == 2
 
 
-def keep_last_four(messages, window):
-    """A history processor: the system messages and the last four messages."""
-    system = [m for m in messages if m.role == "system"]
-    return system + [m for m in messages if m.role != "system"][-4:]
-
-
 def test_a_history_processor_chooses_and_calls_stay_paired(chat, fake_llm):
     fill(chat, 40, every_tool=1)
     chat.with_history(f"{__name__}.keep_last_four")
@@ -332,30 +324,6 @@ def test_bad_policies_are_refused_with_the_reason(chat):
         chat.with_history({"size": 3})
 
 
-# -- names and dotted paths -----------------------------------------------------------------
-def count_words(message) -> int:
-    """A token estimator: a word a token, four a message."""
-    return len(message.content.split()) + 4
-
-
-REGISTRIES = {
-    "HISTORY_PROCESSORS": {"last_four": f"{__name__}.keep_last_four"},
-    "TOKEN_ESTIMATORS": {"words": f"{__name__}.count_words", "chars": lambda m: len(m.content)},
-}
-
-
-def test_registered_names_resolve(settings):
-    settings.LLMCHAT = REGISTRIES
-    assert history_processor("last_four") is keep_last_four
-    assert history_processor("window") is None
-    assert token_estimator("words") is count_words
-    assert token_estimator("chars") is REGISTRIES["TOKEN_ESTIMATORS"]["chars"]
-    assert token_estimator(None) is estimate_tokens
-    # settings, agents and Python code may still give dotted paths
-    assert history_processor(f"{__name__}.keep_last_four") is keep_last_four
-    assert token_estimator(f"{__name__}.count_words") is count_words
-
-
 def test_a_registered_processor_and_estimator_shape_the_request(chat, fake_llm, settings):
     settings.LLMCHAT = {**settings.LLMCHAT, **REGISTRIES}
     fill(chat, 40, every_tool=1)
@@ -364,26 +332,6 @@ def test_a_registered_processor_and_estimator_shape_the_request(chat, fake_llm, 
     chat.ask("Only the end?")
     body = json.dumps(fake_llm.last_request.body)
     assert "Question 0:" not in body and "Only the end?" in body
-
-
-def test_a_chat_row_naming_nothing_registered_fails_without_importing(settings, monkeypatch):
-    settings.LLMCHAT = REGISTRIES
-    chat = Chat.objects.create(history={"strategy": "gone", "estimator": "words"})
-    imported = []
-    monkeypatch.setattr("django_llmchat.history.import_string", imported.append)
-    with pytest.raises(ArgumentError, match="strategy 'gone' is not one of"):
-        history_options(chat)
-    assert imported == []
-
-
-def test_settings_and_agents_keep_dotted_paths(settings):
-    settings.LLMCHAT = {"HISTORY": {"strategy": f"{__name__}.keep_last_four"}}
-    assert history_options().processor is keep_last_four
-
-    class Agent:
-        history = {"estimator": f"{__name__}.count_words"}
-
-    assert history_options(agent=Agent()).estimate() is count_words
 
 
 def test_a_summary_stays_with_the_branch_it_covers(chat, fake_llm):

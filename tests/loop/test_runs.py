@@ -167,10 +167,11 @@ class Careful(Agent):
 def test_a_streamed_reply_an_after_guardrail_blocks_never_leaves(fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     chat = Careful.start_chat()
-    fake_llm.script(Reply("The secret is 42.", chunk_size=3))
+    fake_llm.script(Reply("The secret is swordfish.", chunk_size=3))
     events = list(chat.stream("Tell me"))
     assert not any(isinstance(e, TextDelta | TextDone) for e in events)
-    assert "42" not in json.dumps([e.to_dict() for e in events])
+    # a word, not a number: the events carry ids, which may hold any digits
+    assert "swordfish" not in json.dumps([e.to_dict() for e in events])
     tripwire = next(e for e in events if isinstance(e, GuardrailTripwire))
     assert tripwire.phase == "after" and tripwire.reason == "it told a secret"
     assert not chat.messages.filter(role="assistant").exists()

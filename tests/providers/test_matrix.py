@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django_llmchat.providers.matrix import render
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "providers" / "matrix.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "providers" / "matrix.md"
 
 
 def test_docs_matrix_is_up_to_date():

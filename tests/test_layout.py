@@ -1,0 +1,189 @@
+"""Every module of the package has a test file found from its name, or a line in
+``EXEMPT`` saying where it is tested.
+
+A module ``<package>/<name>.py`` is tested in ``test_<name>.py`` or ``test_<name>_*.py``:
+
+* under ``tests/<package>/`` when its package has a folder of tests of its own
+  (``tests/api/``, ``tests/providers/``, ``tests/runs/``);
+* else anywhere else under ``tests/`` (``tests/loop/``, ``tests/integration/``...),
+  unless a module of the same name outside any package owns that file (``values.py``
+  owns ``test_values.py``, not ``testing/wire/values.py``);
+* or ``test_<package>_<name>*.py`` anywhere (``test_testing_server.py``).
+
+A leading underscore is not part of the name, nor ``llmchat_`` of a management command. A
+file named exactly after one module (``test_ui_chats.py``) is not another's by its prefix
+(``ui.py``). A module ``<owner>_<part>.py`` beside ``<owner>.py`` is part of it and tested
+with it (``providers/anthropic_stream.py`` in ``test_anthropic.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import django_llmchat
+
+ROOT = Path(django_llmchat.__file__).parent
+TESTS = Path(__file__).parent
+
+# module (relative to django_llmchat/) -> where it is tested, or why it has no file
+EXEMPT = {
+    "admin/base.py": "the admin's shared bases, exercised by tests/test_admin*.py",
+    "admin/chats.py": "the chat admin: tests/test_admin.py and test_admin_branches.py",
+    "admin/lifecycle.py": "the admin's export and erasure actions: tests/test_erasure.py",
+    "admin/registry.py": "the model registry and limits admin: tests/test_limits_admin.py",
+    "admin/transcripts.py": "the transcript inlines: tests/test_admin.py, test_admin_branches.py",
+    "admin/usage.py": "the usage and runs admin: tests/test_dashboard.py, test_ledger.py",
+    "agents.py": "agents: tests/loop/test_tools_agents.py",
+    "aio.py": "async streams of the sync loop: tests/api/test_sse.py (ASGI)",
+    "api/base.py": "the views' shared bases, exercised by every file of tests/api",
+    "api/fields.py": "serializer fields, exercised by tests/api/test_validation.py and others",
+    "api/filters.py": "list filters: tests/api/test_models_and_schema.py, test_chats.py",
+    "api/ids.py": "public ids of rows, exercised by every file of tests/api",
+    "api/message_serializers.py": "tests/api/test_messages.py and test_branches.py",
+    "api/pagination.py": "cursor pages: tests/api/test_messages.py and test_chats.py",
+    "api/permissions.py": "the access matrix: tests/api/test_chats.py and test_auth.py",
+    "api/registry.py": "models/: tests/api/test_models_and_schema.py",
+    "api/schema.py": "the OpenAPI schema: tests/api/test_models_and_schema.py and others",
+    "api/schema_settings.py": "the schema's settings: tests/api/test_models_and_schema.py",
+    "api/schema_views.py": "schema/: tests/api/test_models_and_schema.py",
+    "api/serializers.py": "tests/api/test_chats.py, test_validation.py, test_vendor_options.py",
+    "api/urls.py": "the routes, exercised by every file of tests/api",
+    "api/usage.py": "usage totals over REST: tests/api/test_runs.py",
+    "api/views.py": "approvals, cancel, usage: tests/api/test_runs.py",
+    "apps.py": "the AppConfig, exercised by every test",
+    "bundled.py": "the bundled model data: tests/test_registry.py and tests/test_pricing.py",
+    "conf.py": "the settings: tests/test_checks_and_conf.py",
+    "dbconn.py": "connections given back: tests/integration/test_pooled_followers.py",
+    "errors.py": "the exceptions, raised and checked across the suite",
+    "guardrails.py": "tests/test_session.py, tests/loop/test_runs.py, test_tools_agents.py",
+    "lifecycle.py": "export and erasure: tests/test_erasure.py and test_retention.py",
+    "management/commands/_users.py": "the commands' user lookup: tests/test_erasure.py",
+    "management/commands/llmchat_erase_user.py": "tests/test_erasure.py",
+    "management/commands/llmchat_export_finetune.py": "tests/test_export.py",
+    "management/commands/llmchat_export_user.py": "tests/test_erasure.py",
+    "management/commands/llmchat_recover.py": "tests/test_tasks.py",
+    "management/commands/llmchat_rotate_keys.py": "tests/test_encryption.py",
+    "management/commands/llmchat_sync_models.py": "tests/test_registry.py",
+    "markdown.py": "replies as HTML: tests/browser/test_chat_page.py and the admin's tests",
+    "models/attachment.py": "attachments: tests/test_message_api.py and tests/api/",
+    "models/fields.py": "the fields' internals: tests/test_django_internals.py",
+    "models/idempotency.py": "tests/api/test_idempotency.py",
+    "models/limit.py": "the spending limits' rows: tests/test_limits.py",
+    "models/llm_model.py": "the model registry's rows: tests/test_registry.py",
+    "models/protected.py": "encryption, redaction: tests/test_encryption.py, test_redaction.py",
+    "models/run.py": "the runs' rows: tests/runs/",
+    "models/tool_call.py": "tool calls: tests/loop/test_toolrun.py and tests/api/test_runs.py",
+    "models/usage.py": "the ledger: tests/test_ledger.py",
+    "providers/parsing.py": "the providers' response builders: tests/providers/test_base.py",
+    "providers/redact.py": "tests/test_redaction.py",
+    "providers/retry.py": "retries: tests/providers/test_base.py",
+    "providers/stream.py": "the providers' streams, in every streamed case of tests/providers",
+    "providers/types.py": "the provider dataclasses, used by every file of tests/providers",
+    "runner.py": "the run loop: tests/loop/ and tests/integration/",
+    "skills.py": "skills: tests/test_context.py and tests/loop/test_tools_agents.py",
+    "steps.py": "a step's usage rows: tests/test_attempts.py and tests/loop/",
+    "templatetags/llmchat.py": "template filters, rendered by the admin's and the browser tests",
+    "testing/pytest_plugin.py": "the fake_llm fixture, used across the suite",
+    "testing/wire/anthropic.py": "the fake server's dialects: tests/test_testing_server.py",
+    "testing/wire/chat_completions.py": "the fake server's dialects: tests/test_testing_server.py",
+    "testing/wire/gemini.py": "the fake server's dialects: tests/test_testing_server.py",
+    "testing/wire/render.py": "the fake server's dialects: tests/test_testing_server.py",
+    "testing/wire/responses.py": "the fake server's dialects: tests/test_testing_server.py",
+    "testing/wire/values.py": "scripted replies, used across the suite",
+    "vendor_options.py": "tests/api/test_vendor_options.py",
+}
+
+
+def modules() -> list[Path]:
+    return sorted(
+        path
+        for path in ROOT.rglob("*.py")
+        if "migrations" not in path.parts and path.name != "__init__.py"
+    )
+
+
+def _names(module: Path) -> set[str]:
+    parts = module.relative_to(ROOT).with_suffix("").parts
+    name = parts[-1].lstrip("_")
+    if parts[:2] == ("management", "commands"):
+        return {name, name.removeprefix("llmchat_")}
+    return {name}
+
+
+def _named(stem: str, names: set[str], *, exactly: bool = False) -> bool:
+    return any(
+        stem == f"test_{n}" or (not exactly and stem.startswith(f"test_{n}_")) for n in names
+    )
+
+
+def files_named_after(module: Path, tests: list[Path], all_modules: list[Path]) -> list[Path]:
+    """The test files named after ``module`` (see the module's docstring)."""
+    relative = module.relative_to(ROOT)
+    package = relative.parts[:-1]
+    names = _names(module)
+    owner = module.with_name(module.stem.rsplit("_", 1)[0] + ".py")
+    if "_" in module.stem.lstrip("_") and owner != module and owner.exists():
+        names |= _names(owner)
+    folders = {d.name for d in TESTS.iterdir() if d.is_dir() and (ROOT / d.name).is_dir()}
+    top_level = {m.stem for m in all_modules if len(m.relative_to(ROOT).parts) == 1}
+
+    def owned_by_another(test: Path) -> bool:
+        return any(
+            other != module and _named(test.stem, _names(other), exactly=True)
+            for other in all_modules
+        )
+
+    found = []
+    for test in tests:
+        where = test.relative_to(TESTS).parts[:-1]
+        if package and _named(test.stem, {f"{package[-1]}_{n}" for n in names}):
+            found.append(test)
+        elif not _named(test.stem, names) or (
+            not _named(test.stem, names, exactly=True) and owned_by_another(test)
+        ):
+            continue
+        elif package and package[0] in folders:
+            if where[:1] == package[:1]:
+                found.append(test)
+        elif not (where and where[0] in folders) and (not package or module.stem not in top_level):
+            found.append(test)
+    return found
+
+
+def test_every_module_has_a_test_file_named_after_it_or_a_reason():
+    tests = sorted(TESTS.rglob("test_*.py"))
+    every = modules()
+    missing = []
+    needless = []
+    for module in every:
+        key = module.relative_to(ROOT).as_posix()
+        found = files_named_after(module, tests, every)
+        if not found and key not in EXEMPT:
+            missing.append(key)
+        if found and key in EXEMPT:
+            needless.append(f"{key}: {', '.join(str(t.relative_to(TESTS)) for t in found)}")
+    assert missing == [], "modules without a test file named after them (or a line in EXEMPT)"
+    assert needless == [], "EXEMPT lists modules whose test file exists"
+    known = {m.relative_to(ROOT).as_posix() for m in every}
+    assert sorted(set(EXEMPT) - known) == [], "EXEMPT names modules that are gone"
+
+
+def test_the_rule_finds_the_files_it_names():
+    tests = sorted(TESTS.rglob("test_*.py"))
+    every = modules()
+
+    def found(name: str) -> list[str]:
+        files = files_named_after(ROOT / name, tests, every)
+        return sorted(t.relative_to(TESTS).as_posix() for t in files)
+
+    assert found("runs/claims.py") == ["runs/test_claims.py"]
+    assert found("runs/admission.py") == ["runs/test_admission.py", "runs/test_admission_gate.py"]
+    assert found("providers/anthropic_stream.py") == ["providers/test_anthropic.py"]
+    assert found("testing/server.py") == ["test_testing_server.py"]
+    assert found("providers/_json.py") == ["providers/test_json.py"]
+    assert found("management/commands/llmchat_demo_data.py") == ["test_demo_data.py"]
+    # a file of tests/api/ is not the test of a module elsewhere, nor of a same-named one
+    assert found("api/base.py") == [] and found("admin/base.py") == []
+    assert found("testing/wire/values.py") == [] and found("values.py") == ["test_values.py"]
+    # nor is a file named exactly after another module
+    assert "api/test_ui_chats.py" not in found("api/ui.py")
