@@ -22,8 +22,6 @@ from .errors import (
 )
 from .events import (
     FinishReasonDone,
-    GuardrailModification,
-    GuardrailTripwire,
     StepFinished,
     StreamEvent,
     TextDelta,
@@ -31,7 +29,7 @@ from .events import (
     TokenUsageDone,
     ToolCallDone,
 )
-from .guardrails import AFTER, GuardrailResult
+from .guardrails import AFTER, screen
 from .history import History, check_summary_response, summary_request
 from .models import Usage
 from .providers import get_provider
@@ -342,22 +340,12 @@ class ProviderAttempts:
         succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens, response=response)
         self.last_tokens = response.tokens
         # after-guardrails
-        modified: list[StreamEvent] = []
-        for g in self.guardrails:
-            if AFTER not in g.phases:
-                continue
-            decision = g.check(content, phase=AFTER, context=self.context) or GuardrailResult()
-            if decision.action == "block":
-                record_failed_attempts(failed + [succeeded])
-                event = GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=AFTER)
-                self.result.tripwire = event
-                yield event
-                return None
-            if decision.action == "transform" and decision.text is not None:
-                content = decision.text
-                modified.append(
-                    GuardrailModification(guardrail_id=g.id, phase=AFTER, message_indices=[-1])
-                )
+        content, modified, tripwire = screen(self.guardrails, content, AFTER, self.context)
+        if tripwire is not None:
+            record_failed_attempts(failed + [succeeded])
+            self.result.tripwire = tripwire
+            yield tripwire
+            return None
         final = not response.tool_calls
         try:
             message, calls = self._save(response, content, [*failed, succeeded], final=final)

@@ -69,6 +69,29 @@ def guardrail(func=None, *, id: str | None = None, phases: tuple[str, ...] | Non
     return wrap(func) if func is not None else wrap
 
 
+def screen(guardrails: list[Guardrail], text: str, phase: str, context: Any) -> tuple:
+    """Run the ``phase`` guardrails over ``text``, in order: ``(text, modifications,
+    tripwire)``, the text as the transforms left it, a ``GuardrailModification`` event per
+    transform, and the ``GuardrailTripwire`` event of the first block (the rest do not
+    run), or ``None``."""
+    from .events import GuardrailModification, GuardrailTripwire
+
+    modified: list[Any] = []
+    for g in guardrails:
+        if phase not in g.phases:
+            continue
+        decision = g.check(text, phase=phase, context=context) or GuardrailResult()
+        if decision.action == "block":
+            tripwire = GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=phase)
+            return text, modified, tripwire
+        if decision.action == "transform" and decision.text is not None:
+            text = decision.text
+            modified.append(
+                GuardrailModification(guardrail_id=g.id, phase=phase, message_indices=[-1])
+            )
+    return text, modified, None
+
+
 def as_guardrail(obj: Any) -> Guardrail:
     if isinstance(obj, Guardrail):
         return obj

@@ -29,8 +29,8 @@ from .errors import (
     RunLostError,
     safe_error,
 )
-from .events import BudgetWarning, GuardrailModification, GuardrailTripwire, Interrupt, StreamEvent
-from .guardrails import AFTER, BEFORE, GuardrailResult, as_guardrail
+from .events import BudgetWarning, GuardrailTripwire, Interrupt, StreamEvent
+from .guardrails import AFTER, BEFORE, as_guardrail, screen
 from .history import History
 from .models import Chat, Message, Run, ToolCall
 from .models.llm_model import model_limits
@@ -108,20 +108,9 @@ class Runner(ProviderAttempts, ToolRunning):
     def check_prompt(self, text: str) -> tuple[str, list[StreamEvent]]:
         """Run the before-guardrails on a prompt: returns the (maybe transformed) text and the
         events; a block raises :class:`Blocked`."""
-        events: list[StreamEvent] = []
-        for g in self.guardrails:
-            if BEFORE not in g.phases:
-                continue
-            decision = g.check(text, phase=BEFORE, context=self.context) or GuardrailResult()
-            if decision.action == "block":
-                raise Blocked(
-                    GuardrailTripwire(guardrail_id=g.id, reason=decision.reason, phase=BEFORE)
-                )
-            if decision.action == "transform" and decision.text is not None:
-                text = decision.text
-                events.append(
-                    GuardrailModification(guardrail_id=g.id, phase=BEFORE, message_indices=[-1])
-                )
+        text, events, tripwire = screen(self.guardrails, text, BEFORE, self.context)
+        if tripwire is not None:
+            raise Blocked(tripwire)
         return text, events
 
     def _request(self, history: list[ProviderMessage]) -> ProviderRequest:
