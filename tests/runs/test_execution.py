@@ -447,7 +447,7 @@ def test_each_process_has_one_keeper():
         child = runs._keeper()
         assert child is not found and child.pid == os.getpid() and runs._keeper() is child
     finally:
-        runs_execution._keeper_instance = found
+        runs_execution._keepers.instance = found
         found.pid = os.getpid()
 
 
@@ -486,7 +486,7 @@ def test_an_in_memory_database_named_memory_is_private_too():
 def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
     import os
 
-    monkeypatch.setattr(runs_execution, "_keeper_instance", None)
+    monkeypatch.setattr(runs_execution._keepers, "instance", None)
     found = runs._keeper()
     assert found.pid == os.getpid() and runs._keeper() is found
 
