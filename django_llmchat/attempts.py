@@ -67,6 +67,8 @@ class ProviderAttempts:
     """The provider calls of :class:`~django_llmchat.runner.Runner`."""
 
     _first: FirstCall | None = None
+    # the path the first call was made ready on, its prompt (provider message, row)
+    _answering: tuple | None = None
 
     # -- one provider response ------------------------------------------------------------
     def _step(self, *, stream: bool):

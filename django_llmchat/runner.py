@@ -41,7 +41,13 @@ from .session import Blocked, RunSession
 from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
 from .toolrun import ToolRunning
 from .tools import Tool, get_tools
-from .transcript import last_reported_step, load_history, provider_message
+from .transcript import (
+    answered_history,
+    last_reported_step,
+    load_history,
+    provider_message,
+    remember_answered,
+)
 
 logger = logging.getLogger("django_llmchat.runner")
 
@@ -203,6 +209,7 @@ class Runner(ProviderAttempts, ToolRunning):
         if first is not None and first.row.pk is not None:
             first.prompt.ref = message.pk  # what the reply follows
             self._first = first
+            self._answering = (first.seen, first.prompt, message)
         self._admitted = run.verdict  # the admission's check serves the first call
         self.run_row, self.execution = run, execution
         return events
@@ -212,7 +219,8 @@ class Runner(ProviderAttempts, ToolRunning):
         history read, the prompt added, the request built and estimated. ``None`` when the
         loop has other work first (tool calls unanswered, a compaction to store)."""
         chat = self.chat
-        loaded = load_history(chat)
+        # the history this process stored last needs no read: the admission checks it
+        loaded = answered_history(chat) or load_history(chat)
         if loaded.pending:
             return None
         message = provider_message(prompt, calls=[], attachments=[])
@@ -348,8 +356,18 @@ class Runner(ProviderAttempts, ToolRunning):
                     yield event
                     outcome = (Run.INTERRUPTED, "", "", exc.reason or "")
                     return
-                if not calls:
-                    return  # stored with the step: the run succeeded
+                if not calls:  # stored with the step: the run succeeded
+                    if self._answering is not None and steps == 1:
+                        seen, asked, prompt = self._answering
+                        remember_answered(
+                            chat,
+                            seen,
+                            [
+                                (asked, prompt.pk, prompt.position),
+                                (history[-1], message.pk, message.position),
+                            ],
+                        )
+                    return
                 pending = calls
         except runs.CancelRequested as exc:
             event = Interrupt(reason=exc.reason)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -172,6 +172,7 @@ class _Built:
     summary: tuple | None
     tokens: dict[Any, dict[int, int]]
     expires: float
+    answered: bool = False  # extended by the run that answered it (remember_answered)
 
 
 _built: OrderedDict[tuple[str, Any], _Built] = OrderedDict()
@@ -307,13 +308,56 @@ def load_history(chat: Chat) -> LoadedHistory:
                 _built.popitem(last=False)
         else:
             _built.pop(key, None)
+    return _loaded(fresh)
+
+
+def _loaded(built: _Built) -> LoadedHistory:
     return LoadedHistory(
-        messages=list(fresh.messages),
-        pending=list(fresh.unanswered),
-        summary=fresh.summary,
-        tokens=fresh.tokens,
-        seen=(fresh.anchor, fresh.count, fresh.top or None),
+        messages=list(built.messages),
+        pending=list(built.unanswered),
+        summary=built.summary,
+        tokens=built.tokens,
+        seen=(built.anchor, built.count, built.top or None),
     )
+
+
+def answered_history(chat: Chat) -> LoadedHistory | None:
+    """The history this process built for ``chat`` and extended with the run it answered
+    last (:func:`remember_answered`), without reading the database; ``None`` when there
+    is none (or it expired). It may be behind the database (another process wrote to the
+    chat since): the caller checks its ``seen`` where it writes (the admission does)."""
+    key = (router.db_for_read(Message), chat.pk)
+    with _built_lock:
+        built = _built.get(key)
+    if built is None or not built.answered or built.expires <= time.monotonic():
+        return None
+    return _loaded(built)
+
+
+def remember_answered(
+    chat: Chat, seen: tuple[int | None, int, int | None], stored: list[tuple[Any, int, int]]
+) -> None:
+    """A run answered ``chat`` on the path it read as ``seen``, storing ``stored`` (each
+    ``(its provider message, pk, position)``, in order: the prompt, then the reply; no
+    tool call, no file): the built history grows by them, so the next run can be made
+    ready without a read (:func:`answered_history`). Nothing happens when the built
+    history is no longer the one the run read."""
+    key = (router.db_for_read(Message), chat.pk)
+    with _built_lock:
+        built = _built.get(key)
+        if built is None or (built.anchor, built.count, built.top or None) != seen:
+            return
+        last = stored[-1]
+        anchor = next((pk for m, pk, _ in reversed(stored) if m.role != "system"), built.anchor)
+        _built[key] = replace(
+            built,
+            messages=[*built.messages, *(m for m, _, _ in stored)],
+            count=built.count + len(stored),
+            top=max(built.top, *(pk for _, pk, _ in stored)),
+            last=(last[2], last[1]),
+            anchor=anchor,
+            answered=True,
+        )
 
 
 def _extend(chat: Chat, built: _Built, rows: list[tuple]) -> _Built:
@@ -455,10 +499,12 @@ __all__ = [
     "HISTORY_CACHE_SIZE",
     "HISTORY_CACHE_TTL",
     "LoadedHistory",
+    "answered_history",
     "call_item_ids",
     "forget_history",
     "last_reported_step",
     "load_history",
     "path_leaf",
     "provider_message",
+    "remember_answered",
 ]

@@ -162,10 +162,10 @@ def test_reply_statements(chat, fake_llm):
     status), the transcript read, the
     attempt's pending usage row (before the provider call), then the reply closing that
     row and the run's end (the chat's lock, the message INSERT, the usage UPDATE, the
-    fenced run UPDATE, the next run, the chat's status). On PostgreSQL the transcript is
-    read first, then each transition is one call of its function, the admission's with
-    the attempt's pending row: three statements (tests/runs/test_pg.py counts the round
-    trips)."""
+    fenced run UPDATE, the next run, the chat's status). On PostgreSQL each transition is
+    one call of its function, the admission's with the attempt's pending row, and the
+    transcript this process kept from the chat's last reply needs no read: two statements
+    (tests/runs/test_pg.py counts the round trips)."""
     chat.ask("warm up")  # compiles the prepared statements
     fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
     with CaptureQueriesContext(connection) as ctx:
@@ -177,7 +177,6 @@ def test_reply_statements(chat, fake_llm):
     ]
     if connection.vendor == "postgresql":
         assert statements == [
-            "SELECT llmchat_message",
             "SELECT llmchat_run_enqueue_v2",
             "SELECT llmchat_run_store_last_step_v1",
         ]

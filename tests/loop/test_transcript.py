@@ -125,3 +125,49 @@ def test_calls_sharing_an_id_keep_their_own_item_ids():
     assert call_item_ids({"item_ids": {"c": "fc_2", "d": "fc_3"}}, ["c", "d"]) == ["fc_2", "fc_3"]
     assert call_item_ids({}, ["c"]) == [None]
     assert call_item_ids({"call_item_ids": ["fc_1"]}, ["c", "c"]) == [None, None]  # mismatched
+
+
+def _stored(chat, role, content):
+    """A message stored with its provider message, as a run holds it once stored."""
+    message = Message.objects.create(chat=chat, role=role, content=content)
+    return transcript.provider_message(message, calls=[], attachments=[]), message
+
+
+def test_a_run_answered_here_extends_the_kept_history_without_a_read(chat):
+    """``remember_answered`` after a run on the path it read: the kept history ends with
+    its prompt and reply, ``answered_history`` gives it without a statement, and a later
+    load reads only rows after the reply (none), agreeing on the count."""
+    loaded = load_history(chat)
+    assert transcript.answered_history(chat) is None  # read, not answered here
+    prompt = _stored(chat, "user", "question 20")
+    reply = _stored(chat, "assistant", "answer 20")
+    stored = [(m, row.pk, row.position) for m, row in (prompt, reply)]
+    transcript.remember_answered(chat, loaded.seen, stored)
+    with CaptureQueriesContext(connection) as ctx:
+        kept = transcript.answered_history(chat)
+    assert len(ctx) == 0
+    assert [m.content for m in kept.messages[-3:]] == ["answer 19", "question 20", "answer 20"]
+    assert kept.seen == (reply[1].pk, loaded.seen[1] + 2, reply[1].pk)
+    again = load_history(chat)
+    assert again.seen == kept.seen and again.messages[-1] is reply[0]
+
+
+def test_a_history_moved_on_since_the_run_read_it_is_not_extended(chat):
+    """A load after the run's read (another message stored meanwhile) moved the kept
+    history on: the run's reply is not added to it, and nothing is answered here."""
+    loaded = load_history(chat)
+    chat.add_message(role="user", content="from elsewhere")
+    load_history(chat)
+    reply = _stored(chat, "assistant", "late answer")
+    transcript.remember_answered(chat, loaded.seen, [(reply[0], reply[1].pk, reply[1].position)])
+    assert transcript.answered_history(chat) is None
+    assert load_history(chat).messages[-1].content == "late answer"  # read, in its place
+
+
+def test_an_answered_history_expires_with_the_ttl(chat, monkeypatch):
+    loaded = load_history(chat)
+    reply = _stored(chat, "assistant", "answer 20")
+    transcript.remember_answered(chat, loaded.seen, [(reply[0], reply[1].pk, reply[1].position)])
+    assert transcript.answered_history(chat) is not None
+    monkeypatch.setattr(transcript.time, "monotonic", lambda: 10**12)
+    assert transcript.answered_history(chat) is None

@@ -19,6 +19,7 @@ from django_llmchat.errors import ChatBusyError, RunLostError
 from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import pg
+from django_llmchat.transcript import forget_history
 from django_llmchat.testing import Reply
 from tests.factories import taken_run
 
@@ -79,23 +80,60 @@ def chat(fake_llm):
     return made
 
 
-def test_a_plain_ask_is_three_round_trips_and_no_begin_or_commit(chat, fake_llm):
-    """The transcript read; the prompt with its run, started, and the attempt's pending
-    usage row (one call, before the provider call); the reply with the run's end (one
-    call): three statements, three round trips, none of them BEGIN or COMMIT (each
-    statement is its own transaction, the two calls included)."""
+def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
+    """A chat this process answered last: the prompt with its run, started, and the
+    attempt's pending usage row (one call, before the provider call, which also checks
+    that the history this process kept is still the chat's path); the reply with the
+    run's end (one call): two statements, two round trips, none of them BEGIN or COMMIT
+    (each statement is its own transaction)."""
     fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
+    assert _statements(ctx) == [
+        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_store_last_step_v1",
+    ]
+    assert len(wire.trips) == 2, wire.trips
+    assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
+    assert reply.content == "fine" and reply.usages.get().output_tokens == 1
+    sent = fake_llm.last_request.body["input"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == "warm up" and sent[-1]["content"] == "hello"
+
+
+def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
+    """A process that kept no history of the chat (a new process, another one answered
+    last): the transcript read first, then the same two calls: three round trips."""
+    forget_history(chat.pk)
+    fake_llm.script(Reply("fine"))
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_message",
         "SELECT llmchat_run_enqueue_v2",
         "SELECT llmchat_run_store_last_step_v1",
     ]
-    assert len(ctx) <= 4
-    assert len(wire.trips) == 3, wire.trips
-    assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
-    assert reply.content == "fine" and reply.usages.get().output_tokens == 1
+    assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
+
+
+def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
+    """The kept history is behind the chat (a reply stored by another process since):
+    the admission writes no attempt; the run reads what it missed and opens its attempt
+    itself. The request holds every message, in order."""
+    Message.objects.create(chat=chat, role="user", content="asked elsewhere")
+    Message.objects.create(chat=chat, role="assistant", content="answered elsewhere")
+    fake_llm.script(Reply("fine"))
+    with CaptureQueriesContext(connection) as ctx:
+        chat.ask("and here?")
+    assert _statements(ctx) == [
+        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_message",
+        "INSERT llmchat_usage",
+        "SELECT llmchat_run_store_last_step_v1",
+    ]
+    sent = [m["content"] for m in fake_llm.last_request.body["input"]]
+    texts = [c if isinstance(c, str) else c[0]["text"] for c in sent]
+    assert texts == ["warm up", texts[1], "asked elsewhere", "answered elsewhere", "and here?"]
 
 
 def _xmin(table: str, pk: int) -> int:
@@ -109,8 +147,8 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     """Two transactions write: the admission (the prompt, its run and the attempt's
     pending row, before the provider call) and the reply (the reply, the attempt's row
     closed, the run ended, the chat idle again). Every row an ask writes was last written
-    by one of the two (its ``xmin``); the third statement, the transcript read, is a plain
-    SELECT."""
+    by one of the two (its ``xmin``); a transcript read before them (a process that did not
+    answer the chat last) is a plain SELECT."""
     written = {}
 
     def at_the_call(request):  # the provider's side (its own connection), mid-call
@@ -127,7 +165,6 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_message",
         "SELECT llmchat_run_enqueue_v2",
         "SELECT llmchat_run_store_last_step_v1",
     ]
@@ -179,6 +216,7 @@ def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch
         return loaded
 
     monkeypatch.setattr(runner_module, "load_history", read_then_a_message_arrives)
+    forget_history(chat.pk)  # read, as a process that did not answer the chat last
     fake_llm.script(Reply("seen"))
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("what came last?")
