@@ -19,8 +19,8 @@ from django_llmchat.errors import ChatBusyError, RunLostError
 from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import pg
-from django_llmchat.transcript import forget_history
 from django_llmchat.testing import Reply
+from django_llmchat.transcript import forget_history
 from tests.factories import taken_run
 
 pytestmark = [
