@@ -465,3 +465,19 @@ def test_stopping_a_run_is_one_call(chat):
     # the chat's status is its next run's (none): active_run is cleared only by the run
     # holding it (here the first, ended by hand above)
     assert Chat.objects.values_list("status", flat=True).get(pk=chat.pk) == "idle"
+
+
+def test_a_session_admitted_and_never_run_leaves_no_attempt(chat, fake_llm):
+    """Admitted (its attempt opened with the run) and closed before its first event, as
+    an inline stream whose client left: the run ends cancelled without its pending row,
+    and its followers are told."""
+    from django_llmchat.session import RunSession
+
+    told = []
+    session = RunSession(chat.runner(), "hello", publish=told.append).admit()
+    run = session.run
+    assert Usage.objects.get(run_id=run.pk).status == "pending"
+    session.close()
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+    assert not Usage.objects.filter(run_id=run.pk).exists()
+    assert [event.type for event in told] == ["run_finished"] and told[0].status == "cancelled"
