@@ -4,13 +4,9 @@
 ``llmchat_run_place_prompt_v1``, ``llmchat_run_release_v1``). Nothing on other databases,
 which run the same transitions as separate statements."""
 
-from pathlib import Path
-
 from django.db import migrations
 
-from django_llmchat.migrations._sql import PostgreSQLOnly
-
-SQL = Path(__file__).resolve().parent.parent / "sql" / "v1"
+from django_llmchat.migrations._sql import install
 
 
 class Migration(migrations.Migration):
@@ -19,18 +15,13 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        PostgreSQLOnly(
-            sql=[
-                (SQL / name).read_text()
-                for name in (
-                    "run_shared.sql",
-                    "run_enqueue.sql",
-                    "run_claim.sql",
-                    "run_store_last_step.sql",
-                    "run_end.sql",
-                    "run_interrupt.sql",
-                )
-            ],
-            reverse_sql=(SQL / "drop.sql").read_text(),
+        install(
+            "v1",
+            "run_shared.sql",
+            "run_enqueue.sql",
+            "run_claim.sql",
+            "run_store_last_step.sql",
+            "run_end.sql",
+            "run_interrupt.sql",
         ),
     ]

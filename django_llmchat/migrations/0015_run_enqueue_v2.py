@@ -3,13 +3,9 @@
 (its pending usage row), so a plain ask commits twice: before the provider call and after.
 Nothing on other databases."""
 
-from pathlib import Path
-
 from django.db import migrations
 
-from django_llmchat.migrations._sql import PostgreSQLOnly
-
-SQL = Path(__file__).resolve().parent.parent / "sql" / "v2"
+from django_llmchat.migrations._sql import install
 
 
 class Migration(migrations.Migration):
@@ -17,9 +13,4 @@ class Migration(migrations.Migration):
         ("django_llmchat", "0014_run_functions"),
     ]
 
-    operations = [
-        PostgreSQLOnly(
-            sql=(SQL / "run_enqueue.sql").read_text(),
-            reverse_sql=(SQL / "drop.sql").read_text(),
-        ),
-    ]
+    operations = [install("v2", "run_enqueue.sql")]

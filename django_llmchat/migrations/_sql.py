@@ -1,6 +1,10 @@
 """What the migrations installing the run functions (``django_llmchat/sql/``) share."""
 
+from pathlib import Path
+
 from django.db import migrations
+
+SQL = Path(__file__).resolve().parent.parent / "sql"
 
 
 class PostgreSQLOnly(migrations.RunSQL):
@@ -13,3 +17,13 @@ class PostgreSQLOnly(migrations.RunSQL):
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
         if schema_editor.connection.vendor == "postgresql":
             super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+def install(version: str, *files: str) -> PostgreSQLOnly:
+    """The operation installing ``files`` of ``sql/<version>/`` (in order) on PostgreSQL,
+    reversed by that folder's ``drop.sql``."""
+    folder = SQL / version
+    return PostgreSQLOnly(
+        sql=[(folder / name).read_text() for name in files],
+        reverse_sql=(folder / "drop.sql").read_text(),
+    )
