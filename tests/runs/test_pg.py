@@ -370,6 +370,9 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
     assert described["llmchat_run_claim_v1"].startswith("queued -> running")
     assert all(described.values()), described
     try:
+        call_command("migrate", "django_llmchat", "0014", verbosity=0)  # version 2 removed
+        assert installed() == set(pg.FUNCTIONS) - {"llmchat_run_enqueue_v2"}
+        assert not pg.available("default")  # this release calls v2: the statements, then
         call_command("migrate", "django_llmchat", "0013", verbosity=0)
         assert installed() == set()
         assert not pg.available("default")  # checked again after a migration
