@@ -14,6 +14,7 @@ once per page, or not at all: a column read as a tuple is already what the JSON 
 
 from __future__ import annotations
 
+import copy
 from collections import namedtuple
 from decimal import Decimal
 from typing import Any
@@ -171,7 +172,7 @@ def page_json(rows: list[MessageRow], request) -> list[dict[str, Any]]:
     registry = _registry_for(rows, usages)
     citations = _field("citations").to_representation
     server_tool_calls = _field("server_tool_calls").to_representation
-    created_at = _field("created_at").to_representation
+    created_at = _in_current_timezone(_field("created_at")).to_representation
     out = []
     for row in rows:
         pk = row.pk
@@ -216,6 +217,16 @@ def page_json(rows: list[MessageRow], request) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _in_current_timezone(field):
+    """The ``DateTimeField`` ``field`` with the time zone it renders in looked up now (its
+    own, or the current one), not once per row."""
+    if hasattr(field, "timezone"):
+        return field
+    page_field = copy.copy(field)
+    page_field.timezone = field.default_timezone()
+    return page_field
 
 
 def _attachments(ids: list[int], request) -> dict[int, list]:

@@ -5,6 +5,7 @@ and redacted at rest; its statements compiled once."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from unittest import mock
 
@@ -239,3 +240,12 @@ def test_a_warm_page_compiles_no_statement(api, owner):
         # from it is on the page): nothing else is compiled again
         assert set(compiled) <= {LLMModel, Token}
         assert len(queries) == 6 + (LLMModel in compiled)
+
+
+def test_times_in_the_current_time_zone(api, owner):
+    chat = rich_chat(owner)
+    with override_settings(TIME_ZONE="Asia/Kolkata"):
+        pages = walk(api, chat, page_size=9)
+    assert json.loads(pages[0][0])["results"][0]["created_at"].endswith("+05:30")
+    for fast, reference in pages:
+        assert fast == reference
