@@ -31,54 +31,31 @@ from .permissions import chats_of, sees_every_chat
 
 __all__ = ["MessageRow", "page_json", "page_rows"]
 
-MessageRow = namedtuple(
-    "MessageRow",
-    [
-        "pk",
-        "role",
-        "content",
-        "model_id",
-        "provider",
-        "finish_reason",
-        "thinking_text",
-        "tool_call_id",
-        "citations",
-        "server_tool_calls",
-        *TOKEN_FIELDS,
-        "supplied_cost",
-        "cache_boundary",
-        "summary_until_id",
-        "parent_id",
-        "on_path",
-        "created_at",
-        "position",
-        "chat_id",
-    ],
-)
-"""A message of the page: the columns the list shows, with what :func:`siblings`, the
-keyset pagination and ``Tokens.from_object`` read."""
-
-PAGE_COLUMNS = (
-    "id",
-    "role",
-    "content",
-    "model_id",
-    "provider",
-    "finish_reason",
-    "thinking_text",
-    "parent_tool_call__call_id",
-    "citations",
-    "server_tool_calls",
-    *TOKEN_FIELDS,
-    "supplied_cost",
-    "cache_boundary",
-    "summary_until",
-    "parent",
-    "on_path",
-    "created_at",
-    "position",
-    "chat",
-)
+# a message of the page: what the list shows, as the attributes ``siblings()``, the keyset
+# pagination and ``Tokens.from_object`` read, each with the column it is read from
+_READ = {
+    "pk": "id",
+    "role": "role",
+    "content": "content",
+    "model_id": "model_id",
+    "provider": "provider",
+    "finish_reason": "finish_reason",
+    "thinking_text": "thinking_text",
+    "tool_call_id": "parent_tool_call__call_id",
+    "citations": "citations",
+    "server_tool_calls": "server_tool_calls",
+    **{name: name for name in TOKEN_FIELDS},
+    "supplied_cost": "supplied_cost",
+    "cache_boundary": "cache_boundary",
+    "summary_until_id": "summary_until",
+    "parent_id": "parent",
+    "on_path": "on_path",
+    "created_at": "created_at",
+    "position": "position",
+    "chat_id": "chat",
+}
+MessageRow = namedtuple("MessageRow", _READ)
+PAGE_COLUMNS = tuple(_READ.values())
 
 # compiled page statements: (every chat, every branch, backwards, from a cursor, size,
 # paginator class); sizes are bounded by the paginator, the number of them kept too
@@ -151,9 +128,8 @@ def page_json(rows: list[MessageRow], request) -> list[dict[str, Any]]:
     ids = [row.pk for row in rows]
     alternatives = siblings(rows)
     calls: dict[int, list] = {}
-    for message_id, call_id, name, arguments, approval, result_id, result_content in _CALLS.values(
-        ids
-    ):
+    found = _CALLS.values(ids)
+    for message_id, call_id, name, arguments, approval, result_id, result_content in found:
         calls.setdefault(message_id, []).append(
             {
                 "id": call_id,

@@ -24,7 +24,7 @@ from django_llmchat.api.message_serializers import MessageSerializer, load_messa
 from django_llmchat.api.pagination import MessageCursorPagination
 from django_llmchat.models import Attachment, Chat, LLMModel, Message, ToolCall, Usage
 from django_llmchat.models.message import QUEUED_POSITION, clock_position
-from django_llmchat.values import Citation, ServerToolCall, Tokens
+from django_llmchat.values import Citation, Cost, ServerToolCall, Tokens
 from tests.factories import build_transcript
 
 from .conftest import url
@@ -44,6 +44,18 @@ def usage(chat, message, **fields):
     return Usage.objects.create(chat=chat, message=message, **fields)
 
 
+CITED = 'Write to ops@example.com — ünïcode \u2028 "quoted" <b>'
+# assistant replies priced without usage rows: by hand, from the registry's table (acme-1),
+# from genai-prices, not at all
+PRICED = [
+    ("Priced by hand.", {"cost": "0.5"}),
+    ("Acme.", {"model_id": "acme-1", "provider": "acme", "tokens": Tokens(1000, 10)}),
+    ("Listed.", {"model_id": "gpt-4.1-mini", "provider": "openai", "tokens": Tokens(1000, 10)}),
+    ("Unknown model.", {"model_id": "no-such-model"}),
+    ("Nothing known.", {}),
+]
+
+
 def rich_chat(owner) -> Chat:
     """A chat with every kind of message the list shows, stored encrypted and redacted."""
     chat = Chat.objects.create(user=owner, model_id="gpt-4.1-mini", provider="openai")
@@ -52,90 +64,49 @@ def rich_chat(owner) -> Chat:
     first = chat.messages.filter(role="user").order_by("position", "id").first()
     reply = chat.messages.filter(role="assistant", finish_reason="stop").order_by("id").first()
     # branches: a regenerated reply and an edited first prompt, off the active path
-    Message.objects.create(
-        chat=chat, role="assistant", content="Another take.", parent=reply.parent, on_path=False
-    )
-    Message.objects.create(
-        chat=chat, role="user", content="An edited first question", parent=None, on_path=False
-    )
+    for role, content, parent in (
+        ("assistant", "Another take.", reply.parent),
+        ("user", "Q", None),
+    ):
+        Message.objects.create(chat=chat, role=role, content=content, parent=parent, on_path=False)
     Message.objects.filter(pk=first.pk).update(parent=None)
     # a reply with citations, server tools, two attempts (one unpriced), feedback, a cache
-    # boundary and text the redaction masks
+    # boundary, an attachment and text the redaction masks
     cited = chat.add_message(
         role="assistant",
-        content='Write to ops@example.com — ünïcode \u2028 "quoted" <b>',
-        model_id="gpt-4.1-mini",
-        provider="openai",
-        finish_reason="stop",
+        content=CITED,
+        **{"model_id": "gpt-4.1-mini", "provider": "openai", "finish_reason": "stop"},
         thinking_text="Mail a@b.co",
         citations=[Citation(url="https://example.com", title="Docs", start_index=0)],
         server_tool_calls=[ServerToolCall(name="web_search", id="ws1", arguments={"q": "x"})],
         cache_boundary=True,
     )
-    usage(
-        chat,
-        cited,
-        input_tokens=7,
-        output_tokens=3,
-        cache_write_tokens=2,
-        thinking_tokens=1,
-        input_cost=Decimal("0.000007"),
-        output_cost=Decimal("0.000012"),
-        total_cost=Decimal("0.000019"),
-    )
+    spent = Cost(Decimal("0.000007"), Decimal("0.000012"), total=Decimal("0.000019"))
+    usage(chat, cited, tokens=Tokens(7, 3, None, 2, 1), cost=spent)
     usage(chat, cited, input_tokens=5, status="failed")
     cited.rate(1, "good", user=owner)
+    image = {"filename": "map.png", "mime_type": "image/png", "size": 9, "sha256": "1" * 64}
+    Attachment.objects.create(message=cited, file="llmchat/x/map.png", **image)
     # tool calls: approved and answered, denied, still waiting
     asking = chat.add_message(role="assistant", content="", finish_reason="tool_calls")
-    approved = ToolCall.objects.create(
-        chat=chat,
-        message=asking,
-        call_id="c1",
-        name="vault",
-        arguments={"card": "4242 4242 4242 4242"},
-        approval="approved",
+    calls = [
+        {"call_id": "c1", "arguments": {"card": "4242 4242 4242 4242"}, "approval": "approved"},
+        {"call_id": "c2", "approval": "denied"},
+        {"call_id": "c3", "arguments": [1]},
+    ]
+    approved, *_ = (
+        ToolCall.objects.create(chat=chat, message=asking, name="vault", **call) for call in calls
     )
-    ToolCall.objects.create(
-        chat=chat, message=asking, call_id="c2", name="vault", approval="denied"
-    )
-    ToolCall.objects.create(chat=chat, message=asking, call_id="c3", name="vault", arguments=[1])
     chat.add_message(role="tool", content="opened", parent_tool_call=approved)
-    # priced without usage rows: a supplied cost, the registry's table, genai-prices, none
-    chat.add_message(role="assistant", content="Priced by hand.", cost="0.5")
-    LLMModel.objects.create(
-        provider="acme", model_id="acme-1", name="Acme", pricing={"input_mtok": "2"}
-    )
-    chat.add_message(
-        role="assistant",
-        content="Acme.",
-        model_id="acme-1",
-        provider="acme",
-        tokens=Tokens(input_tokens=1000, output_tokens=10),
-    )
-    chat.add_message(
-        role="assistant",
-        content="Listed.",
-        model_id="gpt-4.1-mini",
-        provider="openai",
-        tokens=Tokens(input_tokens=1000, output_tokens=10),
-    )
-    chat.add_message(role="assistant", content="Unknown model.", model_id="no-such-model")
+    LLMModel.objects.create(provider="acme", model_id="acme-1", name="A", pricing={"input_mtok": 2})
+    for content, fields in PRICED:
+        chat.add_message(role="assistant", content=content, **fields)
     chat.add_message(role="user", content="Counted.", tokens=Tokens(input_tokens=4))
-    chat.add_message(role="assistant", content="Nothing known.")
-    # a summary, an attachment on a reply, a prompt queued behind a run
+    # a summary, a prompt queued behind a run
     summary = chat.add_message(role="user", content="So far: weather.")
     Message.objects.filter(pk=summary.pk).update(summary_until=reply)
-    Attachment.objects.create(
-        message=cited,
-        file="llmchat/x/map.png",
-        filename="map.png",
-        mime_type="image/png",
-        size=9,
-        sha256="1" * 64,
-    )
-    Message.objects.create(
-        chat=chat, role="user", content="Queued.", position=QUEUED_POSITION + clock_position()
-    )
+    queued = QUEUED_POSITION + clock_position()
+    Message.objects.create(chat=chat, role="user", content="Queued.", position=queued)
     return chat
 
 
@@ -190,15 +161,9 @@ def test_encrypted_and_redacted_at_rest_read_as_plain_redacted_text(api, owner):
         cursor.execute("SELECT content FROM llmchat_message WHERE chat_id = %s", [chat.pk])
         assert all(not text or text.startswith("llmchat-fernet:") for (text,) in cursor.fetchall())
     shown = {m["content"]: m for m in body["results"]}
-    cited = shown['Write to [email] — ünïcode \u2028 "quoted" <b>']
+    cited = shown[CITED.replace("ops@example.com", "[email]")]
     assert cited["thinking"] == "Mail [email]"
-    assert cited["tokens"] == {
-        "input_tokens": 12,
-        "output_tokens": 3,
-        "cache_write_tokens": 2,
-        "thinking_tokens": 1,
-        "total_tokens": 17,
-    }
+    assert cited["tokens"] == {**Tokens(12, 3, None, 2, 1).to_dict(), "total_tokens": 17}
     assert cited["cost"] == {
         "input": "0.0000070000",
         "output": "0.0000120000",
@@ -206,8 +171,8 @@ def test_encrypted_and_redacted_at_rest_read_as_plain_redacted_text(api, owner):
     }
     assert cited["attachments"][0]["url"] == "http://testserver/llmchat/x/map.png"
     assert shown["Priced by hand."]["cost"] == {"total": "0.5000000000"}
-    assert shown["Acme."]["cost"]["input"] == "0.0020000000"  # the registry's table
-    assert "total" not in shown["Acme."]["cost"]  # its output price is unknown
+    acme = shown["Acme."]["cost"]  # from the registry's table, which has no output price
+    assert acme["input"] == "0.0020000000" and "total" not in acme
     assert shown["Listed."]["cost"]["total"]  # genai-prices
     assert shown["Counted."]["cost"] == {} and shown["Nothing known."]["cost"] == {}
     [asking] = [m for m in body["results"] if len(m["tool_calls"]) == 3]
