@@ -170,11 +170,9 @@ class PreparedQuery:
         """The rows of the ``values_list()`` queryset as it gives them: each column
         through the converters Django applies (its backend's, its field's
         ``from_db_value``). An argument of another type than its placeholder (a UUID for
-        an integer) runs the queryset itself, compiled for that call."""
-        if any(
-            arg is not None and type(arg) is not type(placeholder)
-            for arg, placeholder in zip(args, self.placeholders, strict=True)
-        ):
+        an integer), or an integer past 64 bits (which the ORM knows matches no row), runs
+        the queryset itself, compiled for that call."""
+        if not all(map(_fits, args, self.placeholders)):
             return list(self.build(*args).using(using) if using else self.build(*args))
         using = using or router.db_for_read(self.model())
         rows = self.rows(*args, using=using)
@@ -212,6 +210,15 @@ class PreparedQuery:
             ]
             self._converters[connection] = found
         return found
+
+
+def _fits(arg: Any, placeholder: Any) -> bool:
+    """Whether ``arg`` can take ``placeholder``'s place in the compiled parameters."""
+    if arg is None:
+        return True
+    if type(arg) is not type(placeholder):
+        return False
+    return not isinstance(arg, int) or -(2**63) <= arg < 2**63
 
 
 class PreparedIn:

@@ -57,13 +57,16 @@ def test_prepared_values_are_what_values_list_gives():
     assert query.values(10**9) == []
 
 
-def test_prepared_values_of_an_argument_of_another_type_run_the_queryset():
+def test_prepared_values_of_an_argument_of_another_type_or_too_large_run_the_queryset():
     chat = Chat.objects.create()
     chat.add_message(role="user", content="hi")
     query = PreparedQuery(
         lambda chat_id: Message.objects.filter(chat_id=chat_id).values_list("content")
     )
     assert query.values(str(chat.pk)) == [("hi",)]  # not the integer the SQL was built for
+    by_pk = PreparedQuery(lambda pk: Message.objects.filter(pk=pk).values_list("content"))
+    assert by_pk.values(2**63) == [] and by_pk.values(-(2**64)) == []  # past any column
+    assert by_pk._compiled == {}
     assert query._compiled == {}
     assert query.values(chat.pk) == [("hi",)] and query._compiled
 
