@@ -348,7 +348,9 @@ class AbstractMessage(models.Model):
                 return sum((row.cost for row in rows), Cost())
             if self.supplied_cost is not None:
                 return Cost(total=Decimal(self.supplied_cost))
-            return price_of(self.tokens, self.model_info, self.model_id, self.provider)
+            # no usage rows: the message's own token columns
+            tokens = Tokens.from_object(self)
+            return price_of(tokens, self.model_info, self.model_id, self.provider)
         if isinstance(model, str):
             return price(self.tokens, model, None)
         if model.pricing:
