@@ -8,7 +8,11 @@ their query once per database with placeholder arguments, keep the SQL, and afte
 only swap the real arguments into the parameter list:
 
 - :class:`PreparedQuery`: a SELECT, rows returned as tuples (integer and aware datetime
-  arguments);
+  arguments), as the database returns them (``rows()``) or as ``values_list()`` gives
+  them (``values()``: each column through its field's converters, the encrypted ones
+  decrypted);
+- :class:`PreparedIn`: a SELECT filtered on a list of ids, compiled once per length of
+  the list;
 - :class:`PreparedInsert`: ``obj.save()`` of a new row, the same columns and values
   (fields' ``pre_save`` and ``get_db_prep_save``), primary key set from ``RETURNING``;
 - :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -63,6 +68,7 @@ __all__ = [
     "Arg",
     "INT_ARG",
     "DeferredAttribute",  # the base of a field's descriptor_class (Django's own default)
+    "PreparedIn",
     "PreparedInsert",
     "PreparedQuery",
     "PreparedUpdate",
@@ -82,17 +88,29 @@ INT_ARG = -7_381_923_481_113
 
 class PreparedQuery:
     """``PreparedQuery(lambda chat_id: Message.objects.filter(chat_id=chat_id)...)``, then
-    ``query.rows(chat.pk)``: the queryset's rows as tuples, as the database returns them."""
+    ``query.rows(chat.pk)``: the queryset's rows as tuples, as the database returns them;
+    with a ``values_list()`` queryset, ``query.values(chat.pk)``: its rows as it gives
+    them."""
 
     def __init__(self, build: Callable[..., QuerySet], placeholders: Sequence[Any] = (INT_ARG,)):
         self.build = build
         self.placeholders = tuple(placeholders)
         self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int]]]] = {}
+        self._selected: dict[str, list[tuple[int, Any]]] = {}
+        self._converters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
-        """The SQL and parameters Django compiles for the query built with placeholders."""
-        return self.build(*self.placeholders).query.get_compiler(using).as_sql()
+        """The SQL and parameters Django compiles for the query built with placeholders
+        (and, for :meth:`values`, the selected columns that have converters)."""
+        compiler = self.build(*self.placeholders).query.get_compiler(using)
+        compiled = compiler.as_sql()
+        selected = [expression for expression, _, _ in compiler.select[: compiler.col_count]]
+        self._selected[using] = [
+            (index, expression)
+            for index, (_, expression) in compiler.get_converters(selected).items()
+        ]
+        return compiled
 
     def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int]]]:
         found = self._compiled.get(using)
@@ -147,6 +165,87 @@ class PreparedQuery:
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
+
+    def values(self, *args: Any, using: str | None = None) -> list[tuple]:
+        """The rows of the ``values_list()`` queryset as it gives them: each column
+        through the converters Django applies (its backend's, its field's
+        ``from_db_value``). An argument of another type than its placeholder (a UUID for
+        an integer), or an integer past 64 bits (which the ORM knows matches no row), runs
+        the queryset itself, compiled for that call."""
+        if not all(map(_fits, args, self.placeholders)):
+            return list(self.build(*args).using(using) if using else self.build(*args))
+        using = using or router.db_for_read(self.model())
+        rows = self.rows(*args, using=using)
+        converters = self._converters_for(using)
+        if not converters or not rows:
+            return rows
+        connection = connections[using]
+        converted = []
+        for row in rows:
+            row = list(row)
+            for index, convs, expression in converters:
+                value = row[index]
+                for converter in convs:
+                    value = converter(value, expression, connection)
+                row[index] = value
+            converted.append(tuple(row))
+        return converted
+
+    def _converters_for(self, using: str) -> list[tuple[int, list, Any]]:
+        """Per converted column of this database's connection (the one of this thread):
+        ``(index, converters, expression)``, as the compiler's ``get_converters`` gives
+        them."""
+        connection = connections[using]
+        found = self._converters.get(connection)
+        if found is None:
+            self._compile(using)
+            found = [
+                (
+                    index,
+                    connection.ops.get_db_converters(expression)
+                    + expression.get_db_converters(connection),
+                    expression,
+                )
+                for index, expression in self._selected[using]
+            ]
+            self._converters[connection] = found
+        return found
+
+
+def _fits(arg: Any, placeholder: Any) -> bool:
+    """Whether ``arg`` can take ``placeholder``'s place in the compiled parameters."""
+    if arg is None:
+        return True
+    if type(arg) is not type(placeholder):
+        return False
+    return not isinstance(arg, int) or -(2**63) <= arg < 2**63
+
+
+class PreparedIn:
+    """``PreparedIn(lambda ids: Usage.objects.filter(message_id__in=ids).values_list(...))``,
+    then ``query.values(ids)``: the rows of the queryset built for ``ids`` (integers) as
+    ``values_list()`` gives them, its SQL compiled once per number of ids (up to
+    ``lengths`` of them; longer lists, and empty ones, go through the ORM)."""
+
+    def __init__(self, build: Callable[[Sequence[Any]], QuerySet], lengths: int = 256):
+        self.build = build
+        self.lengths = lengths
+        self._queries: dict[int, PreparedQuery] = {}
+
+    def _query(self, length: int) -> PreparedQuery:
+        query = self._queries.get(length)
+        if query is None:
+            placeholders = [INT_ARG - n for n in range(length)]  # distinct: one slot each
+            query = self._queries.setdefault(
+                length, PreparedQuery(lambda *ids: self.build(ids), placeholders)
+            )
+        return query
+
+    def values(self, ids: Sequence[int], using: str | None = None) -> list[tuple]:
+        if not ids or len(ids) > self.lengths:
+            queryset = self.build(ids)
+            return list(queryset.using(using) if using else queryset)
+        return self._query(len(ids)).values(*ids, using=using)
 
 
 class PreparedInsert:

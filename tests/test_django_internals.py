@@ -27,6 +27,7 @@ from django_llmchat import prepared
 from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 from django_llmchat.prepared import (
     PreparedInsert,
+    PreparedQuery,
     PreparedUpdate,
     RowsJustWritten,
     database_of,
@@ -124,6 +125,28 @@ def test_update_query_chain_and_update_values():
     assert query.related_updates == {}
     assert PreparedUpdate(Chat, title="after").run(chat.pk) == 1
     assert Chat.objects.get(pk=chat.pk).title == "after"
+
+
+def test_compiler_select_and_converters():
+    """``SQLCompiler.select``, ``col_count`` and ``get_converters``, the backend's
+    ``ops.get_db_converters`` and an expression's ``get_db_converters``: what
+    ``PreparedQuery.values`` reads once to convert its rows as ``values_list()`` does."""
+    chat = Chat.objects.create()
+    Message.objects.create(chat=chat, role="user", content="x", citations=[{"url": "u"}])
+    queryset = Message.objects.values_list("id", "content", "created_at", "citations")
+    compiler = queryset.query.get_compiler("default")
+    compiler.as_sql()
+    assert compiler.col_count == 4 and len(compiler.select) == 4
+    expressions = [expression for expression, _sql, _alias in compiler.select]
+    converters = compiler.get_converters(expressions)
+    assert {1, 3} <= set(converters)  # the fields' own from_db_value, on every backend
+    for index, (convs, expression) in converters.items():
+        assert expression is expressions[index]
+        assert convs == connection.ops.get_db_converters(expression) + expression.get_db_converters(
+            connection
+        )
+    prepared = PreparedQuery(lambda chat_id: queryset.filter(chat_id=chat_id))
+    assert prepared.values(chat.pk) == list(queryset.filter(chat_id=chat.pk))
 
 
 def test_database_operations_the_insert_plan_compares():

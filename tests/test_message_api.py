@@ -221,6 +221,13 @@ def test_cost_unknown_is_none(chat):
     assert chat.add_message(role="user", content="q").cost() == Cost()
 
 
+def test_cost_without_usage_rows_reads_them_once(chat, django_assert_num_queries):
+    m = chat.add_message(role="assistant", content="x", model_id="", tokens=Tokens(10, 5))
+    stored = Message.objects.get(pk=m.pk)
+    with django_assert_num_queries(1):  # its usage rows (none): the token columns price it
+        assert stored.cost() == Cost()
+
+
 def test_model_info(chat):
     row = LLMModel.objects.create(provider="openai", model_id="gpt-4.1-mini", name="mini")
     m = chat.add_message(role="assistant", content="x", model_id="gpt-4.1-mini", provider="openai")

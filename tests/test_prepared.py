@@ -19,6 +19,81 @@ def test_prepared_query_swaps_arguments():
     assert query.rows(10**9) == []
 
 
+def test_prepared_values_are_what_values_list_gives():
+    from decimal import Decimal
+
+    from cryptography.fernet import Fernet
+    from django.test import override_settings
+
+    from django_llmchat.models import ToolCall
+    from django_llmchat.values import Citation
+
+    chat = Chat.objects.create()
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}):
+        asking = chat.add_message(role="assistant", content="secret", cost=Decimal("0.25"))
+        call = ToolCall.objects.create(chat=chat, message=asking, call_id="c1", name="f")
+        chat.add_message(
+            role="tool",
+            content="ünïcode",
+            parent_tool_call=call,
+            cache_boundary=True,
+            citations=[Citation(url="https://example.com")],
+        )
+        columns = ("content", "citations", "cache_boundary", "supplied_cost", "created_at")
+        columns += ("parent_tool_call__call_id", "on_path")
+
+        def build(chat_id):
+            return Message.objects.filter(chat_id=chat_id).order_by("id").values_list(*columns)
+
+        query = PreparedQuery(build)
+        expected = list(build(chat.pk))
+        assert query.values(chat.pk) == expected
+        assert query.values(chat.pk) == expected  # compiled once, converted each time
+        stored = query.rows(chat.pk)
+    assert stored[0][0].startswith("llmchat-fernet:")  # rows() as the database holds them
+    assert expected[0][:1] == ("secret",) and expected[0][3] == Decimal("0.25")
+    assert expected[1][1] == [Citation(url="https://example.com")]
+    assert expected[1][2] is True and expected[1][5] == "c1"
+    assert query.values(10**9) == []
+
+
+def test_prepared_values_of_an_argument_of_another_type_or_too_large_run_the_queryset():
+    chat = Chat.objects.create()
+    chat.add_message(role="user", content="hi")
+    query = PreparedQuery(
+        lambda chat_id: Message.objects.filter(chat_id=chat_id).values_list("content")
+    )
+    assert query.values(str(chat.pk)) == [("hi",)]  # not the integer the SQL was built for
+    by_pk = PreparedQuery(lambda pk: Message.objects.filter(pk=pk).values_list("content"))
+    assert by_pk.values(2**63) == [] and by_pk.values(-(2**64)) == []  # past any column
+    assert by_pk._compiled == {}
+    assert query._compiled == {}
+    assert query.values(chat.pk) == [("hi",)] and query._compiled
+
+
+def test_prepared_in_compiles_once_per_number_of_ids():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_llmchat.prepared import PreparedIn
+
+    chat = Chat.objects.create()
+    a, b, c = (chat.add_message(role="user", content=text) for text in "abc")
+    query = PreparedIn(
+        lambda ids: Message.objects.filter(pk__in=ids).order_by("id").values_list("content"),
+        lengths=2,
+    )
+    assert query.values([a.pk, c.pk]) == [("a",), ("c",)]
+    assert query.values([c.pk, b.pk]) == [("b",), ("c",)]
+    assert query.values([b.pk]) == [("b",)]
+    assert sorted(query._queries) == [1, 2]  # one statement per length
+    with CaptureQueriesContext(connection) as queries:
+        assert query.values([]) == []
+    assert queries.captured_queries == []
+    assert query.values([a.pk, b.pk, c.pk]) == [("a",), ("b",), ("c",)]  # past 2: the ORM
+    assert sorted(query._queries) == [1, 2]
+
+
 def test_placeholder_that_never_reaches_the_sql_is_an_error():
     query = PreparedQuery(lambda chat_id: Message.objects.all())
     with pytest.raises(ValueError, match="placeholder"):

@@ -194,13 +194,20 @@ def load_messages(messages: list[Message]) -> list[Message]:
         m.model_id for m in messages if m.model_id and not usages[m.pk] and m.supplied_cost is None
     }
     if model_ids:
-        registry: dict[str, LLMModel] = {}
-        for row in LLMModel.objects.filter(model_id__in=model_ids):
-            registry.setdefault(row.model_id, row)
+        registry = registry_rows(model_ids)
         for m in messages:
             if m.model_id in model_ids:
                 m.model_info = registry.get(m.model_id)
     return messages
+
+
+def registry_rows(model_ids) -> dict[str, LLMModel]:
+    """``{model id: its registry row}`` for ``model_ids`` (the first row of a model listed
+    for several providers), in one query."""
+    registry: dict[str, LLMModel] = {}
+    for row in LLMModel.objects.filter(model_id__in=model_ids):
+        registry.setdefault(row.model_id, row)
+    return registry
 
 
 # -- a new user message -------------------------------------------------------------------

@@ -28,9 +28,9 @@ from .idempotency import (
     IDEMPOTENCY_REUSED,
     Idempotency,
 )
+from .message_page import page_json, page_rows
 from .pagination import MessageCursorPagination
 from .parsers import StrictJSONParser, StrictMultiPartParser
-from .permissions import chats_for
 from .responses import BUDGET, ERROR, KEY_REFUSED, MESSAGE_RULES, SSE_RESPONSE
 from .schema import document
 from .serializers import (
@@ -39,7 +39,6 @@ from .serializers import (
     MessageCreateSerializer,
     MessageSerializer,
     RunSerializer,
-    load_messages,
 )
 from .sse import EventStreamRenderer
 
@@ -47,14 +46,6 @@ __all__ = ["MessageListCreateView", "ToolCallDecisionView"]
 
 
 # -- messages -------------------------------------------------------------------------------
-UNSHOWN_MESSAGE_COLUMNS = (
-    "raw",
-    "thinking_signature",
-    "parent_tool_call__arguments",
-    "parent_tool_call__thought_signature",
-)
-
-
 class MessageListCreateView(LLMChatView):
     """The chat's transcript (cursor-paginated) and new user messages."""
 
@@ -90,21 +81,21 @@ class MessageListCreateView(LLMChatView):
             raise ValidationError({"path": ["must be 'active' or 'all'"]})
         # the chat's access check rides in the page's statement; only an empty page asks
         # whether the chat is there at all (a 404 otherwise)
-        rows = Message.objects.filter(chat__in=chats_for(request.user).filter(pk=pk))
-        if scope == "active":
-            rows = rows.filter(on_path=True)
-        # the columns MessageSerializer never shows stay in the database
-        rows = rows.select_related("parent_tool_call").defer(*UNSHOWN_MESSAGE_COLUMNS)
+        paginator = self.paginator
+
+        def fetch(position, backwards: bool, size: int) -> list:
+            every_branch = scope == "all"
+            return page_rows(paginator, request.user, pk, every_branch, position, backwards, size)
+
         try:
-            page = self.paginate_queryset(rows)
+            page = paginator.paginate(request, fetch)
         except ValidationError:
             self.get_chat(pk)  # an unknown chat is a 404 before a bad cursor is a 400
             raise
         if not page:
             self.get_chat(pk)
-        load_messages(page)
-        data = MessageSerializer(page, many=True, context=self.get_serializer_context()).data
-        return self.get_paginated_response(data)
+        # what MessageSerializer(many=True) shows of the page, built from its rows
+        return self.get_paginated_response(page_json(page, request))
 
     @document(
         summary="Send a user message and start the reply",

@@ -115,6 +115,24 @@ class KeysetPagination(BasePagination):
         )
 
     def paginate_queryset(self, queryset, request, view=None):
+        def fetch(position, backwards: bool, size: int) -> list:
+            return list(self.window(queryset, position, backwards)[: size + 1])
+
+        return self.paginate(request, fetch)
+
+    def window(self, queryset, position, backwards: bool):
+        """``queryset`` in the page's order, from ``position`` (a cursor's place, or
+        ``None`` for the start) on."""
+        qs = queryset.order_by(*self._order(backwards))
+        if position is not None:
+            qs = qs.filter(self._after(position, backwards))
+        return qs
+
+    def paginate(self, request, fetch) -> list:
+        """The page ``request`` asks for, its rows read by ``fetch(position, backwards,
+        size)``: up to ``size + 1`` rows from ``position`` (``None``: the start; with
+        ``backwards``, the end) in the window's order. Rows have ``pk`` and the
+        ordering field as attributes."""
         self.request = request
         size = self.get_page_size(request)
         raw = request.query_params.get(self.cursor_query_param)
@@ -125,10 +143,7 @@ class KeysetPagination(BasePagination):
         backwards = start == "end"
         if raw is not None:
             position, backwards = self.decode_cursor(raw)
-        qs = queryset.order_by(*self._order(backwards))
-        if position is not None:
-            qs = qs.filter(self._after(position, backwards))
-        rows = list(qs[: size + 1])
+        rows = fetch(position, backwards, size)
         more = len(rows) > size
         rows = rows[:size]
         if backwards:

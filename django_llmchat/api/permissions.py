@@ -42,20 +42,30 @@ __all__ = [
     "TokenAddressThrottle",
     "TokenUsernameThrottle",
     "chats_for",
+    "chats_of",
     "client_address",
     "default_authenticators",
     "default_throttles",
+    "sees_every_chat",
 ]
 
 
 def chats_for(user) -> QuerySet:
     """The chats ``user`` may see (none for an anonymous user)."""
-    qs = Chat.objects.all()
     if not user or not user.is_authenticated:
-        return qs.none()
-    if user.is_staff and settings.STAFF_SEES_ALL_CHATS:
-        return qs
-    return qs.filter(user=user)
+        return Chat.objects.none()
+    return chats_of(None if sees_every_chat(user) else user.pk)
+
+
+def sees_every_chat(user) -> bool:
+    """Whether ``user`` (authenticated) sees every chat, not only their own."""
+    return bool(user.is_staff and settings.STAFF_SEES_ALL_CHATS)
+
+
+def chats_of(user_id) -> QuerySet:
+    """The chats of the user ``user_id``; every chat for ``None``."""
+    qs = Chat.objects.all()
+    return qs if user_id is None else qs.filter(user_id=user_id)
 
 
 class BearerTokenAuthentication(TokenAuthentication):

@@ -348,12 +348,9 @@ class AbstractMessage(models.Model):
                 return sum((row.cost for row in rows), Cost())
             if self.supplied_cost is not None:
                 return Cost(total=Decimal(self.supplied_cost))
-            info = self.model_info
-            if info is not None and info.pricing:
-                return price_from_table(self.tokens, info.pricing)
-            if self.model_id:
-                return price(self.tokens, self.model_id, self.provider or None)
-            return Cost()
+            # no usage rows: the message's own token columns
+            tokens = Tokens.from_object(self)
+            return price_of(tokens, self.model_info, self.model_id, self.provider)
         if isinstance(model, str):
             return price(self.tokens, model, None)
         if model.pricing:
@@ -403,6 +400,17 @@ class AbstractMessage(models.Model):
         }
         data.update(self.tokens.to_dict())
         return {k: v for k, v in data.items() if v is not None and v != []}
+
+
+def price_of(tokens: Tokens, info: LLMModel | None, model_id: str, provider: str) -> Cost:
+    """What ``tokens`` cost: priced from the registry row ``info`` when it has a price
+    table, else from genai-prices by ``model_id`` (and ``provider``); unknown without a
+    model id."""
+    if info is not None and info.pricing:
+        return price_from_table(tokens, info.pricing)
+    if model_id:
+        return price(tokens, model_id, provider or None)
+    return Cost()
 
 
 def _supplied_cost(value: Any) -> Decimal | None:
