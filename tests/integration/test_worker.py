@@ -19,7 +19,7 @@ from django_llmchat.events import (
     TextDelta,
     TextDone,
 )
-from django_llmchat.models import Chat, Message, Usage
+from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.tasks import complete_chat
 from django_llmchat.testing import Fault, Reply
 
@@ -275,3 +275,34 @@ def test_a_threads_pool_worker_on_a_psycopg_pool(services, llm):
             assert reply.content == f"Answer to question {i}"
     finally:
         pooled.stop()
+
+
+def test_a_chats_queued_prompt_waits_behind_other_chats_asked_before_it(services, llm):
+    """A worker's task answers its own run and hands the chat's next one to the back of
+    the queue: with one thread, chat A's second prompt, asked after chat B's, is answered
+    after B's (not straight after A's first, by the thread that answered it)."""
+    queue = f"{services.queue}-one"
+    single = services.worker(queue=queue, concurrency=1)
+    try:
+        llm.server.responder = lambda request: Fault(
+            first_byte_delay=0.4, reply=Reply(f"Answer to {request.last_user_text}")
+        )
+        a, b = Chat.objects.create(), Chat.objects.create()
+        with current_app(services.sender(queue)):
+            a.ask_later("A1")
+            b.ask_later("B1")
+            a.ask_later("A2")  # all three before the first reply (0.4 s)
+        wait_until(
+            lambda: Message.objects.filter(chat__in=[a, b], role="assistant").count() == 3,
+            timeout=30,
+            message=single.output(),
+        )
+        order = list(
+            Run.objects.filter(chat__in=[a, b])
+            .order_by("started_at")
+            .values_list("prompt__content", flat=True)
+        )
+        assert order == ["A1", "B1", "A2"]
+        assert [m.content for m in a.transcript()] == ["A1", "Answer to A1", "A2", "Answer to A2"]
+    finally:
+        single.stop()
