@@ -4,6 +4,7 @@ prompts, task retries, cancellation and live events through Redis."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -273,6 +274,36 @@ def test_a_threads_pool_worker_on_a_psycopg_pool(services, llm):
         for i, chat in enumerate(chats):
             reply = Message.objects.get(chat=chat, role="assistant")
             assert reply.content == f"Answer to question {i}"
+    finally:
+        pooled.stop()
+
+
+def test_the_lease_keeper_gives_its_pooled_connection_back_between_ticks(services, llm):
+    """A pool of one connection serves a run and its process's lease keeper: the keeper
+    borrows it for each tick's renewals only, so the run's thread, back from the model
+    after several ticks, gets it to store the reply (instead of waiting out the pool's
+    timeout while the keeper sits on it)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the psycopg connection pool is PostgreSQL's")
+    queue = f"{services.queue}-keeper"
+    lease = {**services.llmchat, "RUN_LEASE": 0.9}  # a tick every 0.3 s
+    pooled = services.worker(
+        queue=queue,
+        concurrency=1,
+        LLMCHAT_TEST_DB_POOL='{"min_size": 1, "max_size": 1, "timeout": 3}',
+        LLMCHAT_TEST_SETTINGS=json.dumps(lease),
+    )
+    try:
+        llm.script(Fault(first_byte_delay=1.5, reply=Reply("Stored.")))
+        chat = Chat.objects.create()
+        with current_app(services.sender(queue)):
+            chat.ask_later("Slow?")
+        wait_until(lambda: assistant_count(chat) == 1, timeout=8, message=pooled.output())
+        run = chat.runs.get()
+        assert run.status == "succeeded" and run.attempt == 1
+        assert list(Usage.objects.filter(chat=chat).values_list("status", flat=True)) == [
+            "succeeded"
+        ]
     finally:
         pooled.stop()
 
