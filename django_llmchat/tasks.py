@@ -1,11 +1,12 @@
 """Celery tasks: the loop run by workers.
 
-``complete_chat(chat_id, run_id=None)`` answers the chat's queued runs, oldest first
-(``Chat.ask_later`` sends it). It is safe to run twice (a run is claimed once, through
-:mod:`django_llmchat.runs`), two processes never work on one chat at the same time, and a
-worker killed mid-run loses nothing but the step it was in: the redelivered task
-(``acks_late``), the periodic :func:`recover_runs` or ``manage.py llmchat_recover``
-resumes the run from its last stored step once its lease ran out.
+``complete_chat(chat_id, run_id=None)`` answers run ``run_id`` of the chat, after the
+runs ahead of it (``Chat.ask_later`` sends it); the end of that run sends the task of the
+chat's next queued run, to the back of the queue. It is safe to run twice (a run is
+claimed once, through :mod:`django_llmchat.runs`), two processes never work on one chat
+at the same time, and a worker killed mid-run loses nothing but the step it was in: the
+redelivered task (``acks_late``), the periodic :func:`recover_runs` or ``manage.py
+llmchat_recover`` resumes the run from its last stored step once its lease ran out.
 
 Every event of a run, framed by ``RunStarted`` and ``RunFinished``, is published to the
 chat's Redis Stream when ``LLMCHAT["EVENTS_URL"]`` is set (:mod:`django_llmchat.streams`).
@@ -139,10 +140,17 @@ def run_chat(
     *,
     attempt: int = 0,
     task_id: str = "",
+    drain: bool = True,
 ) -> str:
     """The body of :func:`complete_chat`, callable anywhere: answer the chat's unfinished
     runs in order, starting with the one ahead of ``run_id`` (a run whose worker died is
     resumed once its lease ran out).
+
+    ``drain=True``: go on with the runs queued after ``run_id`` until none is left (what
+    a process answering its own chat's queue does). ``drain=False`` (a Celery worker):
+    stop after ``run_id`` (or after the first run, without one), handing the chat's next
+    queued run to the back of the broker's queue: its end sends that run's task, so one
+    chat's queued runs never hold a thread while other chats' tasks wait.
 
     Returns ``"nothing"`` (no run to answer), ``"paused"`` (the chat's run waits for a
     tool-call decision) or ``"done"``. Raises :class:`RetryLater` on a retryable error with
@@ -165,16 +173,22 @@ def run_chat(
             if not first:
                 return DONE
             if found.state == BUSY:
-                # whoever works on the chat answers what is queued after it; come back
-                # when its lease would run out, in case it died
+                # whoever works on the chat answers what is queued after it, or sends
+                # its task when it ends; come back when its lease would run out, in
+                # case it died
                 countdown = (found.retry_in or 0.0) + 0.5
                 raise RetryLater(min(countdown, float(settings.RUN_LEASE) + 1.0), retries)
             return found.state
-        found.execution.kick_next = False  # this loop answers what is queued next
+        # the last run this call answers sends the task of the run queued after it when
+        # it ends; before it, this loop answers what is queued next itself
+        last = not drain and (run_id is None or found.execution.pk >= run_id)
+        found.execution.kick_next = last
         try:
             _execute(found.execution, retries, publish)
         finally:
             publish.flush()
+        if last:
+            return DONE
         first, retries = False, 0
 
 
@@ -303,14 +317,17 @@ def complete_chat(
     attempt: int = 0,
     reply_to: int | None = None,
 ) -> str:
-    """Answer the chat's queued runs, starting with ``run_id`` (or the runs ahead of it).
-    ``attempt`` counts the retries after provider errors so far; ``reply_to`` (a prompt's
-    id) is what tasks of earlier versions sent instead of ``run_id``."""
+    """Answer run ``run_id`` of the chat, after the runs ahead of it (``run_chat`` with
+    ``drain=False``). ``attempt`` counts the retries after provider errors so far;
+    ``reply_to`` (a prompt's id) is what tasks of earlier versions sent instead of
+    ``run_id``."""
     close_old_connections()
     try:
         chat_id, run_id = _call_args(chat_id, run_id, reply_to)
         with telemetry.with_context(telemetry.extract(self.request)):
-            outcome = run_chat(chat_id, run_id, attempt=attempt, task_id=self.request.id or "")
+            outcome = run_chat(
+                chat_id, run_id, attempt=attempt, task_id=self.request.id or "", drain=False
+            )
     except RetryLater as later:
         raise self.retry(
             args=(chat_id,),

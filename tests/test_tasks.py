@@ -224,6 +224,55 @@ def test_a_prompt_queued_during_a_run_moves_after_its_reply(inline):
     assert first.attempt == 2 and statuses(chat) == ["succeeded", "succeeded"]
 
 
+def _queued(chat, *texts):
+    """Runs queued on ``chat`` with no task sent (as if their tasks were in a broker)."""
+    return [runs.enqueue(chat, Message(chat=chat, role="user", content=t))[0] for t in texts]
+
+
+@pytest.fixture
+def handed_off(monkeypatch):
+    """The tasks a run's end sends (``runs.base.send``), recorded instead of run."""
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        runs.base, "send", lambda chat_id, run_id, **kw: calls.append((chat_id, run_id))
+    )
+    return calls
+
+
+def test_a_workers_task_answers_its_run_and_hands_the_next_to_the_queue(inline, handed_off):
+    """In a worker (``drain=False``) a task answers its own run, then stops: the run's end
+    sends the task of the chat's next queued run, to the back of the broker's queue, so a
+    chat's queued runs never hold a thread while other chats' tasks wait."""
+    inline.script("One.", "Two.", "Three.")
+    chat = Chat.objects.create()
+    first, second, third = _queued(chat, "1?", "2?", "3?")
+    assert run_chat(chat.pk, first.pk, drain=False) == "done"
+    assert statuses(chat) == ["succeeded", "queued", "queued"]
+    assert handed_off == [(chat.pk, second.pk)]
+    # a task for a later run answers the runs ahead of it first, in order, and hands
+    # on only after its own
+    assert run_chat(chat.pk, third.pk, drain=False) == "done"
+    assert statuses(chat) == ["succeeded"] * 3
+    assert transcript(chat)[-1] == ("assistant", "Three.")
+    assert handed_off == [(chat.pk, second.pk)]  # nothing was queued after the third
+    # a task with no run named answers one run
+    fourth, fifth = _queued(chat, "4?", "5?")
+    inline.script("Four.", "Five.")
+    assert run_chat(chat.pk, drain=False) == "done"
+    assert statuses(chat)[3:] == ["succeeded", "queued"]
+    assert handed_off[-1] == (chat.pk, fifth.pk)
+
+
+def test_a_process_answering_in_place_drains_the_chats_queue(inline, handed_off):
+    """Outside a worker (``drain=True``, the default) the call answers every queued run
+    and sends no task."""
+    inline.script("One.", "Two.")
+    chat = Chat.objects.create()
+    first, _ = _queued(chat, "1?", "2?")
+    assert run_chat(chat.pk, first.pk) == "done"
+    assert statuses(chat) == ["succeeded", "succeeded"] and handed_off == []
+
+
 def test_a_rate_limit_retries_the_task_then_one_reply(inline):
     inline.script(Fault(status=429, retry_after=0), "Done.")
     chat = Chat.objects.create()

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from .. import dbconn
 from .._per_process import PerProcess
 from ..errors import ArgumentError, RunLostError
 from ..models import Message, Run, Usage
@@ -316,7 +317,9 @@ class _Keeper:
     The thread outlives its last run by up to two ticks (a third of the lease each): runs
     that follow one another, as a chat's do, share it instead of each starting a thread.
     It holds a database connection only while it has renewed something: when its last
-    run ends it closes the connection, and with nothing to renew for a whole tick, ends."""
+    run ends it closes the connection, and with nothing to renew for a whole tick, ends.
+    A pooled connection (:mod:`django_llmchat.dbconn`) goes back to the pool after each
+    tick's renewals, so the keeper holds none of the pool's connections between ticks."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -372,6 +375,9 @@ class _Keeper:
                             self.discard(execution)
                     except Exception as exc:  # the next tick tries again
                         logger.warning("could not renew the lease of run %s: %s", execution.pk, exc)
+                if live and dbconn.release():
+                    with self.mutex:  # a pooled connection goes back until the next tick
+                        self.connected = False
         finally:
             with self.mutex:
                 self.connected = False

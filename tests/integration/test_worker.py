@@ -4,6 +4,7 @@ prompts, task retries, cancellation and live events through Redis."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -19,7 +20,7 @@ from django_llmchat.events import (
     TextDelta,
     TextDone,
 )
-from django_llmchat.models import Chat, Message, Usage
+from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.tasks import complete_chat
 from django_llmchat.testing import Fault, Reply
 
@@ -275,3 +276,64 @@ def test_a_threads_pool_worker_on_a_psycopg_pool(services, llm):
             assert reply.content == f"Answer to question {i}"
     finally:
         pooled.stop()
+
+
+def test_the_lease_keeper_gives_its_pooled_connection_back_between_ticks(services, llm):
+    """A pool of one connection serves a run and its process's lease keeper: the keeper
+    borrows it for each tick's renewals only, so the run's thread, back from the model
+    after several ticks, gets it to store the reply (instead of waiting out the pool's
+    timeout while the keeper sits on it)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the psycopg connection pool is PostgreSQL's")
+    queue = f"{services.queue}-keeper"
+    lease = {**services.llmchat, "RUN_LEASE": 0.9}  # a tick every 0.3 s
+    pooled = services.worker(
+        queue=queue,
+        concurrency=1,
+        LLMCHAT_TEST_DB_POOL='{"min_size": 1, "max_size": 1, "timeout": 3}',
+        LLMCHAT_TEST_SETTINGS=json.dumps(lease),
+    )
+    try:
+        llm.script(Fault(first_byte_delay=1.5, reply=Reply("Stored.")))
+        chat = Chat.objects.create()
+        with current_app(services.sender(queue)):
+            chat.ask_later("Slow?")
+        wait_until(lambda: assistant_count(chat) == 1, timeout=8, message=pooled.output())
+        run = chat.runs.get()
+        assert run.status == "succeeded" and run.attempt == 1
+        assert list(Usage.objects.filter(chat=chat).values_list("status", flat=True)) == [
+            "succeeded"
+        ]
+    finally:
+        pooled.stop()
+
+
+def test_a_chats_queued_prompt_waits_behind_other_chats_asked_before_it(services, llm):
+    """A worker's task answers its own run and hands the chat's next one to the back of
+    the queue: with one thread, chat A's second prompt, asked after chat B's, is answered
+    after B's (not straight after A's first, by the thread that answered it)."""
+    queue = f"{services.queue}-one"
+    single = services.worker(queue=queue, concurrency=1)
+    try:
+        llm.server.responder = lambda request: Fault(
+            first_byte_delay=0.4, reply=Reply(f"Answer to {request.last_user_text}")
+        )
+        a, b = Chat.objects.create(), Chat.objects.create()
+        with current_app(services.sender(queue)):
+            a.ask_later("A1")
+            b.ask_later("B1")
+            a.ask_later("A2")  # all three before the first reply (0.4 s)
+        wait_until(
+            lambda: Message.objects.filter(chat__in=[a, b], role="assistant").count() == 3,
+            timeout=30,
+            message=single.output(),
+        )
+        order = list(
+            Run.objects.filter(chat__in=[a, b])
+            .order_by("started_at")
+            .values_list("prompt__content", flat=True)
+        )
+        assert order == ["A1", "B1", "A2"]
+        assert [m.content for m in a.transcript()] == ["A1", "Answer to A1", "A2", "Answer to A2"]
+    finally:
+        single.stop()
