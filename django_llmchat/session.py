@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.db.models import OuterRef, Subquery
+
 from . import signals, telemetry
 from .errors import ChatBusyError, RunLostError, safe_error
 from .events import GuardrailTripwire, RunFinished, RunStarted, StreamEvent
@@ -340,9 +342,19 @@ def run_finished(
     run_id: int | str, status: str, error: str | None = None, error_type: str | None = None
 ) -> RunFinished:
     """The ``RunFinished`` event of run ``run_id``, with the last message it stored and
-    its token and USD totals over every attempt (two queries); the safe error and its
-    type are the run's when not given (a run stopped by a spending limit says so)."""
-    run = Run.objects.filter(pk=run_id).with_totals().first() if run_id else None
+    its token and USD totals over every attempt (one query); the safe error and its type
+    are the run's when not given (a run stopped by a spending limit says so)."""
+    last = (
+        Message.objects.filter(run_id=OuterRef("pk"))
+        .exclude(role="user")
+        .order_by("-position", "-id")
+        .values("pk")[:1]
+    )
+    run = (
+        Run.objects.filter(pk=run_id).with_totals().annotate(_last=Subquery(last)).first()
+        if run_id
+        else None
+    )
     if run is None:
         return RunFinished(
             run_id=str(run_id or ""), status=status, error=error, error_type=error_type
@@ -351,19 +363,12 @@ def run_finished(
         error, error_type = run.error, error_type or run.error_type or None
     elif error is not None and error_type is None:
         error_type = run.error_type or None
-    last = (
-        Message.objects.filter(run_id=run.pk)
-        .exclude(role="user")
-        .order_by("-position", "-id")
-        .values_list("pk", flat=True)
-        .first()
-    )
     return RunFinished(
         run_id=str(run.pk),
         status=status,
         error=error,
         error_type=error_type,
-        message_id=last,
+        message_id=run._last,
         token_usage=run.tokens,
         cost=usd_text(run.cost().total),
     )

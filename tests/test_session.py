@@ -4,6 +4,8 @@ door yields nothing and stores nothing."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from django_llmchat import runs
@@ -46,6 +48,12 @@ class Sent(list):
 def session_of(chat, prompt="Hi", **options) -> tuple[RunSession, Sent]:
     sent = Sent()
     return RunSession(chat.runner(), prompt, publish=sent, **options), sent
+
+
+@tool
+def order_status(order: str) -> str:
+    """Where an order is"""
+    return f"{order} shipped"
 
 
 @tool(requires_approval=True)
@@ -200,3 +208,31 @@ def test_a_claimed_run_that_cannot_start_here_ends_failed(chat, fake_llm):
     assert run.status == "failed" and session.status == "failed"
     assert [type(e) for e in events] == [RunStarted, RunFinished] and sent == events
     assert events[-1].status == "failed" and events[-1].run_id == str(run.pk)
+
+
+def test_the_terminal_event_reads_its_totals_in_one_query(chat, fake_llm):
+    """``run_finished``: the run's last stored message (a tool run's final reply, not its
+    prompt or a tool result before it), its tokens and cost over every attempt, one
+    query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_llmchat.session import run_finished
+
+    chat.tools = ["order_status"]
+    chat.save()
+    fake_llm.script(
+        Reply(
+            tool_calls=[Call("order_status", {"order": "A1"})],
+            usage={"input_tokens": 9, "output_tokens": 2},
+        ),
+        Reply("Refunded.", usage={"input_tokens": 20, "output_tokens": 3}),
+    )
+    reply = chat.ask("Where is A1?")
+    with CaptureQueriesContext(connection) as ctx:
+        event = run_finished(reply.run_id, "succeeded")
+    assert len(ctx) == 1
+    assert event.message_id == reply.pk and event.status == "succeeded"
+    assert (event.token_usage.input_tokens, event.token_usage.output_tokens) == (29, 5)
+    expected = Run.objects.with_totals().get(pk=reply.run_id).cost().total
+    assert Decimal(event.cost) == expected and expected > 0
