@@ -24,6 +24,7 @@ def transport_options(visibility_timeout: int = 5) -> dict:
         "visibility_timeout": visibility_timeout,
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": 3,  # as tests/worker_settings.py
     }
 
 

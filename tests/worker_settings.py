@@ -28,6 +28,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": int(os.environ.get("LLMCHAT_TEST_VISIBILITY_TIMEOUT", "5")),
     "unacked_restore_interval": 1,
     "unacked_restore_throttle": 1,
+    # the lock a worker takes to give back unacknowledged tasks: a worker the tests
+    # SIGKILL while it holds it would otherwise keep every task from coming back for
+    # kombu's default of five minutes
+    "unacked_mutex_expire": 3,
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
