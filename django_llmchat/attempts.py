@@ -173,6 +173,7 @@ class ProviderAttempts:
             finish_reason="other",
             token_usage=sum((row.tokens for row in usages), Tokens()),
             cost=usd_text(sum((row.cost for row in usages), Cost()).total),
+            estimated=True if any(row.estimated for row in usages) else None,
         )
 
     def _open_attempt(
