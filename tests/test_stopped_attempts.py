@@ -219,3 +219,21 @@ def test_a_refused_request_is_not_billed(chat, fake_llm):
         None,
         None,
     )
+
+
+def test_the_admin_shows_a_stopped_replys_tokens_and_cost_as_estimated(
+    chat, fake_llm, admin_client
+):
+    from django.urls import reverse
+
+    from django_llmchat.admin.base import _money
+
+    fake_llm.script(slow())
+    stop_after(chat.stream("Talk"), 3)
+    row = Usage.objects.get(chat=chat)
+    page = admin_client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk]))
+    html = page.content.decode()
+    assert f"~{_money(row.total_cost)} (estimated)" in html  # the reply, and the total
+    assert html.count("(estimated)") == 2 and "cost unknown" not in html
+    ledger = admin_client.get(reverse("admin:django_llmchat_usage_changelist")).content.decode()
+    assert ledger.count("(estimated)") == 3  # its input, output and cost
