@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, replace
 
 from . import dbconn, runs, telemetry
-from .estimates import estimate_tokens
 from .errors import (
     ContextLengthExceededError,
     IncompleteStreamError,
@@ -21,6 +20,7 @@ from .errors import (
     RunLostError,
     StructuredOutputError,
 )
+from .estimates import estimate_tokens
 from .events import (
     FinishReasonDone,
     ReasoningDelta,

@@ -116,9 +116,7 @@ _VALUES = {
     if name != "estimated"
 }
 # by ``estimated``: the vendor's counts, or ours (an attempt stopped before its response)
-_CLOSE_ATTEMPT = {
-    flag: PreparedUpdate(Usage, estimated=flag, **_VALUES) for flag in (False, True)
-}
+_CLOSE_ATTEMPT = {flag: PreparedUpdate(Usage, estimated=flag, **_VALUES) for flag in (False, True)}
 
 
 def write_attempts(rows: list[Usage]) -> None:

@@ -129,7 +129,9 @@ def test_a_stop_counts_the_reasoning_and_tool_arguments_that_streamed(chat, fake
     row = Usage.objects.get(chat=chat)
     assert (row.status, row.estimated) == (Usage.CANCELLED, True)
     assert row.output_tokens == estimate_tokens(  # the call's name streamed with it
-        ProviderMessage(role="assistant", content="look_up" + arguments, thinking=Thinking(streamed))
+        ProviderMessage(
+            role="assistant", content="look_up" + arguments, thinking=Thinking(streamed)
+        )
     )
     assert row.thinking_tokens == estimate_tokens(
         ProviderMessage(role="assistant", content="", thinking=Thinking(streamed))
