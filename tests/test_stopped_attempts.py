@@ -239,3 +239,55 @@ def test_the_admin_shows_a_stopped_replys_tokens_and_cost_as_estimated(
     assert html.count("(estimated)") == 2 and "cost unknown" not in html
     ledger = admin_client.get(reverse("admin:django_llmchat_usage_changelist")).content.decode()
     assert ledger.count("(estimated)") == 3  # its input, output and cost
+
+
+def _first_text(events) -> None:
+    for event in events:
+        if isinstance(event, TextDelta):
+            return
+
+
+def test_a_run_taken_over_mid_stream_bills_the_attempt_it_lost(chat, fake_llm):
+    """Its lease ran out and another process took the run over: this process stores no
+    step, and the attempt it was making is billed for what it received."""
+    from django_llmchat.errors import RunLostError
+
+    fake_llm.script(slow())
+    events = chat.stream("Talk")
+    _first_text(events)
+    run = chat.runs.get()
+    Run.objects.filter(pk=run.pk).update(attempt=run.attempt + 1, worker="other:2")
+    with pytest.raises(RunLostError):
+        list(events)
+    assert not chat.messages.filter(role="assistant").exists()
+    row = Usage.objects.get(chat=chat)
+    assert (row.status, row.estimated) == (Usage.CANCELLED, True)
+    assert row.input_tokens > 0 and row.output_tokens >= weigh("word ") and row.total_cost > 0
+
+
+def test_the_attempt_of_a_process_that_died_stays_counted_as_lost(chat, fake_llm, user):
+    """A process that dies mid-attempt writes nothing more: the process taking the run
+    over marks its pending row ``lost``, the estimate written before the call kept, and
+    the limits count it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_llmchat import runs
+    from django_llmchat.errors import RunLostError
+
+    fake_llm.script(slow())
+    events = chat.stream("Talk")
+    _first_text(events)
+    run = chat.runs.get()
+    # the process is gone: its lease ran out, another worker claims the run
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    taken = runs.claim(chat.pk, worker="other:2")
+    assert taken.execution is not None and taken.execution.attempt == run.attempt + 1
+    row = Usage.objects.get(chat=chat)
+    assert (row.status, row.estimated) == (Usage.LOST, True)
+    assert row.input_tokens > 0 and row.total_cost > 0
+    assert limits.spend(user.pk)["usd_per_day"] == row.total_cost
+    taken.execution.finish(Run.CANCELLED)
+    with pytest.raises(RunLostError):  # what the dead process would have seen
+        list(events)
