@@ -2,6 +2,13 @@
 usage ledger (a pending row before the call, closed when it ends), the summary request of
 a compaction, and a step stopped mid-stream stored as what was shown.
 
+Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
+``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
+run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
+process, the vendor's stream breaking. An attempt that ended before its response is
+billed for what it received (:meth:`ProviderAttempts._billed`): its estimated input, the
+output weighed from what streamed, priced, marked ``estimated``.
+
 :class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
 on the runner's chat, execution, history and result."""
 
@@ -82,7 +89,7 @@ class Received:
     @property
     def anything(self) -> bool:
         """Whether the vendor sent anything of an answer (else it charged nothing)."""
-        return bool(self.text or self.reasoning or self.arguments or self.tokens)
+        return bool(self.text or self.reasoning or self.arguments) or self.tokens is not None
 
     def message(self) -> ProviderMessage:
         """What streamed, as one assistant message (what the token estimator weighs)."""
