@@ -23,6 +23,7 @@ def test_prepared_values_are_what_values_list_gives():
     from decimal import Decimal
 
     from cryptography.fernet import Fernet
+    from django.db import connection
     from django.test import override_settings
 
     from django_llmchat.models import ToolCall
@@ -49,8 +50,13 @@ def test_prepared_values_are_what_values_list_gives():
         expected = list(build(chat.pk))
         assert query.values(chat.pk) == expected
         assert query.values(chat.pk) == expected  # compiled once, converted each time
-        stored = query.rows(chat.pk)
-    assert stored[0][0].startswith("llmchat-fernet:")  # rows() as the database holds them
+        rows = query.rows(chat.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT content FROM llmchat_message ORDER BY id")
+            stored = cursor.fetchall()
+    assert stored[0][0].startswith("llmchat-fernet:")  # the database holds ciphertext
+    # rows(): the columns as the database returns them, an encrypted one decrypted
+    assert rows[0][0] == "secret" and rows[1][0] == "ünïcode"
     assert expected[0][:1] == ("secret",) and expected[0][3] == Decimal("0.25")
     assert expected[1][1] == [Citation(url="https://example.com")]
     assert expected[1][2] is True and expected[1][5] == "c1"
