@@ -371,3 +371,31 @@ def test_without_the_key_a_stored_ciphertext_is_an_error_and_nothing_is_sent(key
         with pytest.raises(ImproperlyConfigured, match="Message.content is encrypted"):
             chat.ask(WORDS[1])
     assert len(keyed.requests) == 1
+
+
+def test_rotation_rewrites_the_idempotency_answers_too(django_user_model):
+    from django_llmchat.models import IdempotencyKey
+
+    user = django_user_model.objects.create_user("rotating", password="pw")
+    chat = Chat.objects.create(user=user)
+    answer = {"message": {"content": SECRET}}
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K1]}):
+        IdempotencyKey.objects.create(
+            user=user,
+            chat=chat,
+            scope="messages",
+            key="k",
+            request_hash="0" * 64,
+            response_status=202,
+            response_body=answer,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT response_body FROM llmchat_idempotency_key")
+        (stored,) = cursor.fetchone()
+    assert encrypted(stored) and SECRET not in stored
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K2, K1]}):
+        out = io.StringIO()
+        call_command("llmchat_rotate_keys", stdout=out)
+    assert "django_llmchat.IdempotencyKey: 1 rows re-encrypted" in out.getvalue()
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K2]}):
+        assert IdempotencyKey.objects.get().response_body == answer
