@@ -253,3 +253,25 @@ def test_a_prepared_update_takes_decimal_arguments():
     assert (row.status, row.total_cost, row.input_tokens) == ("failed", None, None)
     with pytest.raises(ValueError):
         Arg(float)
+
+
+def test_plain_rows_decrypts_the_encrypted_columns_in_the_form_the_database_returns():
+    import json
+
+    from cryptography.fernet import Fernet
+    from django.test import override_settings
+
+    from django_llmchat.models import ToolCall
+    from django_llmchat.models.protected import encrypt
+    from django_llmchat.prepared import plain_rows, protected_columns
+
+    fields = [None, Message._meta.get_field("content"), ToolCall._meta.get_field("arguments")]
+    columns = protected_columns(fields)
+    assert [index for index, _, _ in columns] == [1, 2]
+    plain = [(1, "hello", '{"a": 1}'), (2, "", None)]
+    assert plain_rows(plain, columns) is plain  # nothing to decrypt: the same rows
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}):
+        text, args = encrypt("hello"), encrypt('{"a":1}')
+        # a JSON column as text (a JSON string), or already decoded by the backend
+        rows = plain_rows([(1, text, json.dumps(args)), (2, text, args)], columns)
+    assert rows == [(1, "hello", '{"a":1}'), (2, "hello", '{"a":1}')]
