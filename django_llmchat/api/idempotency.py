@@ -154,7 +154,7 @@ def request_hash(scope: str, chat_id: int, body: Any) -> str:
 def request_hashes(scope: str, chat_id: int, body: Any) -> frozenset[str]:
     """Every fingerprint a stored row of this request may hold: with ``SECRET_KEY``, with
     each of ``SECRET_KEY_FALLBACKS`` (a key rotated within the window), and the unkeyed
-    SHA-256 rows stored before the fingerprint was keyed hold."""
+    SHA-256 that a row stored before the fingerprint was keyed holds."""
     from django.conf import settings as django_settings
 
     text = _canonical(scope, chat_id, body)

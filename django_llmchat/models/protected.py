@@ -2,7 +2,9 @@
 
 ``LLMCHAT["ENCRYPTION_KEYS"]`` (Fernet keys, through ``cryptography``'s ``MultiFernet``:
 the first encrypts, every one decrypts) turns on encryption of the values of these fields
-(``Message.content``, ``thinking_text`` and ``raw``, ``ToolCall.arguments``). The column
+(``Message.content``, ``thinking_text`` and ``raw``, ``ToolCall.arguments``,
+``Feedback.comment``, ``IdempotencyKey.response_body``: the last with ``redacted=False``,
+it shows values already redacted when stored). The column
 types stay as they were (the fields deconstruct as plain ``TextField`` / ``JSONField``, no
 migration): a ciphertext is the text :data:`MARKER` + a Fernet token, stored in the text
 column or as a JSON string in the JSON column. A value without the marker reads as it is,
