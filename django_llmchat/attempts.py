@@ -2,6 +2,13 @@
 usage ledger (a pending row before the call, closed when it ends), the summary request of
 a compaction, and a step stopped mid-stream stored as what was shown.
 
+Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
+``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
+run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
+process, the vendor's stream breaking. An attempt that ended before its response is
+billed for what it received (:meth:`ProviderAttempts._billed`): its estimated input, the
+output weighed from what streamed, priced, marked ``estimated``.
+
 :class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
 on the runner's chat, execution, history and result."""
 
@@ -10,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import dbconn, runs, telemetry
 from .errors import (
@@ -20,13 +27,16 @@ from .errors import (
     RunLostError,
     StructuredOutputError,
 )
+from .estimates import estimate_tokens
 from .events import (
     FinishReasonDone,
+    ReasoningDelta,
     StepFinished,
     StreamEvent,
     TextDelta,
     TextDone,
     TokenUsageDone,
+    ToolCallDelta,
     ToolCallDone,
 )
 from .guardrails import AFTER, screen
@@ -44,9 +54,51 @@ from .steps import (
     write_attempts,
 )
 from .transcript import path_leaf
-from .values import Cost, Tokens, usd_text
+from .values import Cost, Thinking, Tokens, usd_text
 
 logger = logging.getLogger("django_llmchat.runner")
+
+
+class Received:
+    """What one streamed attempt received so far: the text, reasoning and tool-call
+    argument fragments, and the vendor's usage once it arrived. An attempt that ends
+    before its response does (stopped, its stream dropped or broken) is billed from it:
+    :meth:`ProviderAttempts._billed`."""
+
+    __slots__ = ("arguments", "reasoning", "text", "tokens")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.arguments: list[str] = []  # every provider streams a call's arguments as deltas
+        self.tokens: Tokens | None = None
+
+    def add(self, event: StreamEvent) -> None:
+        kind = type(event)
+        if kind is TextDelta:
+            self.text.append(event.content)
+        elif kind is ReasoningDelta:
+            self.reasoning.append(event.content)
+        elif kind is ToolCallDelta:
+            if event.name:
+                self.arguments.append(event.name)
+            self.arguments.append(event.arguments_delta)
+        elif kind is TokenUsageDone:
+            self.tokens = event.token_usage
+
+    @property
+    def anything(self) -> bool:
+        """Whether the vendor sent anything of an answer (else it charged nothing)."""
+        return bool(self.text or self.reasoning or self.arguments) or self.tokens is not None
+
+    def message(self) -> ProviderMessage:
+        """What streamed, as one assistant message (what the token estimator weighs)."""
+        reasoning = "".join(self.reasoning)
+        return ProviderMessage(
+            role="assistant",
+            content="".join(self.text) + "".join(self.arguments),
+            thinking=Thinking(reasoning) if reasoning else None,
+        )
 
 
 @dataclass
@@ -128,6 +180,7 @@ class ProviderAttempts:
             finish_reason="other",
             token_usage=sum((row.tokens for row in usages), Tokens()),
             cost=usd_text(sum((row.cost for row in usages), Cost()).total),
+            estimated=True if any(row.estimated for row in usages) else None,
         )
 
     def _open_attempt(
@@ -166,6 +219,40 @@ class ProviderAttempts:
         row.duration_ms, row.operation = None, operation
         row.status, row.estimated = Usage.PENDING, True
         return row
+
+    def _billed(self, pending: Usage | None, received: Received) -> tuple[Tokens | None, bool]:
+        """The tokens of an attempt that ended before its response (stopped, its stream
+        dropped or broken) and whether they are estimated: the vendor's counts when they
+        arrived; else, for what they leave out, the request's input tokens as its pending
+        row estimated them and the output as the token estimator weighs what streamed
+        (text, reasoning, tool-call arguments). ``(None, False)`` when nothing of an
+        answer came (a refused request: the vendor charged nothing)."""
+        if not received.anything:
+            return None, False
+        tokens = received.tokens or Tokens()
+        filled: dict[str, int] = {}
+        if tokens.input_tokens is None and pending is not None:
+            if pending.input_tokens is not None:
+                filled["input_tokens"] = pending.input_tokens
+        if tokens.output_tokens is None:
+            message = received.message()
+            streamed = bool(message.content or message.thinking)
+            filled["output_tokens"] = self._weigh(message) if streamed else 0
+            if message.thinking is not None and tokens.thinking_tokens is None:
+                filled["thinking_tokens"] = self._weigh(
+                    ProviderMessage(role="assistant", thinking=message.thinking)
+                )
+        return (replace(tokens, **filled) if filled else tokens), bool(filled)
+
+    def _weigh(self, message: ProviderMessage) -> int:
+        """``message``'s tokens by the run's estimator (scaled as the history's)."""
+        try:
+            if self.history is not None:
+                return self.history.estimate(message)
+            return estimate_tokens(message)
+        except Exception:  # an estimator's failure never loses the row
+            logger.exception("chat %s: could not estimate a reply", self.chat.pk)
+            return estimate_tokens(message)
 
     def discard_first_call(self) -> None:
         """A run that ended before its first call: the attempt its admission opened was
@@ -254,10 +341,15 @@ class ProviderAttempts:
         shown: list[str] = []  # the text the caller has seen of this step
 
         pending = [self._open_attempt(request, chat.provider, chat.model_id)]
+        received = Received()  # what a stopped or broken attempt is billed for
 
         def attempt(status: str, *, tokens=None, error: str = "", response=None) -> Usage:
             """The Usage row of the attempt that just ended, its cost frozen now (written
-            over the attempt's pending row)."""
+            over the attempt's pending row). One that ended before its response (stopped,
+            dropped, broken) is billed for what it received (:meth:`_billed`)."""
+            estimated = False
+            if response is None and tokens is None:
+                tokens, estimated = self._billed(pending[0], received)
             row = usage_row(
                 chat,
                 provider=chat.provider,
@@ -269,6 +361,7 @@ class ProviderAttempts:
                 error=error,
                 run_id=execution.pk,
             )
+            row.estimated = estimated
             return self._close_attempt(pending[0], row, response)
 
         def on_retry(error: ProviderError, number: int) -> None:
@@ -285,6 +378,7 @@ class ProviderAttempts:
                 events = iter(provider_stream)
                 try:
                     for event in events:
+                        received.add(event)
                         if clock["first_token"] is None:
                             clock["first_token"] = time.monotonic()
                         if execution.poll():

@@ -286,7 +286,8 @@ class StepFinished(StreamEvent):
     """A step (one provider response) was stored: ``message_id`` is the stored assistant
     message, ``step`` its number in the run (from 1), ``token_usage`` and ``cost`` (USD,
     a decimal string; ``None`` when the price is unknown) are the step's, retried
-    attempts included."""
+    attempts included; ``estimated`` (``True``, else left out) says they are partly our
+    estimate: the step was stopped before the vendor reported its counts."""
 
     message_id: int | None = None
     step: int = 0
@@ -294,6 +295,8 @@ class StepFinished(StreamEvent):
     token_usage: Tokens = field(default_factory=Tokens)
     cost: str | None = None
     role: str = "assistant"
+    estimated: bool | None = None
+    omit_none: ClassVar[tuple[str, ...]] = ("estimated",)
 
 
 @dataclass(eq=True)
@@ -320,7 +323,8 @@ class RunFinished(StreamEvent):
     ``context_length``, ``budget``...; see ``errors.safe_error``).
     ``message_id`` is the last message the run stored, ``token_usage`` and ``cost`` (USD,
     a decimal string) the run's totals over every attempt so far; each is left out when
-    unknown."""
+    unknown. ``estimated`` (``True``, else left out): the totals are partly our estimate
+    (an attempt stopped before the vendor reported its counts)."""
 
     run_id: str = ""
     status: str = "succeeded"
@@ -330,12 +334,14 @@ class RunFinished(StreamEvent):
     cost: str | None = None
     role: str = "system"
     error_type: str | None = None
+    estimated: bool | None = None
     omit_none: ClassVar[tuple[str, ...]] = (
         "error",
         "message_id",
         "token_usage",
         "cost",
         "error_type",
+        "estimated",
     )
 
 

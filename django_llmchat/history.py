@@ -198,6 +198,11 @@ class History:
         """Estimated tokens of ``messages``, scaled by the vendor's last report."""
         return int(self.raw_count(messages) * (self.scale or 1.0))
 
+    def estimate(self, message: ProviderMessage) -> int:
+        """Estimated tokens of one message outside the history (a reply cut short, what a
+        stopped attempt is billed for), scaled as :meth:`count`; not remembered."""
+        return int(int(self._estimate(message)) * (self.scale or 1.0))
+
     def observed(self, request: ProviderRequest, tokens: Any) -> None:
         """A step's reported input tokens: later estimates are scaled to match them."""
         reported = sum(

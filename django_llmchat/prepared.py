@@ -8,9 +8,9 @@ their query once per database with placeholder arguments, keep the SQL, and afte
 only swap the real arguments into the parameter list:
 
 - :class:`PreparedQuery`: a SELECT, rows returned as tuples (integer and aware datetime
-  arguments), as the database returns them (``rows()``) or as ``values_list()`` gives
-  them (``values()``: each column through its field's converters, the encrypted ones
-  decrypted);
+  arguments), as the database returns them (``rows()``, the encrypted columns decrypted
+  all the same) or as ``values_list()`` gives them (``values()``: each column through its
+  field's converters, the encrypted ones decrypted);
 - :class:`PreparedIn`: a SELECT filtered on a list of ids, compiled once per length of
   the list;
 - :class:`PreparedInsert`: ``obj.save()`` of a new row, the same columns and values
@@ -79,6 +79,8 @@ __all__ = [
     "known_relations",
     "known_rows",
     "mark_saved",
+    "plain_rows",
+    "protected_columns",
     "row_values",
 ]
 
@@ -88,7 +90,8 @@ INT_ARG = -7_381_923_481_113
 
 class PreparedQuery:
     """``PreparedQuery(lambda chat_id: Message.objects.filter(chat_id=chat_id)...)``, then
-    ``query.rows(chat.pk)``: the queryset's rows as tuples, as the database returns them;
+    ``query.rows(chat.pk)``: the queryset's rows as tuples, as the database returns them
+    (an encrypted field's column decrypted: :func:`plain_rows`);
     with a ``values_list()`` queryset, ``query.values(chat.pk)``: its rows as it gives
     them."""
 
@@ -97,6 +100,7 @@ class PreparedQuery:
         self.placeholders = tuple(placeholders)
         self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int]]]] = {}
         self._selected: dict[str, list[tuple[int, Any]]] = {}
+        self._plain: dict[str, tuple] = {}  # the encrypted columns, for rows()
         self._converters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -110,6 +114,9 @@ class PreparedQuery:
             (index, expression)
             for index, (_, expression) in compiler.get_converters(selected).items()
         ]
+        self._plain[using] = protected_columns(
+            [getattr(expression, "target", None) for expression in selected]
+        )
         return compiled
 
     def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int]]]:
@@ -161,6 +168,11 @@ class PreparedQuery:
 
     def rows(self, *args: Any, using: str | None = None) -> list[tuple]:
         using = using or router.db_for_read(self.model())
+        rows = self._stored(args, using)  # compiled: the encrypted columns are known
+        return plain_rows(rows, self._plain[using])
+
+    def _stored(self, args: Sequence[Any], using: str) -> list[tuple]:
+        """The rows as the database holds them (ciphertext and all)."""
         sql, params = self._bound(args, using)
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
@@ -175,7 +187,7 @@ class PreparedQuery:
         if not all(map(_fits, args, self.placeholders)):
             return list(self.build(*args).using(using) if using else self.build(*args))
         using = using or router.db_for_read(self.model())
-        rows = self.rows(*args, using=using)
+        rows = self._stored(args, using)  # the fields' converters decrypt
         converters = self._converters_for(using)
         if not converters or not rows:
             return rows
@@ -210,6 +222,44 @@ class PreparedQuery:
             ]
             self._converters[connection] = found
         return found
+
+
+# -- encrypted columns of rows read without the ORM ------------------------------------
+
+
+def protected_columns(fields: Sequence[Any]) -> tuple[tuple[int, tuple[str, ...], Any], ...]:
+    """Of the fields of a statement's columns (``None`` for a column that is no field),
+    the encrypted ones (:mod:`django_llmchat.models.protected`) as :func:`plain_rows`
+    takes them: ``(index, prefixes, plain)``."""
+    return tuple(
+        (index, field.stored_prefixes, field.plain_column)
+        for index, field in enumerate(fields)
+        if hasattr(field, "plain_column")
+    )
+
+
+def plain_rows(rows: list, columns: tuple[tuple[int, tuple[str, ...], Any], ...]) -> list:
+    """``rows`` (tuples as a cursor returns them) with the values of ``columns``
+    (:func:`protected_columns`) decrypted, each as its field's
+    ``plain_column`` gives it (the form the database returns).
+    A value that is no ciphertext costs one ``startswith``; rows without one are the same
+    tuples."""
+    if not columns or not rows:
+        return rows
+    out = rows
+    for n, row in enumerate(rows):
+        changed = None
+        for index, prefixes, plain in columns:
+            value = row[index]
+            if value.__class__ is str and value.startswith(prefixes):
+                if changed is None:
+                    changed = list(row)
+                changed[index] = plain(value)
+        if changed is not None:
+            if out is rows:
+                out = list(rows)
+            out[n] = tuple(changed)
+    return out
 
 
 def _fits(arg: Any, placeholder: Any) -> bool:

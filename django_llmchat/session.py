@@ -371,4 +371,5 @@ def run_finished(
         message_id=run._last,
         token_usage=run.tokens,
         cost=usd_text(run.cost().total),
+        estimated=True if run.estimated else None,
     )

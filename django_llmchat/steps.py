@@ -110,26 +110,26 @@ def closed_attempt(pending: Usage | None, row: Usage) -> Usage:
 
 
 _TEXT_COLUMNS = ("status", "provider", "model_id", "error")
-_CLOSE_ATTEMPT = PreparedUpdate(
-    Usage,
-    estimated=False,
-    **{
-        name: Arg(str if name in _TEXT_COLUMNS else Decimal if name.endswith("_cost") else int)
-        for name in _ATTEMPT_COLUMNS
-        if name != "estimated"
-    },
-)
+_VALUES = {
+    name: Arg(str if name in _TEXT_COLUMNS else Decimal if name.endswith("_cost") else int)
+    for name in _ATTEMPT_COLUMNS
+    if name != "estimated"
+}
+# by ``estimated``: the vendor's counts, or ours (an attempt stopped before its response)
+_CLOSE_ATTEMPT = {flag: PreparedUpdate(Usage, estimated=flag, **_VALUES) for flag in (False, True)}
 
 
 def write_attempts(rows: list[Usage]) -> None:
     """Store ended attempts: a row closing a pending one is written over it (one UPDATE,
-    compiled once), others are inserted."""
+    compiled once), others are inserted. A row keeps its ``estimated`` flag: ``True``
+    for an attempt billed by our estimate (see :meth:`~django_llmchat.attempts.
+    ProviderAttempts._billed`)."""
     new = [row for row in rows if not getattr(row, "closes_pending", False)]
     for row in rows:
         if getattr(row, "closes_pending", False):
-            row.estimated = False
+            row.estimated = bool(row.estimated)
             values = {name: getattr(row, name) for name in _ATTEMPT_COLUMNS if name != "estimated"}
-            _CLOSE_ATTEMPT.run(row.pk, **values)
+            _CLOSE_ATTEMPT[row.estimated].run(row.pk, **values)
     if len(new) == 1:
         _INSERT_USAGE.save(new[0])
     elif new:

@@ -16,7 +16,7 @@ from django.db.models.signals import post_delete
 
 from .models import Attachment, Chat, Message, ToolCall, Usage
 from .models.message import QUEUED_POSITION, transcript_changed
-from .prepared import json_value
+from .prepared import json_value, plain_rows, protected_columns
 from .providers.types import AttachmentData, ProviderMessage, ToolCallData
 from .values import Thinking
 
@@ -238,11 +238,20 @@ def _history_sql(connection) -> str:
 
 
 _sql: dict[str, str] = {}
+_FIELDS_BY_ATTNAME = {
+    f.attname: f for f in Message._meta.get_fields() if getattr(f, "column", None)
+}
+_PLAIN = protected_columns(
+    [None, None, None, *(_FIELDS_BY_ATTNAME[name] for name in MESSAGE_COLUMNS), None, None]
+)
+"""The encrypted columns of the transcript read (content, thinking, raw): decrypted as the
+fields' ``from_db_value`` does, so a run never sends a ciphertext."""
 
 
 def _read(chat: Chat, after: tuple[int, int], anchor: int | None = None) -> list[tuple]:
     """The chat's active path after ``after`` (``(position, id)``), with the count and
-    highest id of the whole path and whether ``anchor`` (a message id) is still on it."""
+    highest id of the whole path and whether ``anchor`` (a message id) is still on it;
+    the encrypted columns decrypted (the form the database returns: ``raw`` as JSON text)."""
     using = router.db_for_read(Message)
     connection = connections[using]
     sql = _sql.get(connection.vendor)
@@ -263,7 +272,7 @@ def _read(chat: Chat, after: tuple[int, int], anchor: int | None = None) -> list
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return plain_rows(cursor.fetchall(), _PLAIN)
 
 
 def load_history(chat: Chat) -> LoadedHistory:

@@ -4,6 +4,7 @@ database, plain text through the Python API, REST and the admin; keys rotate."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from cryptography.fernet import Fernet
@@ -15,11 +16,13 @@ from django.test import override_settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from django_llmchat.models import Chat, Message, ToolCall
+from django_llmchat import transcript
+from django_llmchat.models import Chat, LLMModel, Message, ToolCall
 from django_llmchat.models.protected import MARKER
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as WireCall
 from django_llmchat.tools import tool
+from django_llmchat.transcript import forget_history
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,3 +212,190 @@ def _raw_of(chat):
             "SELECT raw FROM llmchat_message WHERE chat_id = %s AND role = 'user'", [chat.pk]
         )
         return cursor.fetchall()
+
+
+# -- what the model is sent: plain text on every path that reads the stored rows --------------
+WORDS = ("plainword alpha", "plainword beta", "plainword gamma")
+
+
+def plain_request(request, *words: str) -> str:
+    """The recorded request body, checked: ``words`` in it, no ciphertext."""
+    body = request.raw_body.decode()
+    assert MARKER not in body and "gAAAAA" not in body
+    for word in words:
+        assert word in body, (word, body)
+    return body
+
+
+def new_chat(provider="anthropic", model="claude-haiku-4-5", **fields):
+    return Chat.objects.create(provider=provider, model_id=model, **fields)
+
+
+def test_a_second_ask_in_the_same_process_sends_plain_text(keyed):
+    keyed.script("Reply one.", "Reply two.")
+    chat = new_chat()
+    chat.ask(WORDS[0])
+    chat.ask(WORDS[1])
+    plain_request(keyed.requests[0], WORDS[0])
+    plain_request(keyed.requests[1], WORDS[0], "Reply one.", WORDS[1])
+    assert encrypted(stored_rows()[0][0][0])
+
+
+def test_a_cold_read_of_the_history_sends_plain_text(keyed):
+    keyed.script("Reply one.", "Reply two.")
+    chat = new_chat()
+    chat.ask(WORDS[0])
+    forget_history()  # a new process: the history is read from the rows
+    chat.ask(WORDS[1])
+    plain_request(keyed.requests[1], WORDS[0], "Reply one.", WORDS[1])
+
+
+def test_a_history_answered_last_by_another_process_sends_plain_text(keyed):
+    keyed.script("Reply one.", "Reply two.", "Reply three.")
+    chat = new_chat()
+    chat.ask(WORDS[0])
+    # another process answers the second prompt: this one keeps what it built before
+    kept = dict(transcript._built)
+    chat.ask(WORDS[1])
+    transcript._built.clear()
+    transcript._built.update(kept)
+    chat.ask(WORDS[2])
+    plain_request(keyed.requests[2], WORDS[0], "Reply one.", WORDS[1], "Reply two.", WORDS[2])
+
+
+def test_a_row_written_without_a_key_and_one_with_a_key_both_send_plain_text(keyed):
+    keyed.script("Reply one.")
+    chat = new_chat()
+    with override_settings(LLMCHAT={**keyed.server.llmchat_settings("anthropic")}):
+        chat.add_message(role="user", content=WORDS[0])  # stored before encryption
+        chat.add_message(role="assistant", content="Old reply.")
+    forget_history()
+    chat.ask(WORDS[1])
+    plain_request(keyed.requests[0], WORDS[0], "Old reply.", WORDS[1])
+
+
+def test_tool_calls_results_and_thinking_come_back_plain_after_a_cold_read(conversation, keyed):
+    chat, _user = conversation
+    keyed.script("Still " + SECRET)
+    forget_history()
+    chat.ask("Again?")
+    body = plain_request(keyed.requests[2], "room 101", SECRET, "I should open room 101.")
+    assert "sig-1" in body  # the thinking block replayed with its signature
+    assert json.loads(body)["messages"][1]["content"][1]["input"] == {"room": "room 101"}
+
+
+def test_openai_item_ids_come_back_after_a_cold_read(fake_llm):
+    """``raw`` (encrypted) holds the vendor's item ids: a cold read replays them as the run
+    that stored them did."""
+    fake_llm.configure("openai", "gpt-4.1-mini", ENCRYPTION_KEYS=[K1])
+    fake_llm.script(
+        Reply(tool_calls=[WireCall("enc_vault", {"room": "room 7"})], thinking="Think 7."),
+        Reply("Opened."),
+        Reply("Again."),
+        Reply("Once more."),
+    )
+    chat = new_chat("openai", "gpt-4.1-mini", tools=["enc_vault"])
+    chat.ask("Open room 7")
+    warm = fake_llm.requests[1].body["input"]
+    chat.ask("And now?")
+    kept = fake_llm.requests[2].body["input"]
+    forget_history()
+    chat.ask("And then?")
+    cold = fake_llm.requests[3].body["input"]
+    replayed = [i for i in warm if i.get("type") == "function_call"]
+    assert len(replayed) == 1 and replayed[0]["id"].startswith("fc_")
+    assert [i for i in kept if i in replayed] == replayed
+    assert [i for i in cold if i in replayed] == replayed
+    assert cold[: len(kept)] == kept
+    plain_request(fake_llm.requests[3], "room 7", SECRET, "Opened.", "Again.")
+
+
+def test_a_summary_and_what_it_summarizes_are_sent_plain(fake_llm):
+    from tests.loop.test_history import OUTPUT, WINDOW, fill, vendor
+
+    fake_llm.configure("anthropic", "claude-haiku-4-5", ENCRYPTION_KEYS=[K1])
+    LLMModel.objects.create(
+        provider="anthropic",
+        model_id="claude-haiku-4-5",
+        name="claude-haiku-4-5",
+        context_window=WINDOW,
+        max_output_tokens=OUTPUT,
+    )
+    chat = new_chat()
+    fill(chat, 200)
+    chat.with_history("summarize")
+    fake_llm.server.responder = vendor()
+    forget_history()
+    chat.ask("Turn 0: what now?")
+    summary = Message.objects.get(chat=chat, summary_until__isnull=False)
+    assert encrypted(_content_of(summary.pk))
+    summarizing = [r for r in fake_llm.requests if "compact a conversation" in str(r.body)]
+    assert len(summarizing) == 1
+    plain_request(summarizing[0], "tell me about it", "it is so", "[result of lookup] result")
+    forget_history()  # the next run reads the stored summary back
+    chat.ask("Turn 1: and then?")
+    plain_request(fake_llm.requests[-1], summary.content, "Reference document", "Turn 1")
+
+
+def _content_of(pk):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT content FROM llmchat_message WHERE id = %s", [pk])
+        return cursor.fetchone()[0]
+
+
+def test_export_rest_page_and_ui_reload_show_plain_text(conversation):
+    from django_llmchat.export import finetune_lines, transcripts_json
+
+    chat, user = conversation
+    lines = "".join(finetune_lines(Chat.objects.filter(pk=chat.pk)))
+    exported = "".join(transcripts_json(Chat.objects.filter(pk=chat.pk)))
+    for text in (lines, exported):
+        assert MARKER not in text and SECRET in text and "room 101" in text
+    api = APIClient()
+    api.force_authenticate(user)
+    page = api.get(reverse("llmchat-api:chat-messages", kwargs={"pk": chat.pk}))
+    reload = api.get(reverse("llmchat-api:ui-chat-messages", kwargs={"id": str(chat.pk)}))
+    for response in (page, reload):
+        text = response.content.decode()
+        assert response.status_code == 200
+        assert MARKER not in text and SECRET in text and "room 101" in text
+        assert "I should open room 101." in text
+
+
+def test_without_the_key_a_stored_ciphertext_is_an_error_and_nothing_is_sent(keyed):
+    keyed.script("Reply one.", "Reply two.")
+    chat = new_chat()
+    chat.ask(WORDS[0])
+    forget_history()
+    with override_settings(LLMCHAT={**keyed.server.llmchat_settings("anthropic")}):
+        with pytest.raises(ImproperlyConfigured, match="Message.content is encrypted"):
+            chat.ask(WORDS[1])
+    assert len(keyed.requests) == 1
+
+
+def test_rotation_rewrites_the_idempotency_answers_too(django_user_model):
+    from django_llmchat.models import IdempotencyKey
+
+    user = django_user_model.objects.create_user("rotating", password="pw")
+    chat = Chat.objects.create(user=user)
+    answer = {"message": {"content": SECRET}}
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K1]}):
+        IdempotencyKey.objects.create(
+            user=user,
+            chat=chat,
+            scope="messages",
+            key="k",
+            request_hash="0" * 64,
+            response_status=202,
+            response_body=answer,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT response_body FROM llmchat_idempotency_key")
+        (stored,) = cursor.fetchone()
+    assert encrypted(stored) and SECRET not in stored
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K2, K1]}):
+        out = io.StringIO()
+        call_command("llmchat_rotate_keys", stdout=out)
+    assert "django_llmchat.IdempotencyKey: 1 rows re-encrypted" in out.getvalue()
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [K2]}):
+        assert IdempotencyKey.objects.get().response_body == answer

@@ -23,6 +23,7 @@ def test_prepared_values_are_what_values_list_gives():
     from decimal import Decimal
 
     from cryptography.fernet import Fernet
+    from django.db import connection
     from django.test import override_settings
 
     from django_llmchat.models import ToolCall
@@ -49,8 +50,13 @@ def test_prepared_values_are_what_values_list_gives():
         expected = list(build(chat.pk))
         assert query.values(chat.pk) == expected
         assert query.values(chat.pk) == expected  # compiled once, converted each time
-        stored = query.rows(chat.pk)
-    assert stored[0][0].startswith("llmchat-fernet:")  # rows() as the database holds them
+        rows = query.rows(chat.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT content FROM llmchat_message ORDER BY id")
+            stored = cursor.fetchall()
+    assert stored[0][0].startswith("llmchat-fernet:")  # the database holds ciphertext
+    # rows(): the columns as the database returns them, an encrypted one decrypted
+    assert rows[0][0] == "secret" and rows[1][0] == "ünïcode"
     assert expected[0][:1] == ("secret",) and expected[0][3] == Decimal("0.25")
     assert expected[1][1] == [Citation(url="https://example.com")]
     assert expected[1][2] is True and expected[1][5] == "c1"
@@ -247,3 +253,25 @@ def test_a_prepared_update_takes_decimal_arguments():
     assert (row.status, row.total_cost, row.input_tokens) == ("failed", None, None)
     with pytest.raises(ValueError):
         Arg(float)
+
+
+def test_plain_rows_decrypts_the_encrypted_columns_in_the_form_the_database_returns():
+    import json
+
+    from cryptography.fernet import Fernet
+    from django.test import override_settings
+
+    from django_llmchat.models import ToolCall
+    from django_llmchat.models.protected import encrypt
+    from django_llmchat.prepared import plain_rows, protected_columns
+
+    fields = [None, Message._meta.get_field("content"), ToolCall._meta.get_field("arguments")]
+    columns = protected_columns(fields)
+    assert [index for index, _, _ in columns] == [1, 2]
+    plain = [(1, "hello", '{"a": 1}'), (2, "", None)]
+    assert plain_rows(plain, columns) is plain  # nothing to decrypt: the same rows
+    with override_settings(LLMCHAT={"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}):
+        text, args = encrypt("hello"), encrypt('{"a":1}')
+        # a JSON column as text (a JSON string), or already decoded by the backend
+        rows = plain_rows([(1, text, json.dumps(args)), (2, text, args)], columns)
+    assert rows == [(1, "hello", '{"a":1}'), (2, "hello", '{"a":1}')]

@@ -57,6 +57,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
     entries: list[dict[str, Any]] = [{"run": run} for run in leading]
     total_tokens = Tokens()
     total_cost = Cost()
+    any_estimated = False
     for m in messages:
         if m.pk in answered:
             entries.extend({"run": run} for run in marks.get(m.pk, ()))
@@ -69,13 +70,19 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
         cost = m.cost() if (m.role == "assistant" or not tokens.is_empty) else Cost()
         total_tokens = total_tokens + tokens
         total_cost = total_cost + cost
+        estimated = m.is_estimated  # a stopped reply's counts are ours
+        any_estimated = any_estimated or estimated
+        cost_display = _money(cost.total) if cost.total is not None else ""
+        if estimated and cost_display:
+            cost_display = f"~{cost_display} (estimated)"
         entries.append(
             {
                 "message": m,
                 "tool_calls": calls,
                 "tokens": tokens,
+                "estimated": estimated,
                 "cost": cost,
-                "cost_display": _money(cost.total) if cost.total is not None else "",
+                "cost_display": cost_display,
                 "attachments": list(m.attachments.all()),
                 "feedback": list(m.feedback.all()),
                 "branch": _branch(m.pk, alternatives[m.pk]),
@@ -89,7 +96,11 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
         "off_path_count": chat.messages.filter(on_path=False).count(),
         "total_tokens": total_tokens,
         "total_cost": total_cost,
-        "total_cost_display": _money(total_cost.total),
+        "total_cost_display": (
+            f"~{_money(total_cost.total)} (estimated)"
+            if any_estimated and total_cost.total is not None
+            else _money(total_cost.total)
+        ),
     }
 
 

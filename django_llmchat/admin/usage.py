@@ -120,7 +120,7 @@ class UsageAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
 
     @admin.display(description="out", ordering="output_tokens")
     def output_display(self, obj: Usage) -> str:
-        return _count(obj.output_tokens)
+        return _estimated(obj, obj.output_tokens, _count)
 
     @admin.display(description="cache r/w", ordering="cache_read_tokens")
     def cache_display(self, obj: Usage) -> str:

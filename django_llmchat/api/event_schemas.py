@@ -28,6 +28,12 @@ _TOKENS = {
     },
 }
 _USD = {"type": ["string", "null"], "description": "USD, a decimal string (null: no price)."}
+_ESTIMATED = {
+    "type": "boolean",
+    "enum": [True],
+    "description": "Present when the tokens and cost are partly our estimate: an attempt "
+    "stopped before the vendor reported its counts.",
+}
 
 
 def _object(required: dict[str, Any], optional: dict[str, Any] | None = None, doc: str = ""):
@@ -112,6 +118,7 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
             "token_usage": _TOKENS,
             "cost": _USD,
         },
+        {"estimated": _ESTIMATED},
         doc="A step was stored as message `message_id`, with its tokens and USD cost.",
     ),
     "run_started": _event(
@@ -125,6 +132,7 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
             "message_id": _INT,
             "token_usage": _TOKENS,
             "cost": _STR,
+            "estimated": _ESTIMATED,
         },
         doc="A run ended, with its totals (and its safe error and its type).",
     ),

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils.crypto import salted_hmac
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
@@ -130,14 +131,37 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, cls=JSONEncoder))
 
 
-def request_hash(scope: str, chat_id: int, body: Any) -> str:
+_HASH_SALT = "django_llmchat.idempotency.request"
+
+
+def _canonical(scope: str, chat_id: int, body: Any) -> bytes:
     text = json.dumps(
         {"scope": scope, "chat": chat_id, "body": body},
         sort_keys=True,
         separators=(",", ":"),
         cls=JSONEncoder,
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return text.encode()
+
+
+def request_hash(scope: str, chat_id: int, body: Any) -> str:
+    """The request's fingerprint as stored: HMAC-SHA256 of the canonical request (the
+    route, the chat, the body) keyed with ``SECRET_KEY``, so the row tells requests apart
+    without holding anything a guess of the prompt can be checked against."""
+    return salted_hmac(_HASH_SALT, _canonical(scope, chat_id, body), algorithm="sha256").hexdigest()
+
+
+def request_hashes(scope: str, chat_id: int, body: Any) -> frozenset[str]:
+    """Every fingerprint a stored row of this request may hold: with ``SECRET_KEY``, with
+    each of ``SECRET_KEY_FALLBACKS`` (a key rotated within the window), and the unkeyed
+    SHA-256 that a row stored before the fingerprint was keyed holds."""
+    from django.conf import settings as django_settings
+
+    text = _canonical(scope, chat_id, body)
+    secrets = [django_settings.SECRET_KEY, *getattr(django_settings, "SECRET_KEY_FALLBACKS", ())]
+    found = {salted_hmac(_HASH_SALT, text, s, algorithm="sha256").hexdigest() for s in secrets}
+    found.add(hashlib.sha256(text).hexdigest())
+    return frozenset(found)
 
 
 def key_of(request, fallback: str | None = None) -> str | None:
@@ -166,6 +190,7 @@ class Idempotency:
         self.chat = chat
         self.key = key
         self.hash = request_hash(scope, chat.pk, body)
+        self._body = body
         self.row: IdempotencyKey | None = None
 
     @classmethod
@@ -189,7 +214,8 @@ class Idempotency:
             .first()
         )
         if row is not None and row.request_hash != self.hash:
-            raise KeyReused()
+            if row.request_hash not in request_hashes(self.scope, self.chat.pk, self._body):
+                raise KeyReused()
         if row is not None and row.response_status is None and row.run_id is None:
             if row.created_at < _lease_cutoff():
                 # one statement: of racing retries one drops it, the others find it gone

@@ -105,10 +105,14 @@ _ATTACHMENTS = PreparedIn(
 )
 _USAGES = PreparedIn(
     lambda ids: Usage.objects.filter(message_id__in=ids).values_list(
-        "message_id", *TOKEN_FIELDS, *(USAGE_COST_COLUMNS[part] for part in COST_FIELDS)
+        "message_id",
+        *TOKEN_FIELDS,
+        *(USAGE_COST_COLUMNS[part] for part in COST_FIELDS),
+        "estimated",
     )
 )
 _TOKENS_END = 1 + len(TOKEN_FIELDS)
+_COSTS_END = _TOKENS_END + len(COST_FIELDS)
 
 _FIELDS: dict[str, Any] = {}
 
@@ -160,7 +164,7 @@ def page_json(rows: list[MessageRow], request) -> list[dict[str, Any]]:
         if row.role != "assistant" and tokens.is_empty:
             cost = {}
         elif spent:
-            cost = cost_dict(sum((Cost(*u[_TOKENS_END:]) for u in spent), Cost()))
+            cost = cost_dict(sum((Cost(*u[_TOKENS_END:_COSTS_END]) for u in spent), Cost()))
         elif row.supplied_cost is not None:
             cost = cost_dict(Cost(total=Decimal(row.supplied_cost)))
         else:
@@ -184,6 +188,7 @@ def page_json(rows: list[MessageRow], request) -> list[dict[str, Any]]:
                 "attachments": attachments.get(pk, []),
                 "tokens": tokens_dict(tokens),
                 "cost": cost,
+                "estimated": any(u[_COSTS_END] for u in spent) if spent else False,
                 "cache_until_here": bool(row.cache_boundary),
                 "summary_until": row.summary_until_id,
                 "parent": row.parent_id,

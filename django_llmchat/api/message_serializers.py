@@ -97,6 +97,12 @@ class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
     attachments = AttachmentSerializer(many=True)
     tokens = TokensSerializer()
     cost = serializers.SerializerMethodField()
+    estimated = serializers.BooleanField(
+        source="is_estimated",
+        help_text="Whether `tokens` and `cost` are partly our estimate: a reply stopped "
+        "before the vendor reported its counts is billed for the request's estimated input "
+        "and the output counted from what streamed.",
+    )
     cache_until_here = serializers.BooleanField(source="cache_boundary")
     summary_until = serializers.IntegerField(
         source="summary_until_id",
@@ -137,6 +143,7 @@ class MessageSerializer(CompiledRepresentation, serializers.ModelSerializer):
             "attachments",
             "tokens",
             "cost",
+            "estimated",
             "cache_until_here",
             "summary_until",
             "parent",
@@ -182,7 +189,8 @@ def load_messages(messages: list[Message]) -> list[Message]:
     for att in Attachment.objects.filter(message_id__in=ids):
         attachments[att.message_id].append(att)
     usages: dict[int, list] = {i: [] for i in ids}
-    priced = ("message_id", *TOKEN_FIELDS, *USAGE_COST_COLUMNS.values())  # tokens, cost
+    # tokens, cost and whether they are estimated
+    priced = ("message_id", "estimated", *TOKEN_FIELDS, *USAGE_COST_COLUMNS.values())
     for row in Usage.objects.filter(message_id__in=ids).only(*priced):
         usages[row.message_id].append(row)
     for m in messages:

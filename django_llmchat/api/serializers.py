@@ -74,6 +74,12 @@ class RunSerializer(serializers.ModelSerializer):
     prompt = serializers.IntegerField(source="prompt_id", read_only=True, allow_null=True)
     tokens = serializers.SerializerMethodField()
     cost = serializers.SerializerMethodField()
+    estimated = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether `tokens` and `cost` are partly our estimate: an attempt stopped "
+        "(or lost) before the vendor reported its counts is billed for its estimated input "
+        "and the output counted from what streamed.",
+    )
     events_url = serializers.SerializerMethodField(
         help_text="Follow the chat's runs live (Server-Sent Events); after a POST it carries "
         "the position to resume from, so a run that ends before the client connects is "
@@ -97,6 +103,7 @@ class RunSerializer(serializers.ModelSerializer):
             "steps",
             "tokens",
             "cost",
+            "estimated",
             "created_at",
             "started_at",
             "finished_at",
@@ -289,6 +296,7 @@ class ChatUsageModelSerializer(serializers.Serializer):
     provider = serializers.CharField()
     model_id = serializers.CharField()
     attempts = serializers.IntegerField(help_text="Provider attempts (retries included).")
+    estimated = serializers.IntegerField(help_text="Of them, billed by our estimate.")
     tokens = TokensSerializer()
     cost = CostSerializer()
 
@@ -304,6 +312,11 @@ class UsageSerializer(serializers.Serializer):
     chat = serializers.IntegerField()
     tokens = TokensSerializer()
     cost = CostSerializer()
+    estimated = serializers.IntegerField(
+        help_text="How many of the attempts are billed by our estimate (stopped or lost "
+        "before the vendor reported their counts: the request's estimated input tokens and "
+        "the output counted from what streamed); 0 when every count is the vendor's."
+    )
     attempts = serializers.DictField(
         child=serializers.IntegerField(), help_text="Provider attempts by status."
     )

@@ -163,6 +163,8 @@ class _Reply:
             cost = _usd(run.cost().total)
             if cost is not None:
                 metadata["cost"] = cost
+            if run.estimated:  # a stopped attempt's counts are ours
+                metadata["estimated"] = True
         else:
             metadata["tokens"] = dict(self.tokens)
             if self.cost is not None:

@@ -149,6 +149,7 @@ class UIMessageStream:
         self.run_id: str | None = None
         self.tokens: dict[str, int] = {}
         self.cost: str | None = None
+        self.estimated = False  # some step's tokens and cost are our estimate
 
     # -- the public face
     def feed(self, event: StreamEvent) -> list[dict]:
@@ -320,12 +321,15 @@ class UIMessageStream:
         for name, value in event.token_usage.to_dict().items():
             self.tokens[name] = self.tokens.get(name, 0) + value
         self.cost = _usd_sum(self.cost, event.cost)
+        self.estimated = self.estimated or bool(event.estimated)
         metadata: dict[str, Any] = {
             "storedMessageId": event.message_id,
             "tokens": dict(self.tokens),
         }
         if self.cost is not None:
             metadata["cost"] = self.cost
+        if self.estimated:
+            metadata["estimated"] = True
         return out + [MessageMetadataChunk(message_metadata=metadata)]
 
     def _on_run_finished(self, event: RunFinished) -> list[Chunk]:
@@ -352,6 +356,8 @@ class UIMessageStream:
             metadata["tokens"] = event.token_usage.to_dict()
         if event.cost is not None:
             metadata["cost"] = event.cost
+        if event.estimated:
+            metadata["estimated"] = True
         if self.finish_metadata is not None and event.run_id:
             metadata.update(self.finish_metadata(event))
         out.append(

@@ -23,7 +23,9 @@ def chat_usage(chat: Chat) -> dict[str, Any]:
         Usage.objects.filter(chat=chat)
         .order_by()
         .values("provider", "model_id")
-        .annotate(attempts=Count("pk"), **sums, **costs)
+        .annotate(
+            attempts=Count("pk"), estimated=Count("pk", filter=Q(estimated=True)), **sums, **costs
+        )
         .order_by("provider", "model_id")
     )
     manual = (
@@ -43,8 +45,11 @@ def chat_usage(chat: Chat) -> dict[str, Any]:
     by_model: dict[tuple[str, str], dict[str, Any]] = {}
     for row in list(rows) + list(manual):
         key = (row["provider"], row["model_id"])
-        entry = by_model.setdefault(key, {"attempts": 0, "tokens": Tokens(), "cost": Cost()})
+        entry = by_model.setdefault(
+            key, {"attempts": 0, "estimated": 0, "tokens": Tokens(), "cost": Cost()}
+        )
         entry["attempts"] += row.get("attempts", 0)
+        entry["estimated"] += row.get("estimated", 0)
         entry["tokens"] += Tokens(**{n: row[n] for n in TOKEN_FIELDS})
         entry["cost"] += Cost(**{p: row.get(f"c_{p}") for p in COST_FIELDS})
     statuses = dict(
@@ -54,16 +59,18 @@ def chat_usage(chat: Chat) -> dict[str, Any]:
         .annotate(n=Count("pk"))
         .values_list("status", "n")
     )
-    total_tokens, total_cost = Tokens(), Cost()
+    total_tokens, total_cost, estimated = Tokens(), Cost(), 0
     out_models = []
     for (provider, model_id), entry in sorted(by_model.items()):
         total_tokens += entry["tokens"]
         total_cost += entry["cost"]
+        estimated += entry["estimated"]
         out_models.append(
             {
                 "provider": provider,
                 "model_id": model_id,
                 "attempts": entry["attempts"],
+                "estimated": entry["estimated"],
                 "tokens": tokens_dict(entry["tokens"]),
                 "cost": cost_dict(entry["cost"]),
             }
@@ -72,6 +79,7 @@ def chat_usage(chat: Chat) -> dict[str, Any]:
         "chat": chat.pk,
         "tokens": tokens_dict(total_tokens),
         "cost": cost_dict(total_cost),
+        "estimated": estimated,
         "attempts": statuses,
         "by_model": out_models,
         "path": {"tokens": tokens_dict(chat.path_tokens()), "cost": cost_dict(chat.path_cost())},

@@ -6,6 +6,7 @@ from django.db import models
 from django.utils import timezone
 
 from ..conf import settings
+from .protected import ProtectedJSONField
 
 # RFC 9110's visible ASCII (0x21-0x7E) and the space inside, as a header value carries it
 KEY_PATTERN = r"\A[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?\Z"
@@ -17,11 +18,14 @@ class AbstractIdempotencyKey(models.Model):
     what a retry with the same key gets back instead of a second run.
 
     ``scope`` is the route (``messages``, ``ui-chat``, ``approve``, ``deny``,
-    ``cancel``); ``request_hash`` the SHA-256 of the canonical request (the route, the
-    chat, the body), so the same key with another body is told apart. ``response_status``
-    and ``response_body`` are the first answer (JSON with nothing secret: the message and
-    the run as the API showed them); ``None`` while the first request is still answering,
-    and for a streamed answer the body says where its run's events begin."""
+    ``cancel``); ``request_hash`` the HMAC-SHA256 (keyed with ``SECRET_KEY``) of the
+    canonical request (the route, the chat, the body), so the same key with another body
+    is told apart and nothing in it can confirm a guess of the prompt.
+    ``response_status`` and ``response_body`` are the first answer (the message and the
+    run as the API showed them: encrypted with ``LLMCHAT["ENCRYPTION_KEYS"]`` like a
+    message's content, see :mod:`django_llmchat.models.protected`); ``None`` while the
+    first request is still answering, and for a streamed answer the body says where its
+    run's events begin."""
 
     scope = models.CharField(max_length=32)
     key = models.CharField(
@@ -30,7 +34,8 @@ class AbstractIdempotencyKey(models.Model):
     )
     request_hash = models.CharField(max_length=64)
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_body = models.JSONField(null=True, blank=True)
+    # the answer shows the prompt: encrypted as the message is (not redacted again)
+    response_body = ProtectedJSONField(null=True, blank=True, redacted=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

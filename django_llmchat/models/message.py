@@ -339,6 +339,12 @@ class AbstractMessage(models.Model):
         for name in TOKEN_FIELDS:
             setattr(self, name, getattr(value, name))
 
+    @property
+    def is_estimated(self) -> bool:
+        """Whether :attr:`tokens` and :meth:`cost` are (partly) our estimate: the reply of
+        an attempt stopped before the vendor reported its counts."""
+        return any(row.estimated for row in self._usage_rows())
+
     def cost(self, model: str | LLMModel | None = None) -> Cost:
         """The message's cost in USD: recorded attempt costs, else the supplied cost, else
         priced from ``model_info``. ``model`` (an id or an ``LLMModel``) reprices."""

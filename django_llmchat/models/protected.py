@@ -2,12 +2,21 @@
 
 ``LLMCHAT["ENCRYPTION_KEYS"]`` (Fernet keys, through ``cryptography``'s ``MultiFernet``:
 the first encrypts, every one decrypts) turns on encryption of the values of these fields
-(``Message.content``, ``thinking_text`` and ``raw``, ``ToolCall.arguments``). The column
+(``Message.content``, ``thinking_text`` and ``raw``, ``ToolCall.arguments``,
+``Feedback.comment``, ``IdempotencyKey.response_body``: the last with ``redacted=False``,
+it shows values already redacted when stored). The column
 types stay as they were (the fields deconstruct as plain ``TextField`` / ``JSONField``, no
 migration): a ciphertext is the text :data:`MARKER` + a Fernet token, stored in the text
 column or as a JSON string in the JSON column. A value without the marker reads as it is,
 so rows written before encryption was turned on (or after it was turned off) still read;
 ``manage.py llmchat_rotate_keys`` rewrites every row with the first key.
+
+Every read decrypts: the ORM through the fields' ``from_db_value``, and the statements
+that read these columns as plain rows (the transcript a run sends, compiled queries'
+``rows()``) through :func:`django_llmchat.prepared.plain_rows`, which calls the same
+:meth:`~ProtectedTextField.plain_column` of each field: a ciphertext never reaches the
+model, a page or an export. Without keys a stored ciphertext is an ``ImproperlyConfigured``
+naming the column, never sent on.
 
 The cost: the database sees ciphertext, so it can neither search nor filter on these
 columns (``content__icontains`` finds nothing, an exact match only on ``""``); JSON key
@@ -34,6 +43,7 @@ MARKER = "llmchat-fernet:"
 
 _TOKEN = re.compile(r"gAAAAA[A-Za-z0-9_=-]+")
 """A Fernet token (version byte 0x80, URL-safe base64)."""
+_QUOTED = '"' + MARKER
 
 
 def _setting(name: str) -> Any:
@@ -149,12 +159,26 @@ def stored_field_name(field: models.Field, instance: Any) -> str:
 
 class _ProtectedMixin:
     redact_as: str | None = None
+    redacted: bool = True
     stored_as: str = ""
     """The plain field migrations record (the encryption is no part of the schema)."""
+    stored_prefixes: tuple[str, ...] = (MARKER,)
+    """What a ciphertext of the column starts with as the database returns it."""
 
-    def __init__(self, *args: Any, redact_as: str | None = None, **kwargs: Any):
+    def __init__(
+        self, *args: Any, redact_as: str | None = None, redacted: bool = True, **kwargs: Any
+    ):
         self.redact_as = redact_as
+        self.redacted = redacted
         super().__init__(*args, **kwargs)
+
+    def plain_column(self, value: Any) -> Any:
+        """``value`` as the database returns the column, decrypted: the same form (text
+        for a text column, JSON text for a JSON column), a plain value as it is."""
+        raise NotImplementedError
+
+    def _where(self) -> str:
+        return f"a stored {self.model.__name__}.{self.name}"
 
     def deconstruct(self):
         name, _path, args, kwargs = super().deconstruct()
@@ -163,7 +187,7 @@ class _ProtectedMixin:
     def _redacted(self, instance: Any, value: Any) -> Any:
         from ..providers.redact import redact_values, stored_redactor
 
-        redact = stored_redactor() if value else None
+        redact = stored_redactor() if value and self.redacted else None
         if redact is None:
             return value
         field, chat = stored_field_name(self, instance), _chat_of(instance)
@@ -187,27 +211,36 @@ class ProtectedTextField(_ProtectedMixin, models.TextField):
 
     stored_as = "django.db.models.TextField"
 
-    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+    def plain_column(self, value: Any) -> Any:
         return decrypt(value, self._where()) if isinstance(value, str) else value
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        return self.plain_column(value)
 
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
         return encrypt(value) if isinstance(value, str) else value
-
-    def _where(self) -> str:
-        return f"a stored {self.model.__name__}.{self.name}"
 
 
 class ProtectedJSONField(_ProtectedMixin, models.JSONField):
     """A ``JSONField`` whose value is stored as an encrypted JSON string."""
 
     stored_as = "django.db.models.JSONField"
+    # a JSON string as text (most backends), or the string itself (a backend that decodes)
+    stored_prefixes = ('"' + MARKER, MARKER)
+
+    def plain_column(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.startswith(_QUOTED):
+                inner = json.loads(value)
+                if is_ciphertext(inner):
+                    return decrypt(inner, self._where())
+            elif is_ciphertext(value):
+                return decrypt(value, self._where())
+        return value
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        value = super().from_db_value(value, expression, connection)
-        if is_ciphertext(value):
-            return json.loads(decrypt(value, f"a stored {self.model.__name__}.{self.name}"))
-        return value
+        return super().from_db_value(self.plain_column(value), expression, connection)
 
     def get_prep_value(self, value: Any) -> Any:
         if value is None or value == {} or value == [] or fernet() is None:

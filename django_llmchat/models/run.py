@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from django.db.models import Sum
+from django.db.models import Count, Q, Sum
 
 from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
 from .usage import USAGE_COST_COLUMNS
@@ -22,6 +22,7 @@ class RunQuerySet(models.QuerySet):
         them as ``run.tokens`` and ``run.cost()`` without further queries."""
         sums = {f"_sum_{name}": Sum(f"usages__{name}") for name in TOKEN_FIELDS}
         sums.update({f"_sum_{col}": Sum(f"usages__{col}") for col in USAGE_COST_COLUMNS.values()})
+        sums["_estimated"] = Count("usages", filter=Q(usages__estimated=True))
         return self.annotate(**sums)
 
 
@@ -94,6 +95,16 @@ class AbstractRun(models.Model):
         if not self.pk or not self.attempt:  # never taken on: no provider was called
             return Tokens()
         return self.usages.all().tokens()
+
+    @property
+    def estimated(self) -> bool:
+        """Whether some of :attr:`tokens` and :meth:`cost` are our estimate: an attempt
+        stopped before the vendor reported its counts (or still pending, or lost)."""
+        if "_estimated" in self.__dict__:
+            return bool(self.__dict__["_estimated"])
+        if not self.pk or not self.attempt:
+            return False
+        return self.usages.filter(estimated=True).exists()
 
     def cost(self) -> Cost:
         """USD over the run's provider attempts (``None`` parts: no known price)."""

@@ -36,7 +36,12 @@ class UsageQuerySet(models.QuerySet):
 
 class AbstractUsage(models.Model):
     """One provider attempt (retries, failures and cancellations included) with its
-    token counts and costs frozen when the attempt ended."""
+    token counts and costs frozen when the attempt ended.
+
+    ``estimated``: the counts are ours, not the vendor's: the estimate written before the
+    call (a ``pending`` attempt, a ``lost`` one), or, for an attempt stopped or broken off
+    before the vendor reported them, the estimated input and the output weighed from what
+    streamed (see :mod:`django_llmchat.attempts`)."""
 
     PENDING, SUCCEEDED, FAILED, CANCELLED = "pending", "succeeded", "failed", "cancelled"
     LOST = "lost"

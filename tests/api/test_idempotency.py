@@ -397,3 +397,87 @@ def test_racing_retries_make_one_run(django_user_model, fake_llm):
     assert len(bodies) == 1
     assert prompts(chat) == 1 and Run.objects.filter(chat=chat).count() == 1
     assert len(fake_llm.requests) == 1
+
+
+# -- with encryption at rest: the row holds no plain text of the request --------------------
+def _stored_keys() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT request_hash, response_body FROM llmchat_idempotency_key")
+        return cursor.fetchall()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_encryption_the_key_row_holds_no_plain_text_and_still_replays(api, chat, inline):
+    import hashlib
+    import json
+
+    from cryptography.fernet import Fernet
+    from django.test import override_settings
+
+    from django_llmchat.api.idempotency import request_hash
+
+    words = "the vault code is 7731"
+    llmchat = {**inline.server.llmchat_settings("openai", MODEL)}
+    llmchat.update(TASKS_EAGER_WITHOUT_BROKER="inline", ENCRYPTION_KEYS=[Fernet.generate_key()])
+    inline.script(Reply("Noted: " + words), Reply("Streamed."))
+    headers = key()
+    with override_settings(LLMCHAT=llmchat):
+        first = ask(api, chat, words, headers)
+        assert first.status_code == 202, first.content
+        assert first.json()["message"]["content"] == words
+        wait_for_background_runs()
+        again = ask(api, chat, words, headers)
+        assert again.status_code == 202 and again.json() == first.json()
+        assert again["Idempotent-Replayed"] == "true"
+        assert ask(api, chat, words + "!", headers).status_code == 422
+        # ui/chat: its body (the client's messages) is fingerprinted the same way
+        message = user(words + " again")
+        chunks(post(api, chat.pk, message))
+        assert post(api, chat.pk, message).status_code == 200
+        changed = {**message, "parts": [{"type": "text", "text": "Other"}]}
+        assert post(api, chat.pk, changed).status_code == 422
+    rows = _stored_keys()
+    assert len(rows) == 2
+    for digest, body in rows:
+        text = json.dumps(body) if not isinstance(body, str) else body
+        assert "7731" not in text and "vault" not in text
+        assert "7731" not in digest
+    # the fingerprint is keyed: not the plain SHA-256 anyone can recompute from a guess
+    body = {"content": words, "attachments": [], "sse": False}
+    canonical = json.dumps(
+        {"scope": "messages", "chat": chat.pk, "body": body}, sort_keys=True, separators=(",", ":")
+    )
+    digests = [digest for digest, _ in rows]
+    assert hashlib.sha256(canonical.encode()).hexdigest() not in digests
+    assert request_hash("messages", chat.pk, body) in digests
+    assert prompts(chat) == 2 and chat.runs.count() == 2
+
+
+def test_a_key_stored_unkeyed_or_under_a_rotated_secret_key_still_replays(
+    api, chat, inline, settings, django_capture_on_commit_callbacks
+):
+    import hashlib
+    import json
+
+    inline.script(Reply("Hello."))
+    headers = key()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = ask(api, chat, "Hi", headers)
+    assert first.status_code == 202
+    body = {"content": "Hi", "attachments": [], "sse": False}
+    canonical = json.dumps(
+        {"scope": "messages", "chat": chat.pk, "body": body}, sort_keys=True, separators=(",", ":")
+    )
+    row = IdempotencyKey.objects.get()
+    old_secret = settings.SECRET_KEY
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "another-secret-key-" * 3, [old_secret]
+    assert ask(api, chat, "Hi", headers).json() == first.json()  # the fallback's digest
+    assert ask(api, chat, "Hello", headers).status_code == 422
+    # a row stored before the fingerprint was keyed: the plain SHA-256
+    IdempotencyKey.objects.filter(pk=row.pk).update(
+        request_hash=hashlib.sha256(canonical.encode()).hexdigest()
+    )
+    settings.SECRET_KEY_FALLBACKS = []
+    assert ask(api, chat, "Hi", headers).json() == first.json()
+    assert ask(api, chat, "Hello", headers).status_code == 422
+    assert prompts(chat) == 1

@@ -178,6 +178,7 @@ def test_usage_of_an_empty_chat(api, chat):
         "chat": chat.pk,
         "tokens": {},
         "cost": {},
+        "estimated": 0,
         "attempts": {},
         "by_model": [],
         "path": {"tokens": {}, "cost": {}},

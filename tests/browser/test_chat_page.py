@@ -393,6 +393,10 @@ def test_deny_and_stop(page):
     page.wait_for_selector("#transcript li.notice.run.cancelled")
     assert after_prompt(page, prompt) == [reply, stopped]
     assert page.locator("#transcript li.notice.run").count() == 1  # the denied run went well
+    # the stopped reply was paid for: its tokens and cost, estimated, never "cost unknown"
+    usage = page.locator("#transcript li.msg.assistant").last.locator(".usage").inner_text()
+    assert re.search(r"≈ \$0\.\d+ \(estimated\)", usage) and "cost unknown" not in usage
+    page.wait_for_function("document.querySelector('#chat-totals').innerText.includes('≈')")
 
 
 def test_a_failed_reply_is_shown_where_it_happened(page, fake_llm):

@@ -2,7 +2,8 @@
 
 After a new key was put first in ``LLMCHAT["ENCRYPTION_KEYS"]`` (the old ones kept after
 it), this re-encrypts every message's content, reasoning and raw body, every tool call's
-arguments and every feedback comment with the new key; then the old keys can be removed.
+arguments, every feedback comment and every stored ``Idempotency-Key`` answer with the new
+key; then the old keys can be removed.
 Rows stored in plain text (before encryption was turned on) are encrypted on the way. Rows
 are read and written in batches by primary key, each batch in its own transaction.
 """
@@ -12,13 +13,14 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from ...models import Feedback, Message, ToolCall
+from ...models import Feedback, IdempotencyKey, Message, ToolCall
 from ...models.protected import configured_keys, fernet
 
 TABLES = (
     (Message, ("content", "thinking_text", "raw")),
     (ToolCall, ("arguments",)),
     (Feedback, ("comment",)),
+    (IdempotencyKey, ("response_body",)),
 )
 
 

@@ -160,12 +160,15 @@
     return `${parts.join(" · ")} tokens`;
   }
 
-  function costText(cost) {
+  // `estimated`: the counts are the app's estimate (a reply stopped before the vendor
+  // reported its usage is billed for its estimated input and what streamed)
+  function costText(cost, estimated) {
     if (cost === null || cost === undefined) return "cost unknown";
     const total = typeof cost === "object" ? cost.total : cost;
     if (total === undefined || total === null) return "cost unknown";
     const value = Number(total);
-    return `$${value < 0.01 && value > 0 ? value.toPrecision(3) : value.toFixed(4)}`;
+    const text = `$${value < 0.01 && value > 0 ? value.toPrecision(3) : value.toFixed(4)}`;
+    return estimated ? `≈ ${text} (estimated)` : text;
   }
 
   function argumentsText(value) {
@@ -244,9 +247,10 @@
   }
 
   // `cost` undefined: not known yet (a streamed step; the reloaded transcript has it)
-  function usageLine(tokens, cost) {
-    const price = cost === undefined ? "cost when done" : costText(cost);
-    return el("div", { class: "usage", text: `${tokensText(tokens)} · ${price}` });
+  function usageLine(tokens, cost, estimated) {
+    const price = cost === undefined ? "cost when done" : costText(cost, estimated);
+    const counted = estimated ? `≈ ${tokensText(tokens)}` : tokensText(tokens);
+    return el("div", { class: "usage", text: `${counted} · ${price}` });
   }
 
   // -- branches and feedback ----------------------------------------------------------------
@@ -421,7 +425,7 @@
     else body.textContent = m.content;
     item.append(body);
     for (const c of m.tool_calls || []) item.append(toolCallBlock(c));
-    if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost));
+    if (m.role === "assistant") item.append(usageLine(m.tokens, m.cost, m.estimated));
     const actions = messageActions(m);
     if (actions) item.append(actions);
     return item;
@@ -603,7 +607,11 @@
   async function loadTotals() {
     if (!state.chat) return;
     const usage = await json("GET", `${API}chats/${state.chat.id}/usage/`);
-    els.totals.textContent = `Chat total: ${tokensText(usage.tokens)} · ${costText(usage.cost)}`;
+    const estimated = usage.estimated > 0;
+    els.totals.textContent = `Chat total: ${tokensText(usage.tokens)} · ${costText(
+      usage.cost,
+      estimated,
+    )}`;
   }
 
   function showChat(chat) {
