@@ -13,6 +13,7 @@ from django_llmchat import branches, runs
 from django_llmchat.errors import ArgumentError, ChatBusyError
 from django_llmchat.models import Chat, Message
 from django_llmchat.testing import Reply, ToolCall
+from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.tools import tool
 from django_llmchat.transcript import forget_history, load_history
 
@@ -404,3 +405,96 @@ def test_a_branch_asked_for_without_a_prompt_is_not_one(chat):
     assert run.prompt_id is None and texts(chat) == ["Capital of France?"]
     reply.refresh_from_db()
     assert not reply.on_path
+
+
+# -- one rule for every way into the tree: a new prompt's path is root -> ... -> its parent
+def four_branches(chat, fake_llm):
+    """ask A, ask B; a branch C after A's reply; back to B's reply: the replies of A, B, C
+    (the path is A a B b)."""
+    fake_llm.script(Reply("a"), Reply("b"), Reply("c"))
+    a = chat.ask("A")
+    b = chat.ask("B")
+    c = chat.branch_from(a, "C")
+    assert chat.switch_to(b) == b
+    assert [m.content for m in chat.transcript().exclude(role="system")] == ["A", "a", "B", "b"]
+    return a, b, c
+
+
+def test_a_branch_from_a_reply_off_the_path_takes_its_branch_back(chat, fake_llm):
+    chat.with_instructions("Be brief.")
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"))
+    d = chat.branch_from(c, "D")
+    assert texts(chat) == ["Be brief.", "A", "a", "C", "c", "D", "d"]
+    assert sent(fake_llm) == [
+        ("user", "A"),
+        ("assistant", "a"),
+        ("user", "C"),
+        ("assistant", "c"),
+        ("user", "D"),
+    ]
+    assert d.parent.parent_id == c.pk and chat.active_leaf == d
+    assert_one_path(chat)
+    b.refresh_from_db()
+    assert not b.on_path and not b.parent.on_path  # kept, off the path
+
+
+def test_ask_with_a_parent_off_the_path(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"), Reply("e"))
+    chat.ask("D", parent=a)  # an edit of C, from the B branch
+    assert texts(chat) == ["A", "a", "D", "d"]
+    assert sent(fake_llm) == [("user", "A"), ("assistant", "a"), ("user", "D")]
+    assert_one_path(chat)
+    chat.ask("E", parent=c)
+    assert texts(chat) == ["A", "a", "C", "c", "E", "e"]
+    assert sent(fake_llm)[-2:] == [("assistant", "c"), ("user", "E")]
+    assert_one_path(chat)
+
+
+def test_ask_later_with_a_parent_off_the_path(fake_llm):
+    fake_llm.configure("anthropic", "claude-haiku-4-5", TASKS_EAGER_WITHOUT_BROKER="inline")
+    chat = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"))
+    prompt = chat.ask_later("D", parent=c)
+    assert prompt.parent_id == c.pk
+    assert texts(chat) == ["A", "a", "C", "c", "D", "d"]
+    assert sent(fake_llm)[-3:] == [("user", "C"), ("assistant", "c"), ("user", "D")]
+    assert_one_path(chat)
+
+
+def test_regenerate_after_a_switch_answers_the_switched_prompt(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    load_history(chat)  # this process keeps the built history of the B branch
+    chat.switch_to(c)
+    fake_llm.script(Reply("c2"), Reply("d"))
+    again = chat.regenerate()
+    assert again.parent_id == c.parent_id and texts(chat) == ["A", "a", "C", "c2"]
+    assert sent(fake_llm) == [("user", "A"), ("assistant", "a"), ("user", "C")]
+    assert_one_path(chat)
+    chat.ask("D")
+    assert sent(fake_llm)[-3:] == [("user", "C"), ("assistant", "c2"), ("user", "D")]
+    assert_one_path(chat)
+
+
+def test_a_branch_off_the_path_brings_back_the_summary_of_its_branch_only(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    # a summary written on the C branch (covering up to c), one on the B branch (up to b)
+    chat.switch_to(c)
+    of_c = chat.add_message(role="system", content="C summary", summary_until=c)
+    chat.switch_to(b)
+    Message.objects.filter(pk=of_c.pk).update(on_path=False)  # as the switch keeps it
+    of_b = chat.add_message(role="system", content="B summary", summary_until=b)
+    assert_one_path(chat)
+    fake_llm.script(Reply("d"))
+    chat.branch_from(c, "D")
+    of_c.refresh_from_db()
+    of_b.refresh_from_db()
+    assert of_c.on_path and not of_b.on_path
+    assert_one_path(chat)
+    fake_llm.script(Reply("e"))
+    chat.branch_from(a, "E")  # before both covered messages: neither summary
+    of_c.refresh_from_db()
+    assert not of_c.on_path and texts(chat) == ["A", "a", "E", "e"]
+    assert_one_path(chat)
