@@ -498,3 +498,25 @@ def test_a_branch_off_the_path_brings_back_the_summary_of_its_branch_only(chat, 
     of_c.refresh_from_db()
     assert not of_c.on_path and texts(chat) == ["A", "a", "E", "e"]
     assert_one_path(chat)
+
+
+def test_a_prompt_after_the_active_leaf_costs_what_it_did(chat, fake_llm):
+    """The common case changes nothing of the path: a prompt after the active leaf,
+    named (``parent=``) or not, costs the statements it cost before the path was
+    rebuilt from the parent (a parent off the path pays for that alone)."""
+    fake_llm.script(Reply("a"), Reply("b"), Reply("c"), Reply("d"))
+    chat.ask("warm up")
+    reply = chat.ask("A")
+    with CaptureQueriesContext(connection) as plain:
+        reply = chat.ask("B")
+    with CaptureQueriesContext(connection) as named:
+        chat.ask("C", parent=reply)
+    counts = (len(plain), len(named))
+    assert counts == EXPECTED_COUNTS[connection.vendor]
+    assert_one_path(chat)
+
+
+# (a plain ask, one naming the active leaf) as measured before: on SQLite the branch
+# reads its parent and writes no row in its one UPDATE; on PostgreSQL a plain ask is two
+# calls, a named parent takes the statements (no one-call admission for a branch)
+EXPECTED_COUNTS = {"sqlite": (18, 19), "postgresql": (2, 12)}
