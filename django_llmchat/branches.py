@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from .errors import ArgumentError, RunInProgress
 from .models import Message
@@ -162,6 +162,31 @@ def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> tuple[int, i
     if on_path.filter(leaving).update(on_path=False):
         _changed(chat_id)
     return None if row is None else row[:2]
+
+
+def reads_before_its_parent(chat_id: int, prompt_id: int | None, loaded: Any) -> bool:
+    """Whether the prompt ``prompt_id`` of a run that stored no step yet reads before the
+    messages of the path it follows in ``loaded`` (the history the run read when it
+    started); if so it moves after them (one ``UPDATE``, only of a prompt placed before
+    its parent) and the caller reads the history again. A prompt admitted in one call
+    (PostgreSQL) took its place from the clock before the chat's lock: a reply another
+    run stored meanwhile can read after it. The run holds the chat: nothing else moves
+    the path now."""
+    if prompt_id is None:
+        return False
+    messages = loaded.messages
+    at = next((i for i, m in enumerate(messages) if m.ref == prompt_id), None)
+    if at is None or not any(m.role != "system" for m in messages[at + 1 :]):
+        return False
+    path = Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+    last = path.exclude(pk=prompt_id).order_by("-position").values("position")[:1]
+    parent = Message.objects.filter(pk=OuterRef("parent_id")).values("position")[:1]
+    moved = Message.objects.filter(pk=prompt_id, position__lte=Subquery(parent)).update(
+        position=Subquery(last) + 1
+    )
+    if moved:
+        transcript_changed.send(sender=Message, chat_id=chat_id)
+    return bool(moved)
 
 
 def drop_reply(chat_id: int) -> int:

@@ -520,3 +520,115 @@ def test_a_prompt_after_the_active_leaf_costs_what_it_did(chat, fake_llm):
 # reads its parent and writes no row in its one UPDATE; on PostgreSQL a plain ask is two
 # calls, a named parent takes the statements (no one-call admission for a branch)
 EXPECTED_COUNTS = {"sqlite": (18, 19), "postgresql": (2, 12)}
+
+
+class Recorder:
+    """The provider's responder for a race: each reply's text names the request it
+    answers, whose messages are kept (``asked[text]``)."""
+
+    def __init__(self, fake_llm):
+        self.lock = threading.Lock()
+        self.asked: dict[str, list[tuple[str, str]]] = {}
+        fake_llm.server.responder = self
+
+    def __call__(self, request):
+        said = []
+        for m in request.body["messages"]:
+            content = m["content"]
+            if isinstance(content, list):
+                content = " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+            said.append((m["role"], content))
+        with self.lock:
+            text = f"reply {len(self.asked) + 1}"
+            self.asked[text] = said
+        return Reply(text)
+
+
+def test_racing_switches_branches_regenerates_and_asks_keep_one_path(fake_llm):
+    """Fifteen threads at once, round after round, each switching to, branching from,
+    regenerating or asking after a message of the chat's tree: after each round the path
+    is one chain from a root to the active leaf, every refusal is ``RunInProgress``, and
+    every request the provider received was the path from a root to the prompt it
+    answered, as stored."""
+    import random
+
+    from django_llmchat.errors import RunInProgress
+    from tests.runs.test_admission_gate import finish, needs_server_database, race
+
+    needs_server_database()
+    fake_llm.configure("anthropic", "claude-haiku-4-5", MAX_RETRIES=0)
+    chat = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    chat.with_instructions("Be brief.")
+    recorder = Recorder(fake_llm)
+    chat.ask("Start")
+    chat.ask("Go on")
+    rng = random.Random(20261203)
+
+    def operation(kind, target, label):
+        mine = Chat.objects.get(pk=chat.pk)
+        if kind == "switch":
+            return mine.switch_to(target)
+        if kind == "branch":
+            return mine.branch_from(target, label)
+        if kind == "regenerate":
+            return mine.regenerate()
+        return mine.ask(label)
+
+    for round_ in range(16):
+        tree = list(
+            Message.objects.filter(chat=chat, role__in=("user", "assistant"), position__lt=10**17)
+        )
+        plan = [
+            (rng.choice(["switch", "branch", "regenerate", "ask"]), rng.choice(tree))
+            for _ in range(15)
+        ]
+        threads, outcomes = race(
+            15, lambda i, plan=plan, n=round_: operation(*plan[i], f"round {n} thread {i}")
+        )
+        finish(threads)
+        wrong = [
+            o for o in outcomes if isinstance(o, Exception) and not isinstance(o, RunInProgress)
+        ]
+        assert not wrong, (round_, wrong)
+        assert_one_path(chat)
+    by_pk = {m.pk: m for m in Message.objects.filter(chat=chat)}
+    answered = [m for m in by_pk.values() if m.content in recorder.asked]
+    assert len(answered) == len(recorder.asked) > 16
+    for reply in answered:
+        chain, node = [], by_pk.get(reply.parent_id)
+        while node is not None:
+            chain.append((node.role, node.content))
+            node = by_pk.get(node.parent_id)
+        merged: list[tuple[str, str]] = []  # the wire joins a prompt after a prompt
+        for role, text in chain[::-1]:
+            if merged and merged[-1][0] == role:
+                merged[-1] = (role, f"{merged[-1][1]} {text}")
+            else:
+                merged.append((role, text))
+        assert recorder.asked[reply.content] == merged, reply.content
+
+
+def test_a_prompt_admitted_after_a_later_reply_reads_after_it(chat, fake_llm):
+    """A reply stored by another process between the prompt's clock and its admission
+    (its place read later than the prompt's): the prompt follows it and reads after it,
+    and the provider receives them in that order."""
+    import time
+
+    from django_llmchat.models.message import clock_position
+
+    fake_llm.script(Reply("a"), lambda request: (time.sleep(0.5), Reply("c"))[-1])
+    a = chat.ask("A")
+    later = clock_position() + 200_000  # 0.2 s ahead: the next prompt's clock is before
+    b = Message.objects.create(chat=chat, role="user", content="B", position=later)
+    elsewhere = Message.objects.create(chat=chat, role="assistant", content="b", position=later + 1)
+    reply = chat.ask("C")
+    assert reply.parent.parent_id == elsewhere.pk and b.parent_id == a.pk
+    assert texts(chat) == ["A", "a", "B", "b", "C", "c"]
+    assert sent(fake_llm) == [
+        ("user", "A"),
+        ("assistant", "a"),
+        ("user", "B"),
+        ("assistant", "b"),
+        ("user", "C"),
+    ]
+    assert_one_path(chat)
