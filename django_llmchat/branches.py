@@ -19,6 +19,8 @@ decision: a run never sees its path move under it.
 - :func:`drop_reply` (a regenerate: the messages after the last prompt leave the path);
 - :func:`rewire` (``runs.switch_to``: the path through any message of the chat, its
   ancestors, itself, then the newest child each time down to a leaf);
+- :func:`reads_before_its_parent` (a run starting: its prompt moves after the message it
+  follows when its clock was read before that message's);
 - :func:`leaf_id`, :func:`siblings` (reads).
 
 A system message stays outside the tree: instructions are always on the path; a summary is
@@ -49,6 +51,7 @@ __all__ = [
     "leaf_row",
     "link_parents",
     "pending_branch",
+    "reads_before_its_parent",
     "rewire",
     "siblings",
 ]
@@ -185,7 +188,7 @@ def reads_before_its_parent(chat_id: int, prompt_id: int | None, loaded: Any) ->
         position=Subquery(last) + 1
     )
     if moved:
-        transcript_changed.send(sender=Message, chat_id=chat_id)
+        _changed(chat_id)
     return bool(moved)
 
 
