@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import limits, runs
+from . import branches, limits, runs
 from .agents import Agent, load_agent
 from .attempts import FirstCall, ProviderAttempts
 from .conf import settings
@@ -34,6 +34,7 @@ from .guardrails import AFTER, BEFORE, as_guardrail, screen
 from .history import History
 from .models import Chat, Message, Run, ToolCall
 from .models.llm_model import model_limits
+from .models.message import clock_position
 from .prepared import database_of
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
@@ -196,6 +197,9 @@ class Runner(ProviderAttempts, ToolRunning):
         first = None
         if message is not None and runs.opens_attempt(chat, attachments):
             first = self._first_call(message)
+        if message is not None:
+            # read after the path was: a path the admission finds as read is before it
+            message.position = clock_position()
         run, execution = runs.enqueue(
             chat,
             message,
@@ -288,6 +292,9 @@ class Runner(ProviderAttempts, ToolRunning):
                 history, pending_ids = self.history.messages, []
             else:
                 loaded = load_history(chat)
+                prompt_id = execution.run.prompt_id if not execution.run.steps else None
+                if branches.reads_before_its_parent(chat.pk, prompt_id, loaded):
+                    loaded = load_history(chat)
                 history, pending_ids = loaded.messages, loaded.pending
                 self.history = History(
                     chat,
