@@ -6,6 +6,7 @@ call, closed after it). The request side, the messages a run sends, is
 
 from __future__ import annotations
 
+import logging
 import time
 from decimal import Decimal
 from typing import Any
@@ -13,10 +14,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models.functions import Now
 
+from .errors import RunLostError
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .prepared import Arg, PreparedInsert, PreparedUpdate, known_relations
 from .providers.types import ProviderResponse
-from .tools import ToolResult
+from .tools import CheckedResult, ToolResult, checked_result
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "closed_attempt",
@@ -253,45 +257,101 @@ def save_tool_results(
 ) -> list[Message]:
     """Write the tool messages answering ``results``' calls, in one transaction (fenced by
     the run's ``execution`` when given). They follow one another on the path, the first
-    after ``parent_id`` (the path's last message; read when not given)."""
+    after ``parent_id`` (the path's last message; read when not given).
+
+    Each result passes :func:`~django_llmchat.tools.checked_result` (bounded text, files
+    through the upload rules) and every call gets its message: when storing fails (the
+    storage refuses a file, the database a row), the results with files are stored as
+    error results instead, and if that fails too, every one; only a run that is no longer
+    this process's (:class:`~django_llmchat.errors.RunLostError`) or a database that
+    refuses even those stores nothing."""
     if not results:
         return []
     if parent_id is None:
         from .branches import leaf_id
 
         parent_id = leaf_id(chat.pk)
+    checked = [(call, checked_result(call.name, result)) for call, result in results]
+    run = execution.pk if execution is not None else run_id
+    problem = ""
+    for fallback in (None, "files", "all"):
+        if fallback is not None:
+            checked = [
+                (call, _unstored(call, problem))
+                if fallback == "all" or result.attachments
+                else (call, result)
+                for call, result in checked
+            ]
+        try:
+            return _store_results(chat, checked, execution, run, parent_id)
+        except RunLostError:
+            raise
+        except Exception as exc:
+            if fallback == "all":
+                raise
+            problem = type(exc).__name__
+            logger.warning(
+                "chat %s: tool results could not be stored (%s); storing errors instead",
+                chat.pk,
+                problem,
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unstored(call: ToolCall, problem: str) -> CheckedResult:
+    return checked_result(
+        call.name,
+        ToolResult.error(
+            "execution_error", f"the result of {call.name} could not be stored ({problem})"
+        ),
+    )
+
+
+def _store_results(
+    chat: Chat,
+    checked: list[tuple[ToolCall, CheckedResult]],
+    execution,
+    run_id: int | None,
+    parent_id: Any,
+) -> list[Message]:
     messages = []
-    for call, result in results:
-        raw = {"error": result.content["error"]} if result.is_error else None
+    for call, result in checked:
         m = Message(
             chat=chat,
             role="tool",
             content=result.text,
             parent_tool_call=call,
-            raw=raw,
-            run_id=execution.pk if execution is not None else run_id,
+            raw=result.raw,
+            run_id=run_id,
             parent_id=parent_id if not messages else None,
         )
         m.placed = True
         messages.append(m)
-    with transaction.atomic():
-        Message.objects.bulk_create(messages)
-        if len(messages) > 1:  # each result follows the one before it
-            for before, m in zip(messages, messages[1:], strict=False):
-                m.parent_id = before.pk
-            Message.objects.bulk_update(messages[1:], ["parent"])
-        atts = []
-        for m, (_call, result) in zip(messages, results, strict=True):
-            for item in result.attachments or []:
-                filename, data, *mime = item
-                atts.append(
-                    Attachment.objects.create_from_bytes(
-                        message=m, data=data, filename=filename, mime_type=mime[0] if mime else None
+    atts: list[Attachment] = []
+    try:
+        with transaction.atomic():
+            Message.objects.bulk_create(messages)
+            if len(messages) > 1:  # each result follows the one before it
+                for before, m in zip(messages, messages[1:], strict=False):
+                    m.parent_id = before.pk
+                Message.objects.bulk_update(messages[1:], ["parent"])
+            for m, (_call, result) in zip(messages, checked, strict=True):
+                for filename, data, mime in result.attachments:
+                    atts.append(
+                        Attachment.objects.create_from_bytes(
+                            message=m, data=data, filename=filename, mime_type=mime
+                        )
                     )
-                )
-        if execution is not None:
-            execution.fence()
-        _TOUCHED.run(chat.pk)
+            if execution is not None:
+                execution.fence()
+            _TOUCHED.run(chat.pk)
+    except BaseException:
+        for att in atts:  # the rows are rolled back: their files go too
+            try:
+                att.file.delete(save=False)
+            except Exception:
+                logger.exception("could not delete the file of an unstored tool result")
+        raise
     for m in messages:
         known_relations(
             m, tool_calls=[], attachments=[a for a in atts if a.message_id == m.pk], usages=[]

@@ -152,9 +152,12 @@ def claim(
             else:
                 _move_prompt_into_place(chat_id, head.prompt_id)
             _CHAT_RUNNING.run(chat_id, active_run=head.pk)
+            taken_over = head.status == Run.RUNNING
             for name, value in updates.items():
                 setattr(head, name, value)
-            return Claim(execution=Execution(head, worker=worker))
+            execution = Execution(head, worker=worker)
+            execution.taken_over = taken_over
+            return Claim(execution=execution)
     raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
 
 
@@ -208,7 +211,9 @@ def _claim_call(
             previous_worker,
             run.attempt,
         )
-    return Claim(execution=Execution(run, worker=worker))
+    execution = Execution(run, worker=worker)
+    execution.taken_over = bool(taken_over)
+    return Claim(execution=execution)
 
 
 _resumes_sent: dict[int, float] = {}
