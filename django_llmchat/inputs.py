@@ -125,20 +125,9 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
-def _text_type(declared: str) -> bool:
-    """A type whose content is text: ``text/*``, JSON, XML, YAML, and the structured
-    ``+xml`` and ``+json`` types (``image/svg+xml`` is XML: text that a browser runs)."""
-    return (
-        declared.startswith("text/")
-        or declared in TEXT_TYPES
-        or declared.endswith(("+xml", "+json"))
-    )
-
-
 def sniff(head: bytes, declared: str | None = None) -> str | None:
     """The MIME type the first bytes show, or ``None`` when they show nothing known. Text
-    keeps a declared text type (``text/*``, JSON, XML, YAML, ``+xml``, ``+json``: an SVG
-    is ``image/svg+xml``, allowed only if that type is)."""
+    keeps a declared ``text/*`` (or JSON, XML, YAML) type."""
     for signature, mime in SIGNATURES:
         if head.startswith(signature):
             return mime
@@ -147,7 +136,7 @@ def sniff(head: bytes, declared: str | None = None) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "audio/wav"
     if _is_text(head):
-        if declared and _text_type(declared):
+        if declared and (declared.startswith("text/") or declared in TEXT_TYPES):
             return declared
         return "text/plain"
     return None

@@ -399,19 +399,20 @@ def test_a_huge_mcp_result_is_stored_and_sent_truncated(fake_llm):
     assert marker.strip() in json.dumps(fake_llm.requests[1].body)
 
 
-def test_html_and_svg_from_an_mcp_server_are_refused_by_the_upload_rules(fake_llm, settings):
+def test_html_and_svg_from_an_mcp_server_pass_the_upload_rules(fake_llm, settings):
     configure(fake_llm, odd={"server": odd})
     fake_llm.script(Reply(tool_calls=[Call("web_page", {}, call_id="call_w")]), Reply("Ok."))
     chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:odd")
     chat.ask("fetch the page")
     result = ToolCall.objects.get(call_id="call_w").get_result()
+    # as for a user's upload: the page is refused, the SVG is the text it holds
     assert [(a.filename, a.mime_type) for a in result.attachments.all()] == [
-        ("report.txt", "text/plain")
+        ("image-3.txt", "text/plain"),
+        ("report.txt", "text/plain"),
     ]
-    assert media_files(settings) == ["report.txt"]  # the page and the SVG never landed
+    assert media_files(settings) == ["image-3.txt", "report.txt"]  # no .html, no .svg
     assert "[file evil.html refused: type text/html is not allowed" in result.content
-    assert "[file image-3.svg refused: type image/svg+xml is not allowed" in result.content
-    assert [r["filename"] for r in result.raw["refused"]] == ["evil.html", "image-3.svg"]
+    assert [r["filename"] for r in result.raw["refused"]] == ["evil.html"]
     assert "file evil.html refused" in json.dumps(fake_llm.requests[1].body)
 
 

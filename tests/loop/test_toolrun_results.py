@@ -145,18 +145,19 @@ def test_a_long_error_message_is_bounded_and_stays_json(chat, fake_llm):
 
 
 # -- files ----------------------------------------------------------------------------------
-def test_html_and_svg_files_of_a_tool_are_refused_by_the_upload_rules(chat, fake_llm, settings):
+def test_html_and_svg_files_of_a_tool_pass_the_upload_rules(chat, fake_llm, settings):
     fake_llm.script(Reply(tool_calls=[Call("results_files", call_id="call_f")]), Reply("Ok."))
     chat.with_tools(files).ask("make the report")
     (result,) = tool_results(chat)
+    # as for a user's upload: the page is refused, the SVG is the text it holds
     assert [(a.filename, a.mime_type) for a in result.attachments.all()] == [
-        ("report.txt", "text/plain")
+        ("logo.txt", "text/plain"),
+        ("report.txt", "text/plain"),
     ]
-    assert media_files(settings) == ["report.txt"]  # nothing else reached MEDIA_ROOT
+    assert media_files(settings) == ["logo.txt", "report.txt"]  # no .html, no .svg
     assert result.content.startswith("three files\n")
     assert "[file evil.html refused: type text/html is not allowed" in result.content
-    assert "[file logo.svg refused: type image/svg+xml is not allowed" in result.content
-    assert [r["filename"] for r in result.raw["refused"]] == ["evil.html", "logo.svg"]
+    assert [r["filename"] for r in result.raw["refused"]] == ["evil.html"]
     # the model was told
     assert "file evil.html refused" in json.dumps(fake_llm.requests[1].body)
 
@@ -266,3 +267,19 @@ def test_a_run_taken_over_from_a_dead_worker_does_not_run_its_calls_again(chat, 
     assert run.status == "succeeded" and run.attempt == 2
     assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
     assert ran == []
+
+
+@tool(name="results_binary_text")
+def binary_text() -> str:
+    """Returns text read from a binary file"""
+    ran.append("binary_text")
+    return "before\x00after \ud800 end"
+
+
+def test_text_no_database_stores_is_made_storable(chat, fake_llm):
+    # PostgreSQL refuses NUL characters, every encoding a lone surrogate
+    fake_llm.script(Reply(tool_calls=[Call("results_binary_text")]), Reply("Read."))
+    assert chat.with_tools(binary_text).ask("read it").content == "Read."
+    (result,) = tool_results(chat)
+    assert result.content == "before\ufffdafter ? end"
+    assert ran == ["binary_text"]
