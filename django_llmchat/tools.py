@@ -134,8 +134,11 @@ def checked_result(name: str, result: Any) -> CheckedResult:
         bad = next((n for n, item in enumerate(items, 1) if not _file_shape(item)), None)
         if bad is not None:
             raise TypeError(f"attachment {bad} is not (filename, bytes[, MIME type])")
-        if result.is_error and _error_payload(result.content):
-            error = dict(result.content["error"])
+        if result.is_error:  # an error's text is its JSON payload, its message cut
+            if _error_payload(result.content):
+                error = dict(result.content["error"])
+            else:
+                error = {"type": result.error_type or "execution_error", "message": result.text}
             message, cut = _marked(_storable(str(error["message"])), limit)
             error["message"] = message
             text = json.dumps({"error": error}, ensure_ascii=False)
@@ -181,8 +184,8 @@ def checked_result(name: str, result: Any) -> CheckedResult:
         text=text,
         attachments=files,
         raw=raw or None,
-        is_error=result.is_error,
-        error_type=result.error_type if result.is_error else None,
+        is_error=error is not None,
+        error_type=error.get("type") if error is not None else None,
     )
 
 

@@ -283,3 +283,19 @@ def test_text_no_database_stores_is_made_storable(chat, fake_llm):
     (result,) = tool_results(chat)
     assert result.content == "before\ufffdafter ? end"
     assert ran == ["binary_text"]
+
+
+def test_an_error_result_of_plain_text_is_stored_as_an_error(chat, fake_llm):
+    @tool(name="results_plain_error")
+    def plain_error() -> ToolResult:
+        """Says it failed in its own words"""
+        return ToolResult("the printer is out of paper", is_error=True)
+
+    fake_llm.script(Reply(tool_calls=[Call("results_plain_error")]), Reply("No paper."))
+    events = list(chat.with_tools(plain_error).stream("print it"))
+    (done,) = [e for e in events if isinstance(e, ToolResultDone)]
+    assert done.error_type == "execution_error"
+    (result,) = tool_results(chat)
+    error = {"type": "execution_error", "message": "the printer is out of paper"}
+    assert json.loads(result.content) == {"error": error}
+    assert result.raw == {"error": error}
