@@ -277,6 +277,8 @@ def _failure(server: str, exc: BaseException) -> str:
         leaf = leaf.exceptions[0]
     if isinstance(leaf, MCPError):
         return f"MCP server {server!r} refused the request: {leaf.error.message}"
+    if isinstance(leaf, ValueError):  # pydantic's ValidationError, a JSON decode error
+        return f"MCP server {server!r} sent a malformed answer ({type(leaf).__name__})"
     status = getattr(getattr(leaf, "response", None), "status_code", None)
     if isinstance(status, int):
         return f"MCP server {server!r} answered HTTP {status}"

@@ -416,6 +416,60 @@ def test_html_and_svg_from_an_mcp_server_pass_the_upload_rules(fake_llm, setting
     assert "file evil.html refused" in json.dumps(fake_llm.requests[1].body)
 
 
+def junk_server():
+    """A streamable HTTP server that lists a tool, then answers its calls with JSON no
+    ``CallToolResult`` validates (an image whose data is a number)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def endpoint(request):
+        if request.method != "POST":
+            return Response(status_code=405)
+        body = await request.json()
+        method, rid = body.get("method"), body.get("id")
+        if rid is None:  # a notification
+            return Response(status_code=202)
+        result: dict = {}
+        if method == "initialize":
+            result = {
+                "protocolVersion": body["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "junk", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": [{"name": "charge", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            odd_calls.append("charge")
+            result = {"content": [{"type": "image", "data": 12}]}
+        return JSONResponse({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    app = Starlette(routes=[Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])])
+    return LoopbackMCP(app).start()
+
+
+def test_junk_json_from_a_server_is_an_error_result_and_runs_once(fake_llm):
+    junk = junk_server()
+    try:
+        configure(fake_llm, junk={"url": junk.url})
+        fake_llm.script(
+            Reply(tool_calls=[Call("charge", {}, call_id="call_j")]),
+            Reply("The server is confused."),
+            Reply("Hello again."),
+        )
+        chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:junk")
+        assert chat.ask("charge the card").content == "The server is confused."
+        error = json.loads(ToolCall.objects.get(call_id="call_j").get_result().content)["error"]
+        assert error == {
+            "type": "execution_error",
+            "message": "MCP server 'junk' sent a malformed answer (ValidationError)",
+        }
+        assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
+        assert odd_calls == ["charge"]
+    finally:
+        junk.stop()
+
+
 # -- streamable HTTP on loopback ------------------------------------------------------------
 seen_users: list = []
 
