@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from django_llmchat.agents import Agent
 from django_llmchat.events import StepFinished, ToolResultDone
 from django_llmchat.models import Chat, Run, ToolCall
 from django_llmchat.testing import Reply
@@ -243,6 +244,39 @@ def test_a_stream_closed_before_the_tools_ran_answers_the_calls(chat, fake_llm):
     assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
     assert Chat.objects.get(pk=chat.pk).ask("and now?").content == "Still here."
     assert ran == []  # never run, not by a later prompt either
+
+
+class Fragile(Agent):
+    """An agent whose callback fails on the first reply that calls a tool."""
+
+    provider, model = MODEL
+    tools = [charge]
+    failed: list[int] = []
+
+    def on_message(self, message, context):
+        if message.role == "assistant" and message.tool_calls.exists() and not self.failed:
+            self.failed.append(message.pk)
+            raise RuntimeError("the callback broke")
+
+
+def test_a_run_that_fails_after_storing_its_calls_answers_them(fake_llm):
+    fake_llm.configure(*MODEL)
+    Fragile.failed.clear()
+    chat = Fragile.start_chat()
+    fake_llm.script(
+        Reply(tool_calls=[Call("results_charge", call_id="call_c")]),
+        Reply("Hello again."),
+        Reply("Still here."),
+    )
+    with pytest.raises(RuntimeError, match="the callback broke"):
+        chat.ask("charge the card")
+    assert Chat.objects.get(pk=chat.pk).last_run.status == "failed"
+    (result,) = tool_results(chat)
+    error = json.loads(result.content)["error"]
+    assert error["type"] == "execution_error" and "not run again" in error["message"]
+    assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
+    assert Chat.objects.get(pk=chat.pk).ask("and now?").content == "Still here."
+    assert ran == []
 
 
 def test_a_run_taken_over_from_a_dead_worker_does_not_run_its_calls_again(chat, fake_llm):
