@@ -494,7 +494,7 @@ def _tool_result(result: Any) -> ToolResult:
     structured content), images, audio and blobs as attachments. Raises when a block
     cannot be read (invalid base64): :meth:`MCPTool.run` makes that an error result. The
     files then pass the upload rules where every tool result is stored
-    (:func:`~django_llmchat.tools.checked_result`)."""
+    (:func:`~django_llmchat.steps.checked_result`)."""
     texts: list[str] = []
     attachments: list[tuple] = []
     for number, block in enumerate(result.content or [], start=1):

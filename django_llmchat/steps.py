@@ -6,23 +6,30 @@ call, closed after it). The request side, the messages a run sends, is
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
 from django.db.models.functions import Now
 
-from .errors import RunLostError
+from .conf import settings
+from .errors import InputError, RunLostError
+from .inputs import check_attachment
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .prepared import Arg, PreparedInsert, PreparedUpdate, known_relations
 from .providers.types import ProviderResponse
-from .tools import CheckedResult, ToolResult, checked_result
+from .tools import ToolResult, describe
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CheckedResult",
+    "checked_result",
     "closed_attempt",
     "open_attempt",
     "record_failed_attempts",
@@ -245,6 +252,138 @@ def save_summary(
             execution.fence()
     known_relations(message, tool_calls=[], attachments=[], usages=[usage])
     return message
+
+
+# -- tool results: one gate -------------------------------------------------------------
+@dataclass
+class CheckedResult:
+    """A tool's result as it is stored and sent (:func:`checked_result`): its ``text``,
+    the files that passed the upload rules as ``(filename, bytes, type)``, and ``raw``,
+    what the tool message records of it (the error, the cut, the files refused)."""
+
+    text: str
+    attachments: list[tuple[str, bytes, str]]
+    raw: dict[str, Any] | None
+    is_error: bool = False
+    error_type: str | None = None
+
+
+def _marked(text: str, limit: int | None) -> tuple[str, dict[str, int] | None]:
+    """``text`` cut to ``limit`` characters, followed by a marker saying so."""
+    if not limit or len(text) <= limit:
+        return text, None
+    marker = f"\n[truncated: {len(text):,} characters, {limit:,} kept]"
+    return text[:limit] + marker, {"characters": len(text), "kept": limit}
+
+
+def _storable(text: str) -> str:
+    """Text every database stores: NUL characters (PostgreSQL refuses them) and lone
+    surrogates (no encoding holds them) become replacement characters."""
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _file_shape(item: Any) -> bool:
+    return (
+        isinstance(item, tuple | list)
+        and len(item) in (2, 3)
+        and isinstance(item[0], str)
+        and isinstance(item[1], bytes | bytearray)
+        and (len(item) == 2 or item[2] is None or isinstance(item[2], str))
+    )
+
+
+def checked_result(name: str, result: Any) -> CheckedResult:
+    """What the result of tool ``name`` is stored and sent as: the one gate every tool
+    result (Python, MCP, an error written by the library) goes through.
+
+    - Its text is at most ``LLMCHAT["TOOL_RESULT_MAX_CHARS"]`` characters: a longer one is
+      cut, with a marker the model reads (``[truncated: 10,485,760 characters, 100,000
+      kept]``) and ``raw["truncated"]`` on the row; an error keeps its JSON shape, its
+      message cut.
+    - Its files pass the rules of a user's upload
+      (:func:`~django_llmchat.inputs.check_attachment`: sniffed type,
+      ``ALLOWED_ATTACHMENT_TYPES``, ``MAX_ATTACHMENT_SIZE``; at most ``MAX_ATTACHMENTS``):
+      a refused file is never stored, a line of the text says why
+      (``[file evil.html refused: type text/html is not allowed ...]``) and
+      ``raw["refused"]`` lists them.
+    - A result that cannot be stored (not JSON-serialisable, files that are not
+      ``(filename, bytes[, type])``) is an ``execution_error`` result saying so.
+    """
+    if not isinstance(result, ToolResult):
+        result = ToolResult(content=result if result is not None else "")
+    limit = settings.TOOL_RESULT_MAX_CHARS
+    try:
+        items = list(result.attachments or [])
+        bad = next((n for n, item in enumerate(items, 1) if not _file_shape(item)), None)
+        if bad is not None:
+            raise TypeError(f"attachment {bad} is not (filename, bytes[, MIME type])")
+        if result.is_error:  # an error's text is its JSON payload, its message cut
+            if _error_payload(result.content):
+                error = dict(result.content["error"])
+            else:
+                error = {"type": result.error_type or "execution_error", "message": result.text}
+            message, cut = _marked(_storable(str(error["message"])), limit)
+            error["message"] = message
+            text = json.dumps({"error": error}, ensure_ascii=False)
+        else:
+            error = None
+            text, cut = _marked(_storable(result.text), limit)
+    except Exception as exc:  # the model hears about it; the run goes on
+        logger.warning("tool %s: its result cannot be stored (%s)", name, type(exc).__name__)
+        return checked_result(
+            name,
+            ToolResult.error(
+                "execution_error", f"the result of {name} cannot be stored: {describe(exc)}"
+            ),
+        )
+    files: list[tuple[str, bytes, str]] = []
+    refused: list[dict[str, str]] = []
+    most = settings.MAX_ATTACHMENTS
+    for item in items:
+        filename = os.path.basename(str(item[0]).replace("\\", "/"))[:200] or "attachment"
+        if most is not None and len(files) >= most:
+            reason = f"too many files (at most {most})"
+        else:
+            try:
+                files.append(check_attachment(tuple(item)))
+                continue
+            except InputError as exc:
+                reason = exc.reason.removeprefix(f"{filename}: ")
+        refused.append({"filename": _storable(filename), "reason": reason})
+    raw: dict[str, Any] = {}
+    if error is not None:
+        raw["error"] = error
+    if cut is not None:
+        raw["truncated"] = cut
+    if refused:
+        raw["refused"] = refused
+        notes = "\n".join(f"[file {r['filename']} refused: {r['reason']}]" for r in refused)
+        if error is not None:
+            error["message"] += "\n" + notes
+            text = json.dumps({"error": error}, ensure_ascii=False)
+        else:
+            text = f"{text}\n{notes}" if text else notes
+    return CheckedResult(
+        text=text,
+        attachments=files,
+        raw=raw or None,
+        is_error=error is not None,
+        error_type=error.get("type") if error is not None else None,
+    )
+
+
+def _error_payload(content: Any) -> bool:
+    return (
+        isinstance(content, dict)
+        and set(content) == {"error"}
+        and isinstance(content["error"], dict)
+        and "message" in content["error"]
+    )
 
 
 def save_tool_results(

@@ -18,6 +18,7 @@ from .errors import InterruptError
 from .events import Interrupt, SkillActivation, ToolApprovalRequest, ToolResultDone
 from .models import ToolCall
 from .providers.types import ProviderMessage
+from .runs.claims import WORKER_LOST_RESULT
 from .skills import ACTIVATE_TOOL
 from .steps import save_tool_results
 from .tools import Tool, ToolResult, describe
@@ -65,7 +66,7 @@ class ToolRunning:
                 continue
             runnable.append((call, tool))
         if not again:
-            results.extend((call, _interrupted(call)) for call, _tool in runnable)
+            results.extend((call, WORKER_LOST_RESULT) for call, _tool in runnable)
             runnable = []
         try:
             results.extend(self._execute(runnable))
@@ -161,14 +162,6 @@ class ToolRunning:
             save_tool_results(self.chat, [(call, result) for call in calls], self.execution)
         except Exception:
             logger.exception("run %s: could not answer its tool calls", self.execution.pk)
-
-
-def _interrupted(call: ToolCall) -> ToolResult:
-    return ToolResult.error(
-        "interrupted",
-        f"The process running {call.name} stopped before its result was stored; it was not "
-        "run again (it may or may not have taken effect).",
-    )
 
 
 def _in_thread(func, *args):

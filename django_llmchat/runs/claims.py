@@ -24,6 +24,7 @@ from ..errors import ChatBusyError, RunLostError
 from ..models import Run
 from ..models.message import QUEUED_POSITION
 from ..prepared import mark_saved
+from ..tools import ToolResult
 from . import base, pg
 from .base import (
     _CHAT_RUNNING,
@@ -42,10 +43,15 @@ from .base import (
     logger,
     worker_name,
 )
-from .decisions import cancel_queued
+from .decisions import answer_calls, cancel_queued
 from .execution import Execution
 
 WAIT_POLL_SECONDS = 0.05
+WORKER_LOST_RESULT = ToolResult.error(
+    "interrupted",
+    "The process running this call stopped before its result was stored; it was not run "
+    "again (it may or may not have taken effect).",
+)
 
 
 @dataclass
@@ -246,6 +252,8 @@ def _give_up(run: Run, now) -> None:
         "time); it was not tried again."
     )
     _mark_lost(run.pk)
+    # the calls its workers left may have run: answered, never run by a later run
+    answer_calls(run.chat_id, run, WORKER_LOST_RESULT)
     base._tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
     signals.send_after_commit(
         signals.run_failed,

@@ -333,3 +333,22 @@ def test_an_error_result_of_plain_text_is_stored_as_an_error(chat, fake_llm):
     error = {"type": "execution_error", "message": "the printer is out of paper"}
     assert json.loads(result.content) == {"error": error}
     assert result.raw == {"error": error}
+
+
+def test_a_run_given_up_after_its_workers_died_answers_its_calls(chat, fake_llm, settings):
+    fake_llm.configure(*MODEL, RUN_MAX_ATTEMPTS=2)
+    prompt = chat.add_message(role="user", content="charge the card")
+    run = taken_run(chat, None, lease=-5, worker="dead-host:2", attempt=2, steps=1)
+    Run.objects.filter(pk=run.pk).update(prompt=prompt)
+    call_message = chat.add_message(role="assistant", content="", run=run)
+    ToolCall.objects.create(
+        chat=chat, message=call_message, call_id="call_g", name="results_charge"
+    )
+    fake_llm.script(Reply("Hello again."))
+    chat = Chat.objects.get(pk=chat.pk).with_tools(charge)
+    assert chat.ask("hi").content == "Hello again."  # the dead run is given up first
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("failed", "worker_lost")
+    (result,) = tool_results(chat)
+    assert json.loads(result.content)["error"]["type"] == "interrupted"
+    assert ran == []
