@@ -264,8 +264,6 @@ class CheckedResult:
     text: str
     attachments: list[tuple[str, bytes, str]]
     raw: dict[str, Any] | None
-    is_error: bool = False
-    error_type: str | None = None
 
 
 def _marked(text: str, limit: int | None) -> tuple[str, dict[str, int] | None]:
@@ -368,13 +366,7 @@ def checked_result(name: str, result: Any) -> CheckedResult:
             text = json.dumps({"error": error}, ensure_ascii=False)
         else:
             text = f"{text}\n{notes}" if text else notes
-    return CheckedResult(
-        text=text,
-        attachments=files,
-        raw=raw or None,
-        is_error=error is not None,
-        error_type=error.get("type") if error is not None else None,
-    )
+    return CheckedResult(text=text, attachments=files, raw=raw or None)
 
 
 def _error_payload(content: Any) -> bool:
@@ -398,7 +390,7 @@ def save_tool_results(
     the run's ``execution`` when given). They follow one another on the path, the first
     after ``parent_id`` (the path's last message; read when not given).
 
-    Each result passes :func:`~django_llmchat.tools.checked_result` (bounded text, files
+    Each result passes :func:`checked_result` (bounded text, files
     through the upload rules) and every call gets its message: when storing fails (the
     storage refuses a file, the database a row), the results with files are stored as
     error results instead, and if that fails too, every one; only a run that is no longer
