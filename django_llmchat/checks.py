@@ -14,6 +14,7 @@ from .conf import DEFAULTS
 NUMBERS = {
     "MAX_STEPS": (int, 1),
     "TOOL_TIMEOUT": ((int, float), 0),
+    "TOOL_RESULT_MAX_CHARS": (int, 1),
     "MAX_RETRIES": (int, 0),
     "MAX_RETRY_WAIT": ((int, float), 0),
     "EVENTS_MAXLEN": (int, 1),

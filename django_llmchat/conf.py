@@ -22,6 +22,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_STEPS": 16,
     # Seconds a tool may run before it gets a timeout_error result.
     "TOOL_TIMEOUT": 60.0,
+    # The longest text of a tool's result, in characters: a longer one is cut, marked for
+    # the model and on the tool message (``raw["truncated"]``). A tool's files pass the
+    # rules of a user's upload (MAX_ATTACHMENTS, MAX_ATTACHMENT_SIZE,
+    # ALLOWED_ATTACHMENT_TYPES).
+    "TOOL_RESULT_MAX_CHARS": 100_000,
     # Dotted paths of modules whose @tool functions should be importable by name.
     "TOOL_MODULES": [],
     # MCP servers whose tools chats and agents may take ("mcp:<name>"), by name: {"<name>":

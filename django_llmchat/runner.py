@@ -104,6 +104,8 @@ class Runner(ProviderAttempts, ToolRunning):
         # spending limits: the check that admitted the run serves its first call
         self._admitted: limits.Verdict | None = None
         self._warned: set[str] = set()
+        # tool calls this run stored (or found) and has not answered yet
+        self.unanswered: list[ToolCall] = []
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -313,9 +315,12 @@ class Runner(ProviderAttempts, ToolRunning):
                 else []
             )
             steps = execution.run.steps
+            # calls a process that died left unanswered may have run: never again
+            again = not execution.taken_over
+            self.unanswered = list(pending)
             while True:
                 if pending:
-                    stop = yield from self._run_tools(pending, history)
+                    stop = yield from self._run_tools(pending, history, again=again)
                     if stop is not None:
                         self.result.interrupt = stop
                         yield stop
@@ -325,7 +330,7 @@ class Runner(ProviderAttempts, ToolRunning):
                             else (Run.INTERRUPTED, "", "", stop.reason or "")
                         )
                         return
-                    pending = []
+                    pending, again = [], True
                 if steps:
                     execution.poll(force=True)
                 if steps >= self.max_steps:
@@ -410,6 +415,13 @@ class Runner(ProviderAttempts, ToolRunning):
         if outcome is None:  # the loop left without saying why: do not leave it running
             outcome = (Run.FAILED, "internal_error", "The reply failed.", "")
         status, error_type, error, reason = outcome
+        if status == Run.CANCELLED:
+            self.answer_unanswered("cancelled", "The run was cancelled before this call ran.")
+        elif status in (Run.FAILED, Run.QUEUED):
+            self.answer_unanswered(
+                "execution_error",
+                "The run failed before this call's result was stored; it is not run again.",
+            )
         if status == Run.AWAITING_APPROVAL:
             execution.pause()
         elif status == Run.QUEUED:

@@ -58,6 +58,9 @@ def test_conf_reloads_on_override_settings():
         ({"EVENTS_KEY_PREFIX": ""}, "llmchat.E012", "LLMCHAT['EVENTS_KEY_PREFIX']"),
         ({"RUN_LEASE": 0.1}, "llmchat.E002", "LLMCHAT['RUN_LEASE']"),
         ({"RUN_MAX_ATTEMPTS": 0}, "llmchat.E002", "LLMCHAT['RUN_MAX_ATTEMPTS']"),
+        ({"TOOL_RESULT_MAX_CHARS": 0}, "llmchat.E002", "LLMCHAT['TOOL_RESULT_MAX_CHARS']"),
+        ({"TOOL_RESULT_MAX_CHARS": None}, "llmchat.E002", "LLMCHAT['TOOL_RESULT_MAX_CHARS']"),
+        ({"TOOL_RESULT_MAX_CHARS": 1.5}, "llmchat.E002", "LLMCHAT['TOOL_RESULT_MAX_CHARS']"),
         ({"RECOVER_QUEUED_AFTER": "5m"}, "llmchat.E002", "LLMCHAT['RECOVER_QUEUED_AFTER']"),
         ({"CANCEL_ON_DISCONNECT": "yes"}, "llmchat.E013", "LLMCHAT['CANCEL_ON_DISCONNECT']"),
         (
