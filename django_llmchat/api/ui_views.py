@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.db import transaction
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
@@ -91,9 +92,18 @@ class UIChatView(TransportView):
         serializer = UIChatSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        chat = chat_for(request.user, data["id"], create=True)
-        if chat is None:  # cannot happen for an authenticated user
-            raise Http404("No such chat.")
+        chat = chat_for(request.user, data["id"], create=False)
+        if chat is not None:
+            return self._post(request, chat, data)
+        # a chat made on first use commits with the run the request admits: a refused
+        # request (400, 404, 409, 422, 429) leaves no empty chat behind
+        with transaction.atomic():
+            chat = chat_for(request.user, data["id"], create=True)
+            if chat is None:  # cannot happen for an authenticated user
+                raise Http404("No such chat.")
+            return self._post(request, chat, data)
+
+    def _post(self, request, chat: Chat, data: dict):
         last = data["last"]
         # a new user message's own id names the request when no header does: a retried
         # sendMessage stores no second prompt

@@ -109,6 +109,23 @@ def test_another_users_same_key_is_independent(clients, chat, inline, owner):
     assert IdempotencyKey.objects.count() == 2
 
 
+def test_a_key_is_per_chat(api, chat, inline, owner):
+    """The same key on another chat of the user is another request's key."""
+    inline.script(Reply("One."), Reply("Two."))
+    other = Chat.objects.create(user=owner, provider="openai", model_id=MODEL)
+    headers = key()
+    assert ask(api, chat, headers=headers).status_code == 202
+    second = ask(api, other, headers=headers)
+    assert second.status_code == 202, second.content
+    assert "Idempotent-Replayed" not in second
+    assert prompts(chat) == 1 and prompts(other) == 1
+    # and each chat still replays its own first answer
+    again = ask(api, other, headers=headers)
+    assert again.status_code == 202 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["message"]["id"] == second.json()["message"]["id"]
+    assert prompts(other) == 1
+
+
 def test_an_expired_key_starts_a_new_run_and_is_purged(api, chat, inline, settings):
     inline.script(Reply("One."), Reply("Two."))
     headers = key()
