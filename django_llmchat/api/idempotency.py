@@ -388,7 +388,7 @@ def replay_events(
     None)`` while idle. Ends as well when the run ended in the database and nothing came
     for two idle periods (its end was never published)."""
     from .. import streams
-    from .sse import FOLLOW_BLOCK_MS
+    from .sse import heartbeat_ms, patience
 
     started = last_id is not None
     idle = 0
@@ -398,7 +398,8 @@ def replay_events(
         last_id or after,
         stop_at_run_end=False,
         heartbeat=True,
-        block_ms=FOLLOW_BLOCK_MS,
+        block_ms=heartbeat_ms(),
+        patience=patience(),
     ):
         if event is None:
             finished = Run.objects.filter(pk=run_id, status__in=Run.FINISHED).exists()
@@ -428,11 +429,9 @@ def _sse_frames(events) -> Iterator[str]:
             yield comment() if event is None else to_sse(event, event_id)
     except Exception as exc:
         logger.exception("replaying a run failed", exc_info=exc)
-        from .sse import frame
+        from .sse import frame, unavailable_message
 
-        yield frame(
-            "error", {"type": "events_unavailable", "message": "The event stream is unavailable."}
-        )
+        yield frame("error", {"type": "events_unavailable", "message": unavailable_message(exc)})
 
 
 def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
@@ -445,7 +444,9 @@ def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
             yield "".join(ui.chunk(item) for item in stream.feed(event))
     except Exception as exc:
         logger.exception("replaying a run of chat %s failed", chat_id, exc_info=exc)
-        yield "".join(ui.chunk(i) for i in stream.error("The event stream is unavailable."))
+        from .sse import unavailable_message
+
+        yield "".join(ui.chunk(i) for i in stream.error(unavailable_message(exc)))
     yield ui.DONE
 
 
