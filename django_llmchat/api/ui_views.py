@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from .. import branches
 from ..errors import ArgumentError
-from ..models import Chat, Run, ToolCall
+from ..models import Chat, Run
 from . import ui_messages
 from .base import LLMChatView, admit, interrupt_current, once, stream_position
 from .errors import Conflict, text_refusal
@@ -166,11 +166,7 @@ class UIChatView(TransportView):
                 finish_metadata=finish,
                 message_id=last.get("id") or None,
                 known_calls=[(call.call_id, call.name, known) for call, known in decided],
-                run_calls=list(
-                    ToolCall.objects.filter(message__run=resumed)
-                    .order_by("id")
-                    .values_list("call_id", flat=True)
-                ),
+                run_calls=ui_messages.stored_calls(resumed.pk),
             )
             run["resume"] = resumed
         else:

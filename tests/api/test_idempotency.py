@@ -239,6 +239,47 @@ def test_a_retried_send_message_with_the_same_message_id_stores_one_prompt(
     assert changed.status_code == 422
 
 
+def test_a_replayed_ui_stream_names_repeated_vendor_ids_as_the_first_did(
+    api, owner, fake_llm, events_url
+):
+    """A vendor restarting its call ids at ``call_0`` in each step: the replay of a retried
+    request gives each call the ``toolCallId`` the first stream gave it."""
+    from django_llmchat.testing import ToolCall as ScriptedCall
+
+    from .test_runs import api_lookup
+
+    fake_llm.configure(
+        "deepseek",
+        "deepseek-chat",
+        TASKS_EAGER_WITHOUT_BROKER="inline",
+        EVENTS_URL=events_url,
+        EVENTS_KEY_PREFIX=settings_prefix(),
+    )
+    chat = Chat.objects.create(user=owner, provider="deepseek", model_id="deepseek-chat")
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Paris"}, "call_0")]),
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Rome"}, "call_0")]),
+        Reply("Both big."),
+    )
+    message = user("Paris and Rome?")
+    first = chunks(post(api, chat.pk, message))
+    again = chunks(post(api, chat.pk, message))
+
+    def ids(streamed):
+        return [c["toolCallId"] for c in streamed if c["type"] == "tool-input-available"]
+
+    assert len(set(ids(first))) == 2
+    assert ids(again) == ids(first)
+    assert len(fake_llm.requests) == 3  # nothing was asked again
+
+
+def settings_prefix() -> str:
+    from django.conf import settings
+
+    return settings.LLMCHAT["EVENTS_KEY_PREFIX"]
+
+
 def test_ui_chat_without_events_answers_the_run(api, chat, inline):
     inline.script(Reply("Bonjour !"))
     message = user("Say hello")
