@@ -68,7 +68,8 @@ class UIChatView(TransportView):
         summary="Send a message the AI SDK way (UI message stream protocol v1)",
         description=(
             "The body of the AI SDK's `DefaultChatTransport`: `id` (a chat id of yours, or "
-            "an id the client made up: the chat is created on first use), `messages` (the "
+            "an id the client made up: the chat is created on first use, with the run; "
+            "another user's chat id is a `404`), `messages` (the "
             "last is the new user message, or the assistant message with answers to tool "
             "approvals; the ones before it, by their ids, are the path it continues: the "
             "chat's active path appends, a shorter prefix branches after its last message, "
@@ -83,6 +84,7 @@ class UIChatView(TransportView):
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
             400: UI_RULES,
+            404: ERROR,
             409: IDEMPOTENCY_CONFLICT,
             422: IDEMPOTENCY_REUSED,
         },
