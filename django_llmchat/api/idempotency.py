@@ -388,7 +388,7 @@ def replay_events(
     None)`` while idle. Ends as well when the run ended in the database and nothing came
     for two idle periods (its end was never published)."""
     from .. import streams
-    from .sse import heartbeat_ms, patience
+    from .sse import heartbeat_ms
 
     started = last_id is not None
     idle = 0
@@ -398,8 +398,7 @@ def replay_events(
         last_id or after,
         stop_at_run_end=False,
         heartbeat=True,
-        block_ms=heartbeat_ms(),
-        patience=patience(),
+        block_ms=heartbeat_ms(),  # no patience: its idle periods tell an unpublished end
     ):
         if event is None:
             finished = Run.objects.filter(pk=run_id, status__in=Run.FINISHED).exists()

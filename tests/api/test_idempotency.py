@@ -327,6 +327,20 @@ def test_a_retried_cancel_gets_the_first_202(api, chat):
     assert api.post(url("chat-cancel", pk=chat.pk)).status_code == 409  # without a key
 
 
+def test_a_cancel_key_is_per_chat(api, chat, owner):
+    from django_llmchat import runs
+
+    other = Chat.objects.create(user=owner, provider="openai", model_id=MODEL)
+    for each in (chat, other):
+        runs.enqueue(each, Message(chat=each, role="user", content="Later."))
+    headers = key()
+    first = api.post(url("chat-cancel", pk=chat.pk), **headers)
+    second = api.post(url("chat-cancel", pk=other.pk), **headers)  # the same key
+    assert first.status_code == second.status_code == 202, second.content
+    assert "Idempotent-Replayed" not in second
+    assert [r.status for r in Run.objects.order_by("id")] == [Run.CANCELLED, Run.CANCELLED]
+
+
 # -- a key whose first request died before answering ------------------------------------------
 def crashed(row: IdempotencyKey, *, ago: float = 0) -> None:
     """The row as a first request that died before its answer left it: in progress."""
