@@ -195,3 +195,25 @@ def test_events_under_asgi_keep_alive_then_end_while_redis_hangs(
 
     pieces = async_to_sync(go)()
     check_kept_alive_then_ended(pieces, True, "Redis did not answer for 2 s")
+
+
+def test_a_resumed_ui_stream_keeps_alive_then_ends_while_redis_hangs(
+    api, chat, fake_llm, hung, monkeypatch
+):
+    import json
+
+    follow_while_redis_fails(fake_llm, monkeypatch, hung.url)
+    Run.objects.create(chat=chat, status=Run.RUNNING, attempt=1)  # a run to resume
+    response = api.get(url("ui-chat-stream", id=str(chat.pk)))
+    assert response.status_code == 200
+    pieces, ended = timed_body(response, 8)
+    assert ended, pieces
+    alive = [text for _, text in pieces if text == ": keep-alive\n\n"]
+    assert len(alive) >= 2, pieces
+    body = "".join(text for _, text in pieces)
+    assert body.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(b[6:]) for b in body.split("\n\n") if b.startswith("data: {")]
+    assert chunks[-1] == {
+        "type": "error",
+        "errorText": "The event stream is unavailable: Redis did not answer for 2 s.",
+    }
