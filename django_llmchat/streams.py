@@ -423,6 +423,7 @@ class _Patience:
         self.interval = interval  # between two tries (a heartbeat's)
         self.heartbeat = heartbeat
         self.answered = time.monotonic()
+        self.deadline: float | None = None  # the follow's own ``timeout``, once it runs
 
 
 def _cause(exc: BaseException, seconds: float) -> str:
@@ -445,11 +446,16 @@ def _ask(patience: _Patience | None, method: str, args: tuple, kwargs: dict):
         if patience is None:  # pragma: no cover - the driver raises at once then
             raise answer.exc
         now = time.monotonic()
+        if patience.deadline is not None and now >= patience.deadline:
+            return None  # the follow's time is up: it ends as a quiet one does
         if now - patience.answered >= patience.seconds:
             raise FollowFailed(_cause(answer.exc, patience.seconds)) from answer.exc
         if patience.heartbeat:
             yield ("emit", (None, None), None)
-        pause = min(patience.interval - (now - asked), patience.answered + patience.seconds - now)
+        ends = patience.answered + patience.seconds
+        if patience.deadline is not None:
+            ends = min(ends, patience.deadline)
+        pause = min(patience.interval - (now - asked), ends - now)
         if pause > 0:
             yield ("sleep", (pause,), None)
 
@@ -482,6 +488,8 @@ def _follow_protocol(
     else:
         cursor = last_id
     deadline = None if timeout is None else time.monotonic() + timeout
+    if patience is not None:
+        patience.deadline = deadline
     while True:
         block = block_ms
         if deadline is not None:

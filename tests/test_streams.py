@@ -286,3 +286,17 @@ def test_a_patient_follow_gives_up_naming_the_cause():
     assert failures >= 2
     assert gave_up.value.cause == "Redis did not answer for 0.1 s"
     assert isinstance(gave_up.value.__cause__, redis.TimeoutError)
+
+
+def test_a_patient_follow_ends_at_its_timeout_though_redis_fails():
+    import redis
+
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        following = streams._Following(7, "0", 50, True, 0.15, False, patience=10.0)
+    started = time.monotonic()
+    for method, args, _ in following:
+        if method == "sleep":
+            time.sleep(*args)
+        else:
+            following.failed(redis.ConnectionError("refused"))
+    assert time.monotonic() - started < 1  # ended quietly at its timeout, not its patience
