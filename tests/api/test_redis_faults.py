@@ -110,9 +110,14 @@ def timed_body(response, limit: float) -> tuple[list[tuple[float, str]], bool]:
     started = time.monotonic()
 
     def read():
-        for piece in response.streaming_content:
-            text = piece.decode() if isinstance(piece, bytes) else piece
-            pieces.append((time.monotonic() - started, text))
+        from django.db import connections
+
+        try:
+            for piece in response.streaming_content:
+                text = piece.decode() if isinstance(piece, bytes) else piece
+                pieces.append((time.monotonic() - started, text))
+        finally:
+            connections.close_all()  # this thread's, as a server's request_finished does
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -121,6 +126,7 @@ def timed_body(response, limit: float) -> tuple[list[tuple[float, str]], bool]:
 
 
 def follow_while_redis_fails(fake_llm, monkeypatch, redis_url: str):
+    streams._redis()  # imported before the clock starts (a process's first follow imports it)
     fake_llm.configure(
         "openai",
         "gpt-4.1-mini",
