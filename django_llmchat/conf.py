@@ -46,6 +46,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a publish to Redis may take; past it (or on any Redis error) publishing is
     # skipped for 10 s, so a hung Redis never stalls a reply.
     "EVENTS_PUBLISH_TIMEOUT": 1.0,
+    # Seconds between keep-alive comments of an SSE follower (events/) while nothing
+    # happens, and while Redis does not answer (until it gave up, after 10 s).
+    "EVENTS_HEARTBEAT": 3.0,
     # Run tasks in-process when no Celery broker is configured: True runs them in a
     # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,
