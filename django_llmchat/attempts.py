@@ -143,9 +143,10 @@ class ProviderAttempts:
         return response
 
     def _save(self, response, content: str, usages: list[Usage], *, final: bool = False):
-        """Store one step (its message, tool calls and usage rows), fenced by the run."""
+        """Store one step (its message, tool calls and usage rows), fenced by the run; its
+        calls are the run's unanswered ones until their results are stored."""
         chat = self.chat
-        return save_step(
+        message, calls = save_step(
             chat,
             response,
             provider=chat.provider,
@@ -156,6 +157,8 @@ class ProviderAttempts:
             final=final,
             parent_id=path_leaf(self.history.messages),
         )
+        self.unanswered = list(calls)
+        return message, calls
 
     def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
         """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown

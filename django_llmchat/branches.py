@@ -14,11 +14,13 @@ the change is refused with :class:`~django_llmchat.errors.RunInProgress` (a
 decision: a run never sees its path move under it.
 
 - :func:`branch_here` (a new prompt after a given parent, from ``runs.enqueue`` inside
-  :func:`branching`: every on-path message after the parent leaves the path, the prompt
-  joins it);
+  :func:`branching`: the path becomes exactly the parent's ancestors and the parent,
+  whatever was active before; the prompt joins it);
 - :func:`drop_reply` (a regenerate: the messages after the last prompt leave the path);
 - :func:`rewire` (``runs.switch_to``: the path through any message of the chat, its
   ancestors, itself, then the newest child each time down to a leaf);
+- :func:`reads_before_its_parent` (a run starting: its prompt moves after the message it
+  follows when its clock was read before that message's);
 - :func:`leaf_id`, :func:`siblings` (reads).
 
 A system message stays outside the tree: instructions are always on the path; a summary is
@@ -31,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from .errors import ArgumentError, RunInProgress
 from .models import Message
@@ -49,6 +51,7 @@ __all__ = [
     "leaf_row",
     "link_parents",
     "pending_branch",
+    "reads_before_its_parent",
     "rewire",
     "siblings",
 ]
@@ -98,6 +101,12 @@ def _changed(chat_id: int) -> None:
 def check_parent(chat_id: int, parent: Any) -> tuple[int, int] | None:
     """``(id, position)`` of ``parent`` (a Message, an id, or :data:`ROOT`: ``None``),
     checked to be a message of the chat a prompt may follow."""
+    row = _parent_row(chat_id, parent)
+    return None if row is None else row[:2]
+
+
+def _parent_row(chat_id: int, parent: Any) -> tuple[int, int, bool] | None:
+    """:func:`check_parent`, with whether the parent is on the active path. One query."""
     if parent is ROOT:
         return None
     pk = getattr(parent, "pk", parent)
@@ -105,37 +114,82 @@ def check_parent(chat_id: int, parent: Any) -> tuple[int, int] | None:
         raise ArgumentError(f"parent must be a message of the chat or its id, got {parent!r}")
     row = (
         Message.objects.filter(pk=pk, chat_id=chat_id)
-        .values_list("role", "position", "summary_until_id")
+        .values_list("role", "position", "summary_until_id", "on_path")
         .first()
     )
     if row is None:
         raise ArgumentError(f"message {pk} is not a message of chat {chat_id}")
-    role, position, summary_until = row
+    role, position, summary_until, on_path = row
     if role == "system" or summary_until is not None:
         raise ArgumentError(f"message {pk} is a system message: a prompt cannot follow it")
     if role == "tool":
         raise ArgumentError(f"message {pk} is a tool result: a prompt cannot follow it")
     if position >= QUEUED_POSITION:
         raise ArgumentError(f"message {pk} is a prompt still waiting for its run")
-    return pk, position
+    return pk, position, on_path
 
 
-def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> int | None:
+def branch_here(chat_id: int, parent: Any, *, in_progress: bool) -> tuple[int, int] | None:
     """A new prompt will follow ``parent``: in the caller's transaction, under the chat's
-    lock (``in_progress``: the chat has an unfinished run, and the branch is refused), every
-    on-path message after ``parent`` leaves the path, with the summaries covering them.
-    Returns the parent's id for the prompt (``None`` for :data:`ROOT`)."""
-    row = check_parent(chat_id, parent)
+    lock (``in_progress``: the chat has an unfinished run, and the branch is refused), the
+    active path becomes exactly the parent's ancestors and the parent, whatever was
+    active before (with the instructions, and the summaries of what stays). Returns the
+    parent's ``(id, position)`` for the prompt (``None`` for :data:`ROOT`).
+
+    A parent on the path (the common case: the active leaf, or a prompt edited on the
+    path) costs one read and one ``UPDATE`` (the path's messages after it leave); a
+    parent off the path, one read of the chat's rows and at most two ``UPDATE``
+    statements, as :func:`rewire`."""
+    row = _parent_row(chat_id, parent)
     if in_progress:
         raise busy(chat_id, "branching")
-    after = -(2**62) if row is None else row[1]
+    if row is not None and not row[2]:
+        rows = _tree_rows(chat_id)
+        parents = {r[0]: r[1] for r in rows if r[4] != "system"}
+        path: set[int] = set()
+        node: int | None = row[0]
+        while node is not None and node not in path:
+            path.add(node)
+            node = parents.get(node)
+        _apply(chat_id, rows, path)
+        return row[:2]
     on_path = Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
-    left = on_path.filter(
-        (Q(position__gt=after) & ~Q(role="system")) | Q(summary_until__position__gt=after)
-    ).update(on_path=False)
-    if left:
+    if row is None:  # before the first message: only the instructions stay
+        leaving = ~Q(role="system") | Q(summary_until__isnull=False)
+    else:
+        pk, position = row[:2]
+        leaving = (
+            (Q(position__gt=position) | Q(position=position, pk__gt=pk)) & ~Q(role="system")
+        ) | Q(summary_until__position__gt=position)
+        leaving |= Q(summary_until__position=position, summary_until_id__gt=pk)
+    if on_path.filter(leaving).update(on_path=False):
         _changed(chat_id)
-    return None if row is None else row[0]
+    return None if row is None else row[:2]
+
+
+def reads_before_its_parent(chat_id: int, prompt_id: int | None, loaded: Any) -> bool:
+    """Whether the prompt ``prompt_id`` of a run that stored no step yet reads before the
+    messages of the path it follows in ``loaded`` (the history the run read when it
+    started); if so it moves after them (one ``UPDATE``, only of a prompt placed before
+    its parent) and the caller reads the history again. A prompt admitted in one call
+    (PostgreSQL) took its place from the clock before the chat's lock: a reply another
+    run stored meanwhile can read after it. The run holds the chat: nothing else moves
+    the path now."""
+    if prompt_id is None:
+        return False
+    messages = loaded.messages
+    at = next((i for i, m in enumerate(messages) if m.ref == prompt_id), None)
+    if at is None or not any(m.role != "system" for m in messages[at + 1 :]):
+        return False
+    path = Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+    last = path.exclude(pk=prompt_id).order_by("-position").values("position")[:1]
+    parent = Message.objects.filter(pk=OuterRef("parent_id")).values("position")[:1]
+    moved = Message.objects.filter(pk=prompt_id, position__lte=Subquery(parent)).update(
+        position=Subquery(last) + 1
+    )
+    if moved:
+        _changed(chat_id)
+    return bool(moved)
 
 
 def drop_reply(chat_id: int) -> int:
@@ -188,15 +242,30 @@ def rewire(chat_id: int, message: Any) -> int:
     pk = getattr(message, "pk", message)
     if isinstance(pk, bool) or not isinstance(pk, int):
         raise ArgumentError(f"message must be a message of the chat or its id, got {message!r}")
-    rows = list(
-        Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).values_list(
-            "pk", "parent_id", "position", "on_path", "role", "summary_until_id"
-        )
-    )
+    rows = _tree_rows(chat_id)
     tree = [(r[0], r[1], r[2]) for r in rows if r[4] != "system"]
     if pk not in {r[0] for r in tree}:
         raise ArgumentError(f"message {pk} is not a message of chat {chat_id} in its tree")
     path = _path_through(tree, pk)
+    _apply(chat_id, rows, path)
+    leaf = max((r[2], r[0]) for r in tree if r[0] in path)
+    return leaf[1]
+
+
+def _tree_rows(chat_id: int) -> list[tuple]:
+    """``(id, parent_id, position, on_path, role, summary_until_id)`` of every message of
+    the chat but the prompts still queued. One query."""
+    return list(
+        Message.objects.filter(chat_id=chat_id, position__lt=QUEUED_POSITION).values_list(
+            "pk", "parent_id", "position", "on_path", "role", "summary_until_id"
+        )
+    )
+
+
+def _apply(chat_id: int, rows: list[tuple], path: set[int]) -> None:
+    """Make ``path`` (ids of tree messages) the active path: ``rows`` (:func:`_tree_rows`)
+    on it exactly when in ``path``, the instructions always, a summary while the message
+    it covers is. At most two ``UPDATE`` statements, of the rows that change."""
     turn_on, turn_off = [], []
     for row_pk, _parent, _position, on, role, until in rows:
         if role == "system":
@@ -213,8 +282,6 @@ def rewire(chat_id: int, message: Any) -> int:
         Message.objects.filter(pk__in=turn_on).update(on_path=True)
     if turn_on or turn_off:
         _changed(chat_id)
-    leaf = max((r[2], r[0]) for r in tree if r[0] in path)
-    return leaf[1]
 
 
 def link_parents(chat_id: int) -> int:

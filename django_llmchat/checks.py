@@ -14,6 +14,7 @@ from .conf import DEFAULTS
 NUMBERS = {
     "MAX_STEPS": (int, 1),
     "TOOL_TIMEOUT": ((int, float), 0),
+    "TOOL_RESULT_MAX_CHARS": (int, 1),
     "MAX_RETRIES": (int, 0),
     "MAX_RETRY_WAIT": ((int, float), 0),
     "EVENTS_MAXLEN": (int, 1),
@@ -71,6 +72,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     errors += _check_idempotency_ttl(merged)
+    errors += _check_heartbeat(merged)
     errors += _check_privacy(merged)
     known = _known_providers()
     providers = merged["PROVIDERS"]
@@ -375,6 +377,22 @@ def _check_token_throttles(merged: dict[str, Any]) -> list:
             )
         )
     return errors
+
+
+def _check_heartbeat(merged: dict[str, Any]) -> list:
+    """``EVENTS_HEARTBEAT``: seconds between a follower's keep-alives, from 0.05 to 30 (a
+    Redis read blocks this long, below the 60 s socket timeout)."""
+    value = merged["EVENTS_HEARTBEAT"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 30:
+        return [
+            Error(
+                f"LLMCHAT['EVENTS_HEARTBEAT'] must be a number of seconds from 0.05 to 30, "
+                f"got {value!r}.",
+                hint="How often events/ sends a keep-alive comment; the default is 3.0.",
+                id="llmchat.E017",
+            )
+        ]
+    return []
 
 
 def _check_idempotency_ttl(merged: dict[str, Any]) -> list:

@@ -22,6 +22,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_STEPS": 16,
     # Seconds a tool may run before it gets a timeout_error result.
     "TOOL_TIMEOUT": 60.0,
+    # The longest text of a tool's result, in characters: a longer one is cut, marked for
+    # the model and on the tool message (``raw["truncated"]``). A tool's files pass the
+    # rules of a user's upload (MAX_ATTACHMENTS, MAX_ATTACHMENT_SIZE,
+    # ALLOWED_ATTACHMENT_TYPES).
+    "TOOL_RESULT_MAX_CHARS": 100_000,
     # Dotted paths of modules whose @tool functions should be importable by name.
     "TOOL_MODULES": [],
     # MCP servers whose tools chats and agents may take ("mcp:<name>"), by name: {"<name>":
@@ -41,6 +46,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a publish to Redis may take; past it (or on any Redis error) publishing is
     # skipped for 10 s, so a hung Redis never stalls a reply.
     "EVENTS_PUBLISH_TIMEOUT": 1.0,
+    # Seconds between keep-alive comments of an SSE follower (events/) while nothing
+    # happens, and while Redis does not answer (until it gave up, after 10 s).
+    "EVENTS_HEARTBEAT": 3.0,
     # Run tasks in-process when no Celery broker is configured: True runs them in a
     # background thread, "inline" in the thread that committed the prompt.
     "TASKS_EAGER_WITHOUT_BROKER": True,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import hashlib
 import json
 import logging
@@ -37,7 +38,7 @@ from django.utils.module_loading import import_string
 
 from .conf import on_change, settings
 from .errors import ArgumentError
-from .tools import Tool, ToolResult
+from .tools import Tool, ToolResult, describe
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +277,8 @@ def _failure(server: str, exc: BaseException) -> str:
         leaf = leaf.exceptions[0]
     if isinstance(leaf, MCPError):
         return f"MCP server {server!r} refused the request: {leaf.error.message}"
+    if isinstance(leaf, ValueError):  # pydantic's ValidationError, a JSON decode error
+        return f"MCP server {server!r} sent a malformed answer ({type(leaf).__name__})"
     status = getattr(getattr(leaf, "response", None), "status_code", None)
     if isinstance(status, int):
         return f"MCP server {server!r} answered HTTP {status}"
@@ -457,16 +460,41 @@ class MCPTool(Tool):
                 "MCP tool %s of %s failed: %s", self.name, self.server, type(exc).__name__
             )
             return ToolResult.error("execution_error", _failure(self.server, exc))
-        return _tool_result(result)
+        try:
+            return _tool_result(result)
+        except Exception as exc:  # what the server sent cannot be read: the model hears so
+            logger.warning(
+                "MCP tool %s of %s: malformed result (%s)",
+                self.name,
+                self.server,
+                type(exc).__name__,
+            )
+            return ToolResult.error(
+                "execution_error",
+                f"MCP server {self.server!r} sent a malformed result for {self.name}: "
+                f"{describe(exc)}",
+            )
 
     def _call(self, context: Any = None, **arguments: Any) -> Any:
         """``tool(**arguments)`` outside a run: the result's content, or its error payload."""
         return self.run(arguments, context).content
 
 
+def _decoded(data: Any, what: str) -> bytes:
+    """The bytes of a base64 block; raises ``ValueError`` naming the block when it is not
+    valid base64 (never decoded leniently: what the server meant is unknown)."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ValueError(f"{what} is not valid base64") from None
+
+
 def _tool_result(result: Any) -> ToolResult:
     """A ``CallToolResult`` as a :class:`ToolResult`: text blocks joined (else the
-    structured content), images, audio and blobs as attachments."""
+    structured content), images, audio and blobs as attachments. Raises when a block
+    cannot be read (invalid base64): :meth:`MCPTool.run` makes that an error result. The
+    files then pass the upload rules where every tool result is stored
+    (:func:`~django_llmchat.steps.checked_result`)."""
     texts: list[str] = []
     attachments: list[tuple] = []
     for number, block in enumerate(result.content or [], start=1):
@@ -475,7 +503,7 @@ def _tool_result(result: Any) -> ToolResult:
             texts.append(block.text)
         elif kind in ("image", "audio"):
             extension = mimetypes.guess_extension(block.mime_type) or ""
-            data = base64.b64decode(block.data)
+            data = _decoded(block.data, f"the {kind} of block {number}")
             attachments.append((f"{kind}-{number}{extension}", data, block.mime_type))
         elif kind == "resource":
             resource = block.resource
@@ -483,9 +511,8 @@ def _tool_result(result: Any) -> ToolResult:
                 texts.append(resource.text)
             else:
                 filename = resource.uri.rstrip("/").rpartition("/")[2] or f"resource-{number}"
-                attachments.append(
-                    (filename, base64.b64decode(resource.blob), resource.mime_type or None)
-                )
+                data = _decoded(resource.blob, f"the resource of block {number}")
+                attachments.append((filename, data, resource.mime_type or None))
         elif kind == "resource_link":
             texts.append(f"{block.name}: {block.uri}")
     attachments = [a if a[2] else a[:2] for a in attachments]

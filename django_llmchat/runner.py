@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import limits, runs
+from . import branches, limits, runs
 from .agents import Agent, load_agent
 from .attempts import FirstCall, ProviderAttempts
 from .conf import settings
@@ -34,6 +34,7 @@ from .guardrails import AFTER, BEFORE, as_guardrail, screen
 from .history import History
 from .models import Chat, Message, Run, ToolCall
 from .models.llm_model import model_limits
+from .models.message import clock_position
 from .prepared import database_of
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
@@ -103,6 +104,8 @@ class Runner(ProviderAttempts, ToolRunning):
         # spending limits: the check that admitted the run serves its first call
         self._admitted: limits.Verdict | None = None
         self._warned: set[str] = set()
+        # tool calls this run stored (or found) and has not answered yet
+        self.unanswered: list[ToolCall] = []
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -196,6 +199,9 @@ class Runner(ProviderAttempts, ToolRunning):
         first = None
         if message is not None and runs.opens_attempt(chat, attachments):
             first = self._first_call(message)
+        if message is not None:
+            # read after the path was: a path the admission finds as read is before it
+            message.position = clock_position()
         run, execution = runs.enqueue(
             chat,
             message,
@@ -288,6 +294,9 @@ class Runner(ProviderAttempts, ToolRunning):
                 history, pending_ids = self.history.messages, []
             else:
                 loaded = load_history(chat)
+                prompt_id = execution.run.prompt_id if not execution.run.steps else None
+                if branches.reads_before_its_parent(chat.pk, prompt_id, loaded):
+                    loaded = load_history(chat)
                 history, pending_ids = loaded.messages, loaded.pending
                 self.history = History(
                     chat,
@@ -306,9 +315,12 @@ class Runner(ProviderAttempts, ToolRunning):
                 else []
             )
             steps = execution.run.steps
+            # calls a process that died left unanswered may have run: never again
+            again = not execution.taken_over
+            self.unanswered = list(pending)
             while True:
                 if pending:
-                    stop = yield from self._run_tools(pending, history)
+                    stop = yield from self._run_tools(pending, history, again=again)
                     if stop is not None:
                         self.result.interrupt = stop
                         yield stop
@@ -318,7 +330,7 @@ class Runner(ProviderAttempts, ToolRunning):
                             else (Run.INTERRUPTED, "", "", stop.reason or "")
                         )
                         return
-                    pending = []
+                    pending, again = [], True
                 if steps:
                     execution.poll(force=True)
                 if steps >= self.max_steps:
@@ -403,6 +415,13 @@ class Runner(ProviderAttempts, ToolRunning):
         if outcome is None:  # the loop left without saying why: do not leave it running
             outcome = (Run.FAILED, "internal_error", "The reply failed.", "")
         status, error_type, error, reason = outcome
+        if status == Run.CANCELLED:
+            self.answer_unanswered("cancelled", "The run was cancelled before this call ran.")
+        elif status in (Run.FAILED, Run.QUEUED):
+            self.answer_unanswered(
+                "execution_error",
+                "The run failed before this call's result was stored; it is not run again.",
+            )
         if status == Run.AWAITING_APPROVAL:
             execution.pause()
         elif status == Run.QUEUED:

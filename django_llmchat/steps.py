@@ -6,19 +6,30 @@ call, closed after it). The request side, the messages a run sends, is
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import time
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
 from django.db.models.functions import Now
 
+from .conf import settings
+from .errors import InputError, RunLostError
+from .inputs import check_attachment
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
 from .prepared import Arg, PreparedInsert, PreparedUpdate, known_relations
 from .providers.types import ProviderResponse
-from .tools import ToolResult
+from .tools import ToolResult, describe
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CheckedResult",
+    "checked_result",
     "closed_attempt",
     "open_attempt",
     "record_failed_attempts",
@@ -243,6 +254,130 @@ def save_summary(
     return message
 
 
+# -- tool results: one gate -------------------------------------------------------------
+@dataclass
+class CheckedResult:
+    """A tool's result as it is stored and sent (:func:`checked_result`): its ``text``,
+    the files that passed the upload rules as ``(filename, bytes, type)``, and ``raw``,
+    what the tool message records of it (the error, the cut, the files refused)."""
+
+    text: str
+    attachments: list[tuple[str, bytes, str]]
+    raw: dict[str, Any] | None
+
+
+def _marked(text: str, limit: int | None) -> tuple[str, dict[str, int] | None]:
+    """``text`` cut to ``limit`` characters, followed by a marker saying so."""
+    if not limit or len(text) <= limit:
+        return text, None
+    marker = f"\n[truncated: {len(text):,} characters, {limit:,} kept]"
+    return text[:limit] + marker, {"characters": len(text), "kept": limit}
+
+
+def _storable(text: str) -> str:
+    """Text every database stores: NUL characters (PostgreSQL refuses them) and lone
+    surrogates (no encoding holds them) become replacement characters."""
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _file_shape(item: Any) -> bool:
+    return (
+        isinstance(item, tuple | list)
+        and len(item) in (2, 3)
+        and isinstance(item[0], str)
+        and isinstance(item[1], bytes | bytearray)
+        and (len(item) == 2 or item[2] is None or isinstance(item[2], str))
+    )
+
+
+def checked_result(name: str, result: Any) -> CheckedResult:
+    """What the result of tool ``name`` is stored and sent as: the one gate every tool
+    result (Python, MCP, an error written by the library) goes through.
+
+    - Its text is at most ``LLMCHAT["TOOL_RESULT_MAX_CHARS"]`` characters: a longer one is
+      cut, with a marker the model reads (``[truncated: 10,485,760 characters, 100,000
+      kept]``) and ``raw["truncated"]`` on the row; an error keeps its JSON shape, its
+      message cut.
+    - Its files pass the rules of a user's upload
+      (:func:`~django_llmchat.inputs.check_attachment`: sniffed type,
+      ``ALLOWED_ATTACHMENT_TYPES``, ``MAX_ATTACHMENT_SIZE``; at most ``MAX_ATTACHMENTS``):
+      a refused file is never stored, a line of the text says why
+      (``[file evil.html refused: type text/html is not allowed ...]``) and
+      ``raw["refused"]`` lists them.
+    - A result that cannot be stored (not JSON-serialisable, files that are not
+      ``(filename, bytes[, type])``) is an ``execution_error`` result saying so.
+    """
+    if not isinstance(result, ToolResult):
+        result = ToolResult(content=result if result is not None else "")
+    limit = settings.TOOL_RESULT_MAX_CHARS
+    try:
+        items = list(result.attachments or [])
+        bad = next((n for n, item in enumerate(items, 1) if not _file_shape(item)), None)
+        if bad is not None:
+            raise TypeError(f"attachment {bad} is not (filename, bytes[, MIME type])")
+        if result.is_error:  # an error's text is its JSON payload, its message cut
+            if _error_payload(result.content):
+                error = dict(result.content["error"])
+            else:
+                error = {"type": result.error_type or "execution_error", "message": result.text}
+            message, cut = _marked(_storable(str(error["message"])), limit)
+            error["message"] = message
+            text = json.dumps({"error": error}, ensure_ascii=False)
+        else:
+            error = None
+            text, cut = _marked(_storable(result.text), limit)
+    except Exception as exc:  # the model hears about it; the run goes on
+        logger.warning("tool %s: its result cannot be stored (%s)", name, type(exc).__name__)
+        return checked_result(
+            name,
+            ToolResult.error(
+                "execution_error", f"the result of {name} cannot be stored: {describe(exc)}"
+            ),
+        )
+    files: list[tuple[str, bytes, str]] = []
+    refused: list[dict[str, str]] = []
+    most = settings.MAX_ATTACHMENTS
+    for item in items:
+        filename = os.path.basename(str(item[0]).replace("\\", "/"))[:200] or "attachment"
+        if most is not None and len(files) >= most:
+            reason = f"too many files (at most {most})"
+        else:
+            try:
+                files.append(check_attachment(tuple(item)))
+                continue
+            except InputError as exc:
+                reason = exc.reason.removeprefix(f"{filename}: ")
+        refused.append({"filename": _storable(filename), "reason": reason})
+    raw: dict[str, Any] = {}
+    if error is not None:
+        raw["error"] = error
+    if cut is not None:
+        raw["truncated"] = cut
+    if refused:
+        raw["refused"] = refused
+        notes = "\n".join(f"[file {r['filename']} refused: {r['reason']}]" for r in refused)
+        if error is not None:
+            error["message"] += "\n" + notes
+            text = json.dumps({"error": error}, ensure_ascii=False)
+        else:
+            text = f"{text}\n{notes}" if text else notes
+    return CheckedResult(text=text, attachments=files, raw=raw or None)
+
+
+def _error_payload(content: Any) -> bool:
+    return (
+        isinstance(content, dict)
+        and set(content) == {"error"}
+        and isinstance(content["error"], dict)
+        and "message" in content["error"]
+    )
+
+
 def save_tool_results(
     chat: Chat,
     results: list[tuple[ToolCall, ToolResult]],
@@ -253,45 +388,101 @@ def save_tool_results(
 ) -> list[Message]:
     """Write the tool messages answering ``results``' calls, in one transaction (fenced by
     the run's ``execution`` when given). They follow one another on the path, the first
-    after ``parent_id`` (the path's last message; read when not given)."""
+    after ``parent_id`` (the path's last message; read when not given).
+
+    Each result passes :func:`checked_result` (bounded text, files
+    through the upload rules) and every call gets its message: when storing fails (the
+    storage refuses a file, the database a row), the results with files are stored as
+    error results instead, and if that fails too, every one; only a run that is no longer
+    this process's (:class:`~django_llmchat.errors.RunLostError`) or a database that
+    refuses even those stores nothing."""
     if not results:
         return []
     if parent_id is None:
         from .branches import leaf_id
 
         parent_id = leaf_id(chat.pk)
+    checked = [(call, checked_result(call.name, result)) for call, result in results]
+    run = execution.pk if execution is not None else run_id
+    problem = ""
+    for fallback in (None, "files", "all"):
+        if fallback is not None:
+            checked = [
+                (call, _unstored(call, problem))
+                if fallback == "all" or result.attachments
+                else (call, result)
+                for call, result in checked
+            ]
+        try:
+            return _store_results(chat, checked, execution, run, parent_id)
+        except RunLostError:
+            raise
+        except Exception as exc:
+            if fallback == "all":
+                raise
+            problem = type(exc).__name__
+            logger.warning(
+                "chat %s: tool results could not be stored (%s); storing errors instead",
+                chat.pk,
+                problem,
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unstored(call: ToolCall, problem: str) -> CheckedResult:
+    return checked_result(
+        call.name,
+        ToolResult.error(
+            "execution_error", f"the result of {call.name} could not be stored ({problem})"
+        ),
+    )
+
+
+def _store_results(
+    chat: Chat,
+    checked: list[tuple[ToolCall, CheckedResult]],
+    execution,
+    run_id: int | None,
+    parent_id: Any,
+) -> list[Message]:
     messages = []
-    for call, result in results:
-        raw = {"error": result.content["error"]} if result.is_error else None
+    for call, result in checked:
         m = Message(
             chat=chat,
             role="tool",
             content=result.text,
             parent_tool_call=call,
-            raw=raw,
-            run_id=execution.pk if execution is not None else run_id,
+            raw=result.raw,
+            run_id=run_id,
             parent_id=parent_id if not messages else None,
         )
         m.placed = True
         messages.append(m)
-    with transaction.atomic():
-        Message.objects.bulk_create(messages)
-        if len(messages) > 1:  # each result follows the one before it
-            for before, m in zip(messages, messages[1:], strict=False):
-                m.parent_id = before.pk
-            Message.objects.bulk_update(messages[1:], ["parent"])
-        atts = []
-        for m, (_call, result) in zip(messages, results, strict=True):
-            for item in result.attachments or []:
-                filename, data, *mime = item
-                atts.append(
-                    Attachment.objects.create_from_bytes(
-                        message=m, data=data, filename=filename, mime_type=mime[0] if mime else None
+    atts: list[Attachment] = []
+    try:
+        with transaction.atomic():
+            Message.objects.bulk_create(messages)
+            if len(messages) > 1:  # each result follows the one before it
+                for before, m in zip(messages, messages[1:], strict=False):
+                    m.parent_id = before.pk
+                Message.objects.bulk_update(messages[1:], ["parent"])
+            for m, (_call, result) in zip(messages, checked, strict=True):
+                for filename, data, mime in result.attachments:
+                    atts.append(
+                        Attachment.objects.create_from_bytes(
+                            message=m, data=data, filename=filename, mime_type=mime
+                        )
                     )
-                )
-        if execution is not None:
-            execution.fence()
-        _TOUCHED.run(chat.pk)
+            if execution is not None:
+                execution.fence()
+            _TOUCHED.run(chat.pk)
+    except BaseException:
+        for att in atts:  # the rows are rolled back: their files go too
+            try:
+                att.file.delete(save=False)
+            except Exception:
+                logger.exception("could not delete the file of an unstored tool result")
+        raise
     for m in messages:
         known_relations(
             m, tool_calls=[], attachments=[a for a in atts if a.message_id == m.pk], usages=[]

@@ -33,6 +33,7 @@ from .events import RunFinished, StreamEvent, event_from_dict
 logger = logging.getLogger("django_llmchat.streams")
 
 __all__ = [
+    "FollowFailed",
     "afollow",
     "client",
     "decode",
@@ -76,6 +77,16 @@ class EventsUnavailable(Exception):
     logged once); the run goes on, the database holds the truth."""
 
 
+class FollowFailed(Exception):
+    """A patient follow gave up: Redis did not answer, or could not be reached, for its
+    ``patience`` seconds. ``cause`` says which, in words safe to show a user (no address,
+    no Redis error text)."""
+
+    def __init__(self, cause: str):
+        self.cause = cause
+        super().__init__(cause)
+
+
 def enabled() -> bool:
     """Whether ``LLMCHAT["EVENTS_URL"]`` is set (events fan out through Redis)."""
     return bool(settings.EVENTS_URL)
@@ -113,19 +124,51 @@ def client():
     return _client(_url(), publishing=False)
 
 
-def _client(url: str, *, publishing: bool):
+def _client(url: str, *, publishing: bool, read_timeout: float | None = None):
     """A pooled client; the publishing one times out after
-    ``LLMCHAT["EVENTS_PUBLISH_TIMEOUT"]`` seconds, so a hung Redis never stalls a run."""
+    ``LLMCHAT["EVENTS_PUBLISH_TIMEOUT"]`` seconds, so a hung Redis never stalls a run;
+    with ``read_timeout`` (a patient follow's), every command after that many seconds."""
     timeout = float(settings.EVENTS_PUBLISH_TIMEOUT)
-    key = (url, timeout) if publishing else url
+    if read_timeout is not None:
+        key: Any = (url, "follow", read_timeout)
+    else:
+        key = (url, timeout) if publishing else url
     with _clients_mutex:
         found = _clients.get(key)
         if found is None:
-            options = dict(CLIENT_OPTIONS)
-            if publishing:
-                options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
-            found = _clients[key] = _redis().Redis.from_url(url, **options)
+            found = _clients[key] = _redis().Redis.from_url(
+                url, **_options(publishing, read_timeout)
+            )
         return found
+
+
+def _options(
+    publishing: bool, read_timeout: float | None, *, asynchronous: bool = False
+) -> dict[str, Any]:
+    options = dict(CLIENT_OPTIONS)
+    if read_timeout is not None:
+        # a patient follow asks again itself, a heartbeat apart: no retries inside
+        # redis-py (with their backoff, one command could outlast the heartbeat)
+        from redis.backoff import NoBackoff
+
+        if asynchronous:
+            from redis.asyncio.retry import Retry
+        else:
+            from redis.retry import Retry  # type: ignore[assignment]
+        connect = min(read_timeout, CLIENT_OPTIONS["socket_connect_timeout"])
+        options.update(
+            socket_timeout=read_timeout, socket_connect_timeout=connect, retry=Retry(NoBackoff(), 0)
+        )
+    elif publishing:
+        timeout = float(settings.EVENTS_PUBLISH_TIMEOUT)
+        options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+    return options
+
+
+def _read_timeout(block_ms: int) -> float:
+    """How long a patient follow's command may take: its blocking wait, then
+    ``EVENTS_PUBLISH_TIMEOUT`` (what any quick command may take)."""
+    return block_ms / 1000 + float(settings.EVENTS_PUBLISH_TIMEOUT)
 
 
 def _check_breaker(url: str) -> None:
@@ -363,6 +406,60 @@ def _check_block(block_ms: int) -> int:
     return int(block_ms)
 
 
+class _Failed:
+    """A command's failure, sent back into a patient follow's protocol."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class _Patience:
+    """How long a follow waits for a failing Redis, and when it last answered."""
+
+    def __init__(self, seconds: float, interval: float, heartbeat: bool):
+        self.seconds = seconds
+        self.interval = interval  # between two tries (a heartbeat's)
+        self.heartbeat = heartbeat
+        self.answered = time.monotonic()
+        self.deadline: float | None = None  # the follow's own ``timeout``, once it runs
+
+
+def _cause(exc: BaseException, seconds: float) -> str:
+    if isinstance(exc, (TimeoutError, _redis().TimeoutError)):
+        return f"Redis did not answer for {seconds:g} s"
+    return f"Redis cannot be reached (for {seconds:g} s)"
+
+
+def _ask(patience: _Patience | None, method: str, args: tuple, kwargs: dict):
+    """One Redis command of the protocol: its answer. A patient follow asks again while
+    Redis fails (a heartbeat each time, a heartbeat's interval apart) until Redis has
+    not answered for ``patience.seconds``: :class:`FollowFailed`."""
+    while True:
+        asked = time.monotonic()
+        answer = yield (method, args, kwargs)
+        if not isinstance(answer, _Failed):
+            if patience is not None:
+                patience.answered = time.monotonic()
+            return answer
+        if patience is None:  # pragma: no cover - the driver raises at once then
+            raise answer.exc
+        now = time.monotonic()
+        if patience.deadline is not None and now >= patience.deadline:
+            return None  # the follow's time is up: it ends as a quiet one does
+        if now - patience.answered >= patience.seconds:
+            raise FollowFailed(_cause(answer.exc, patience.seconds)) from answer.exc
+        if patience.heartbeat:
+            yield ("emit", (None, None), None)
+        ends = patience.answered + patience.seconds
+        if patience.deadline is not None:
+            ends = min(ends, patience.deadline)
+        pause = min(patience.interval - (now - asked), ends - now)
+        if pause > 0:
+            yield ("sleep", (pause,), None)
+
+
 def _follow_protocol(
     key: str,
     last_id: str | None,
@@ -370,25 +467,29 @@ def _follow_protocol(
     stop_at_run_end: bool,
     timeout: float | None,
     heartbeat: bool,
+    patience: _Patience | None = None,
 ):
     """Following a stream, without I/O: a generator of the Redis commands to run, each
-    ``(method, args, kwargs)`` and sent its answer, and of ``("emit", item)`` for each
+    ``(method, args, kwargs)`` and sent its answer (a :class:`_Failed` when it failed, in a
+    patient follow), of ``("sleep", (seconds,), None)`` and of ``("emit", item)`` for each
     item to hand out. :func:`follow` and :func:`afollow` only run the commands."""
     if last_id is None:  # the start of the run in progress: scan back, newest first
         cursor, upper = "0-0", "+"
         while True:
-            page = yield ("xrevrange", (key, upper, "-"), {"count": _SCAN_PAGE})
+            page = yield from _ask(patience, "xrevrange", (key, upper, "-"), {"count": _SCAN_PAGE})
             found = _run_start_cursor(page or [])
             if found is not None or len(page or []) < _SCAN_PAGE:
                 cursor = found or "0-0"
                 break
             upper = "(" + page[-1][0]
     elif last_id == "$":
-        entries = yield ("xrevrange", (key, "+", "-"), {"count": 1})
+        entries = yield from _ask(patience, "xrevrange", (key, "+", "-"), {"count": 1})
         cursor = entries[0][0] if entries else "0-0"
     else:
         cursor = last_id
     deadline = None if timeout is None else time.monotonic() + timeout
+    if patience is not None:
+        patience.deadline = deadline
     while True:
         block = block_ms
         if deadline is not None:
@@ -396,7 +497,9 @@ def _follow_protocol(
             if left <= 0:
                 return
             block = max(1, min(block, int(left * 1000)))
-        response = yield ("xread", ({key: cursor},), {"count": _READ_COUNT, "block": block})
+        response = yield from _ask(
+            patience, "xread", ({key: cursor},), {"count": _READ_COUNT, "block": block}
+        )
         if not response:
             if heartbeat:
                 yield ("emit", (None, None), None)
@@ -414,12 +517,20 @@ def _follow_protocol(
 class _Following:
     """The commands of :func:`_follow_protocol` for a chat, to iterate: the driver sets
     ``answer`` to the result of each Redis command before taking the next (an ``emit``
-    needs none)."""
+    or a ``sleep`` needs none)."""
 
-    def __init__(self, chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat) -> None:
+    def __init__(
+        self, chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat, patience=None
+    ) -> None:
         block_ms, key = _check_block(block_ms), stream_key(chat_id)
-        self.steps = _follow_protocol(key, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
+        self.block_ms = block_ms
+        self.patient = patience is not None
+        waiting = None if patience is None else _Patience(patience, block_ms / 1000, heartbeat)
+        self.steps = _follow_protocol(
+            key, last_id, block_ms, stop_at_run_end, timeout, heartbeat, waiting
+        )
         self.answer: Any = None
+        self.failures = (_redis().ConnectionError, _redis().TimeoutError, TimeoutError)
 
     def __iter__(self):
         while True:
@@ -428,6 +539,12 @@ class _Following:
                 yield self.steps.send(answer)
             except StopIteration:
                 return
+
+    def failed(self, exc: BaseException) -> None:
+        """The command failed: a patient follow is told, any other raises."""
+        if not self.patient or not isinstance(exc, self.failures):
+            raise exc
+        self.answer = _Failed(exc)
 
 
 def follow(
@@ -438,6 +555,7 @@ def follow(
     stop_at_run_end: bool = True,
     timeout: float | None = None,
     heartbeat: bool = False,
+    patience: float | None = None,
 ) -> Iterator[tuple[str | None, StreamEvent | None]]:
     """Yield ``(entry_id, event)`` for the chat's events after ``last_id``.
 
@@ -448,14 +566,27 @@ def follow(
     with status ``"retrying"`` is followed by the retry and does not end it). ``timeout``
     (seconds) bounds the whole follow; ``heartbeat=True`` yields ``(None, None)`` after each
     ``block_ms`` without an event, so an SSE view can write a keep-alive comment.
+
+    ``patience`` (seconds): a Redis that fails (down, or hung: a command gets
+    ``block_ms`` plus ``LLMCHAT["EVENTS_PUBLISH_TIMEOUT"]`` to answer) is asked again a
+    ``block_ms`` apart, a heartbeat each time, until it has not answered for that long:
+    then :class:`FollowFailed`. Without it, a Redis error is raised at once.
     """
-    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
-    redis_client = client()
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat, patience)
+    if patience is None:
+        redis_client = client()
+    else:
+        redis_client = _client(_url(), publishing=False, read_timeout=_read_timeout(steps.block_ms))
     for method, args, kwargs in steps:
         if method == "emit":
             yield args
+        elif method == "sleep":
+            time.sleep(*args)
         else:
-            steps.answer = getattr(redis_client, method)(*args, **kwargs)
+            try:
+                steps.answer = getattr(redis_client, method)(*args, **kwargs)
+            except Exception as exc:
+                steps.failed(exc)
 
 
 async def afollow(
@@ -466,15 +597,25 @@ async def afollow(
     stop_at_run_end: bool = True,
     timeout: float | None = None,
     heartbeat: bool = False,
+    patience: float | None = None,
 ) -> AsyncIterator[tuple[str | None, StreamEvent | None]]:
     """Async twin of :func:`follow` (``redis.asyncio``), for ASGI views."""
-    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat)
-    redis_client = _redis().asyncio.Redis.from_url(_url(), **CLIENT_OPTIONS)
+    import asyncio
+
+    steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat, patience)
+    read_timeout = None if patience is None else _read_timeout(steps.block_ms)
+    options = _options(False, read_timeout, asynchronous=True)
+    redis_client = _redis().asyncio.Redis.from_url(_url(), **options)
     try:
         for method, args, kwargs in steps:
             if method == "emit":
                 yield args
+            elif method == "sleep":
+                await asyncio.sleep(*args)
             else:
-                steps.answer = await getattr(redis_client, method)(*args, **kwargs)
+                try:
+                    steps.answer = await getattr(redis_client, method)(*args, **kwargs)
+                except Exception as exc:
+                    steps.failed(exc)
     finally:
         await redis_client.aclose()

@@ -305,8 +305,10 @@ def tool_span(runner, call, result_of) -> Iterator[None]:
             kind = result.error_type or "error"
             span.set_attribute("error.type", kind)
             span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
-        if _content():
-            span.set_attribute("gen_ai.tool.call.result", result.text)
+        if _content():  # the text the tool message stores: bounded, never raising
+            from .steps import checked_result
+
+            span.set_attribute("gen_ai.tool.call.result", checked_result(call.name, result).text)
     span.end()
 
 

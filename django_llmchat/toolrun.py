@@ -18,9 +18,10 @@ from .errors import InterruptError
 from .events import Interrupt, SkillActivation, ToolApprovalRequest, ToolResultDone
 from .models import ToolCall
 from .providers.types import ProviderMessage
+from .runs.claims import WORKER_LOST_RESULT
 from .skills import ACTIVATE_TOOL
 from .steps import save_tool_results
-from .tools import Tool, ToolResult
+from .tools import Tool, ToolResult, describe
 from .transcript import path_leaf, provider_message
 
 logger = logging.getLogger("django_llmchat.runner")
@@ -30,8 +31,13 @@ class ToolRunning:
     """The tool calls of :class:`~django_llmchat.runner.Runner`."""
 
     # -- tools ----------------------------------------------------------------------------
-    def _run_tools(self, calls: list[ToolCall], history: list[ProviderMessage]):
-        """Answer ``calls``; returns an ``Interrupt`` when the run must pause."""
+    def _run_tools(
+        self, calls: list[ToolCall], history: list[ProviderMessage], *, again: bool = True
+    ):
+        """Answer ``calls``; returns an ``Interrupt`` when the run must pause. ``again``
+        ``False``: the calls were stored by a process that died while it ran them, so
+        those that would run get an ``interrupted`` error result instead (a tool's side
+        effect happens at most once)."""
         results: list[tuple[ToolCall, ToolResult]] = []
         waiting: list[ToolCall] = []
         interrupt: Interrupt | None = None
@@ -59,6 +65,9 @@ class ToolRunning:
                 waiting.append(call)
                 continue
             runnable.append((call, tool))
+        if not again:
+            results.extend((call, WORKER_LOST_RESULT) for call, _tool in runnable)
+            runnable = []
         try:
             results.extend(self._execute(runnable))
         except InterruptError as exc:
@@ -68,12 +77,14 @@ class ToolRunning:
         order = {c.pk: i for i, c in enumerate(calls)}
         results.sort(key=lambda pair: order[pair[0].pk])
         saved = save_tool_results(self.chat, results, self.execution, parent_id=path_leaf(history))
-        for m, (call, result) in zip(saved, results, strict=True):
+        self.unanswered = []  # a call waiting for a decision is answered after it
+        for m, (call, _result) in zip(saved, results, strict=True):
+            error = (m.raw or {}).get("error")
             yield ToolResultDone(
                 call_id=call.call_id,
                 name=call.name,
                 result=m.content,
-                error_type=(result.error_type or "error") if result.is_error else None,
+                error_type=(error.get("type") or "error") if error is not None else None,
                 message_id=m.pk,
             )
         for m in saved:
@@ -107,7 +118,12 @@ class ToolRunning:
                         ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
                     )
                 else:
-                    ran.append(tool.run(call.arguments or {}, self.context, timeout=timeout))
+                    try:
+                        ran.append(tool.run(call.arguments or {}, self.context, timeout=timeout))
+                    except InterruptError:
+                        raise
+                    except Exception as exc:  # a tool class of its own that let one out
+                        ran.append(ToolResult.error("execution_error", describe(exc)))
             return ran[0]
 
         concurrent = [(c, t) for c, t in runnable if t is not None and t.concurrent]
@@ -133,6 +149,19 @@ class ToolRunning:
                 exc.partial_results = done
                 raise
         return done
+
+    def answer_unanswered(self, error_type: str, message: str) -> None:
+        """The run ends (failed, cancelled, given back to the queue) with calls it stored
+        and never answered: each gets an error result, fenced by the run, so no later run
+        runs them. A failure here is logged: the run's end is written all the same."""
+        calls, self.unanswered = self.unanswered, []
+        if not calls or self.execution is None or self.execution.done:
+            return
+        result = ToolResult.error(error_type, message)
+        try:
+            save_tool_results(self.chat, [(call, result) for call in calls], self.execution)
+        except Exception:
+            logger.exception("run %s: could not answer its tool calls", self.execution.pk)
 
 
 def _in_thread(func, *args):

@@ -23,7 +23,15 @@ from pydantic import ConfigDict, ValidationError, create_model
 from .errors import ArgumentError, InterruptError
 from .providers.types import ToolSpec
 
-ERROR_TYPES = ("unknown_tool", "validation_error", "timeout_error", "execution_error", "denied")
+ERROR_TYPES = (
+    "unknown_tool",
+    "validation_error",
+    "timeout_error",
+    "execution_error",
+    "denied",
+    "cancelled",
+    "interrupted",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +60,14 @@ class ToolResult:
     def error(cls, error_type: str, message: str) -> ToolResult:
         payload = {"error": {"type": error_type, "message": message}}
         return cls(content=payload, is_error=True, error_type=error_type)
+
+
+def describe(exc: BaseException) -> str:
+    """``"<type>: <message>"`` of an exception, even one whose message cannot be read."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return type(exc).__name__
 
 
 class Tool:

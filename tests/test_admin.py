@@ -273,3 +273,25 @@ def test_replies_render_as_sanitized_markdown(admin_client):
     assert "<img" not in html.split('id="transcript"')[1]
     assert 'href="javascript:' not in html
     assert "**not markdown** from the user" in html  # user text shown as typed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cut_result_and_refused_files_are_shown_on_the_chat_page(admin_client, fake_llm):
+    from django_llmchat.testing import Reply
+    from django_llmchat.testing import ToolCall as Call
+    from django_llmchat.tools import ToolResult, tool
+
+    @tool(name="admin_page")
+    def page() -> ToolResult:
+        """Returns a long page"""
+        return ToolResult("y" * 50, attachments=[("evil.html", b"<html><b>hi</b></html>")])
+
+    fake_llm.configure("openai", "gpt-4.1-mini", TOOL_RESULT_MAX_CHARS=20)
+    fake_llm.script(Reply(tool_calls=[Call("admin_page")]), Reply("Done."))
+    chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini").with_tools(page)
+    chat.ask("fetch it")
+    html = admin_client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk]))
+    html = html.content.decode()
+    # beside the result's text (which carries the marker for the model), from the row
+    assert 'llmchat-truncated">truncated: 50 characters, 20 kept</span>' in html
+    assert 'llmchat-refused">file evil.html refused: type text/html is not allowed' in html

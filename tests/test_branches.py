@@ -13,6 +13,7 @@ from django_llmchat import branches, runs
 from django_llmchat.errors import ArgumentError, ChatBusyError
 from django_llmchat.models import Chat, Message
 from django_llmchat.testing import Reply, ToolCall
+from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.tools import tool
 from django_llmchat.transcript import forget_history, load_history
 
@@ -404,3 +405,230 @@ def test_a_branch_asked_for_without_a_prompt_is_not_one(chat):
     assert run.prompt_id is None and texts(chat) == ["Capital of France?"]
     reply.refresh_from_db()
     assert not reply.on_path
+
+
+# -- one rule for every way into the tree: a new prompt's path is root -> ... -> its parent
+def four_branches(chat, fake_llm):
+    """ask A, ask B; a branch C after A's reply; back to B's reply: the replies of A, B, C
+    (the path is A a B b)."""
+    fake_llm.script(Reply("a"), Reply("b"), Reply("c"))
+    a = chat.ask("A")
+    b = chat.ask("B")
+    c = chat.branch_from(a, "C")
+    assert chat.switch_to(b) == b
+    assert [m.content for m in chat.transcript().exclude(role="system")] == ["A", "a", "B", "b"]
+    return a, b, c
+
+
+def test_a_branch_from_a_reply_off_the_path_takes_its_branch_back(chat, fake_llm):
+    chat.with_instructions("Be brief.")
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"))
+    d = chat.branch_from(c, "D")
+    assert texts(chat) == ["Be brief.", "A", "a", "C", "c", "D", "d"]
+    assert sent(fake_llm) == [
+        ("user", "A"),
+        ("assistant", "a"),
+        ("user", "C"),
+        ("assistant", "c"),
+        ("user", "D"),
+    ]
+    assert d.parent.parent_id == c.pk and chat.active_leaf == d
+    assert_one_path(chat)
+    b.refresh_from_db()
+    assert not b.on_path and not b.parent.on_path  # kept, off the path
+
+
+def test_ask_with_a_parent_off_the_path(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"), Reply("e"))
+    chat.ask("D", parent=a)  # an edit of C, from the B branch
+    assert texts(chat) == ["A", "a", "D", "d"]
+    assert sent(fake_llm) == [("user", "A"), ("assistant", "a"), ("user", "D")]
+    assert_one_path(chat)
+    chat.ask("E", parent=c)
+    assert texts(chat) == ["A", "a", "C", "c", "E", "e"]
+    assert sent(fake_llm)[-2:] == [("assistant", "c"), ("user", "E")]
+    assert_one_path(chat)
+
+
+def test_ask_later_with_a_parent_off_the_path(fake_llm):
+    fake_llm.configure("anthropic", "claude-haiku-4-5", TASKS_EAGER_WITHOUT_BROKER="inline")
+    chat = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    a, b, c = four_branches(chat, fake_llm)
+    fake_llm.script(Reply("d"))
+    prompt = chat.ask_later("D", parent=c)
+    assert prompt.parent_id == c.pk
+    assert texts(chat) == ["A", "a", "C", "c", "D", "d"]
+    assert sent(fake_llm)[-3:] == [("user", "C"), ("assistant", "c"), ("user", "D")]
+    assert_one_path(chat)
+
+
+def test_regenerate_after_a_switch_answers_the_switched_prompt(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    load_history(chat)  # this process keeps the built history of the B branch
+    chat.switch_to(c)
+    fake_llm.script(Reply("c2"), Reply("d"))
+    again = chat.regenerate()
+    assert again.parent_id == c.parent_id and texts(chat) == ["A", "a", "C", "c2"]
+    assert sent(fake_llm) == [("user", "A"), ("assistant", "a"), ("user", "C")]
+    assert_one_path(chat)
+    chat.ask("D")
+    assert sent(fake_llm)[-3:] == [("user", "C"), ("assistant", "c2"), ("user", "D")]
+    assert_one_path(chat)
+
+
+def test_a_branch_off_the_path_brings_back_the_summary_of_its_branch_only(chat, fake_llm):
+    a, b, c = four_branches(chat, fake_llm)
+    # a summary written on the C branch (covering up to c), one on the B branch (up to b)
+    chat.switch_to(c)
+    of_c = chat.add_message(role="system", content="C summary", summary_until=c)
+    chat.switch_to(b)
+    Message.objects.filter(pk=of_c.pk).update(on_path=False)  # as the switch keeps it
+    of_b = chat.add_message(role="system", content="B summary", summary_until=b)
+    assert_one_path(chat)
+    fake_llm.script(Reply("d"))
+    chat.branch_from(c, "D")
+    of_c.refresh_from_db()
+    of_b.refresh_from_db()
+    assert of_c.on_path and not of_b.on_path
+    assert_one_path(chat)
+    fake_llm.script(Reply("e"))
+    chat.branch_from(a, "E")  # before both covered messages: neither summary
+    of_c.refresh_from_db()
+    assert not of_c.on_path and texts(chat) == ["A", "a", "E", "e"]
+    assert_one_path(chat)
+
+
+def test_a_prompt_after_the_active_leaf_costs_what_it_did(chat, fake_llm):
+    """The common case changes nothing of the path: a prompt after the active leaf,
+    named (``parent=``) or not, costs the statements it cost before the path was
+    rebuilt from the parent (a parent off the path pays for that alone)."""
+    fake_llm.script(Reply("a"), Reply("b"), Reply("c"), Reply("d"))
+    chat.ask("warm up")
+    reply = chat.ask("A")
+    with CaptureQueriesContext(connection) as plain:
+        reply = chat.ask("B")
+    with CaptureQueriesContext(connection) as named:
+        chat.ask("C", parent=reply)
+    counts = (len(plain), len(named))
+    assert counts == EXPECTED_COUNTS[connection.vendor]
+    assert_one_path(chat)
+
+
+# (a plain ask, one naming the active leaf) as measured before: on SQLite the branch
+# reads its parent and writes no row in its one UPDATE; on PostgreSQL a plain ask is two
+# calls, a named parent takes the statements (no one-call admission for a branch)
+EXPECTED_COUNTS = {"sqlite": (18, 19), "postgresql": (2, 12)}
+
+
+class Recorder:
+    """The provider's responder for a race: each reply's text names the request it
+    answers, whose messages are kept (``asked[text]``)."""
+
+    def __init__(self, fake_llm):
+        self.lock = threading.Lock()
+        self.asked: dict[str, list[tuple[str, str]]] = {}
+        fake_llm.server.responder = self
+
+    def __call__(self, request):
+        said = []
+        for m in request.body["messages"]:
+            content = m["content"]
+            if isinstance(content, list):
+                content = " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+            said.append((m["role"], content))
+        with self.lock:
+            text = f"reply {len(self.asked) + 1}"
+            self.asked[text] = said
+        return Reply(text)
+
+
+def test_racing_switches_branches_regenerates_and_asks_keep_one_path(fake_llm):
+    """Fifteen threads at once, round after round, each switching to, branching from,
+    regenerating or asking after a message of the chat's tree: after each round the path
+    is one chain from a root to the active leaf, every refusal is ``RunInProgress``, and
+    every request the provider received was the path from a root to the prompt it
+    answered, as stored."""
+    import random
+
+    from django_llmchat.errors import RunInProgress
+    from tests.runs.test_admission_gate import finish, needs_server_database, race
+
+    needs_server_database()
+    fake_llm.configure("anthropic", "claude-haiku-4-5", MAX_RETRIES=0)
+    chat = Chat.objects.create(provider="anthropic", model_id="claude-haiku-4-5")
+    chat.with_instructions("Be brief.")
+    recorder = Recorder(fake_llm)
+    chat.ask("Start")
+    chat.ask("Go on")
+    rng = random.Random(20261203)
+
+    def operation(kind, target, label):
+        mine = Chat.objects.get(pk=chat.pk)
+        if kind == "switch":
+            return mine.switch_to(target)
+        if kind == "branch":
+            return mine.branch_from(target, label)
+        if kind == "regenerate":
+            return mine.regenerate()
+        return mine.ask(label)
+
+    for round_ in range(16):
+        tree = list(
+            Message.objects.filter(chat=chat, role__in=("user", "assistant"), position__lt=10**17)
+        )
+        plan = [
+            (rng.choice(["switch", "branch", "regenerate", "ask"]), rng.choice(tree))
+            for _ in range(15)
+        ]
+        threads, outcomes = race(
+            15, lambda i, plan=plan, n=round_: operation(*plan[i], f"round {n} thread {i}")
+        )
+        finish(threads)
+        wrong = [
+            o for o in outcomes if isinstance(o, Exception) and not isinstance(o, RunInProgress)
+        ]
+        assert not wrong, (round_, wrong)
+        assert_one_path(chat)
+    by_pk = {m.pk: m for m in Message.objects.filter(chat=chat)}
+    answered = [m for m in by_pk.values() if m.content in recorder.asked]
+    assert len(answered) == len(recorder.asked) > 16
+    for reply in answered:
+        chain, node = [], by_pk.get(reply.parent_id)
+        while node is not None:
+            chain.append((node.role, node.content))
+            node = by_pk.get(node.parent_id)
+        merged: list[tuple[str, str]] = []  # the wire joins a prompt after a prompt
+        for role, text in chain[::-1]:
+            if merged and merged[-1][0] == role:
+                merged[-1] = (role, f"{merged[-1][1]} {text}")
+            else:
+                merged.append((role, text))
+        assert recorder.asked[reply.content] == merged, reply.content
+
+
+def test_a_prompt_admitted_after_a_later_reply_reads_after_it(chat, fake_llm):
+    """A reply stored by another process between the prompt's clock and its admission
+    (its place read later than the prompt's): the prompt follows it and reads after it,
+    and the provider receives them in that order."""
+    import time
+
+    from django_llmchat.models.message import clock_position
+
+    fake_llm.script(Reply("a"), lambda request: (time.sleep(0.5), Reply("c"))[-1])
+    a = chat.ask("A")
+    later = clock_position() + 200_000  # 0.2 s ahead: the next prompt's clock is before
+    b = Message.objects.create(chat=chat, role="user", content="B", position=later)
+    elsewhere = Message.objects.create(chat=chat, role="assistant", content="b", position=later + 1)
+    reply = chat.ask("C")
+    assert reply.parent.parent_id == elsewhere.pk and b.parent_id == a.pk
+    assert texts(chat) == ["A", "a", "B", "b", "C", "c"]
+    assert sent(fake_llm) == [
+        ("user", "A"),
+        ("assistant", "a"),
+        ("user", "B"),
+        ("assistant", "b"),
+        ("user", "C"),
+    ]
+    assert_one_path(chat)

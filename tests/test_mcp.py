@@ -4,8 +4,10 @@ thread) and over stdio (a subprocess), driven through real chat runs against the
 provider."""
 
 import asyncio
+import base64
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -28,6 +30,12 @@ pytest.importorskip("mcp")
 
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from mcp.types import (  # noqa: E402
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,10 +79,59 @@ async def slow(path: str) -> str:
     return "late"
 
 
+# a server whose answers break the rules: each tool counts its calls
+odd = MCPServer("odd", log_level="ERROR")
+odd_calls: list[str] = []
+HTML = b"<html><body><script>alert(document.cookie)</script></body></html>"
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+HUGE = 10 * 1024 * 1024
+
+
+@odd.tool()
+def bad_image() -> list[ImageContent]:
+    """Sends a picture whose bytes are not base64."""
+    odd_calls.append("bad_image")
+    return [ImageContent(type="image", data="%%% not base64 %%%", mime_type="image/png")]
+
+
+@odd.tool()
+def huge_log() -> str:
+    """Sends ten megabytes of log."""
+    odd_calls.append("huge_log")
+    return "x" * HUGE
+
+
+@odd.tool()
+def web_page() -> list[TextContent | ImageContent | EmbeddedResource]:
+    """Sends a page, a picture and a report."""
+    odd_calls.append("web_page")
+    return [
+        TextContent(type="text", text="three files"),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri="file:///srv/evil.html",
+                mime_type="text/html",
+                blob=base64.b64encode(HTML).decode(),
+            ),
+        ),
+        ImageContent(type="image", data=base64.b64encode(SVG).decode(), mime_type="image/svg+xml"),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri="file:///srv/report.txt",
+                mime_type="text/plain",
+                blob=base64.b64encode(b"all good").decode(),
+            ),
+        ),
+    ]
+
+
 @pytest.fixture(autouse=True)
 def _fresh():
     llm_mcp.clear_cache()
     deleted.clear()
+    odd_calls.clear()
     yield
     llm_mcp.clear_cache()
 
@@ -293,6 +350,124 @@ def test_unknown_and_unreachable_servers_give_no_tools(fake_llm, caplog):
     with caplog.at_level(logging.ERROR, logger="django_llmchat.mcp"):
         assert chat.ask("hi").content == "Still none."
     assert "no MCP server named 'nowhere': add it to LLMCHAT['MCP_SERVERS']" in caplog.text
+
+
+# -- answers that break the rules ---------------------------------------------------------
+def media_files(settings) -> list[str]:
+    found = []
+    for _root, _dirs, names in os.walk(settings.MEDIA_ROOT):
+        found.extend(names)
+    return sorted(found)
+
+
+def test_an_image_that_is_not_base64_is_an_error_result_and_runs_once(fake_llm):
+    configure(fake_llm, odd={"server": odd})
+    fake_llm.script(
+        Reply(tool_calls=[Call("bad_image", {}, call_id="call_i")]),
+        Reply("The picture was broken."),
+        Reply("Hello again."),
+        Reply("Still here."),
+    )
+    chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:odd")
+    events = list(chat.stream("show me the picture"))
+    assert events[-1].status == "succeeded"
+    (done,) = [e for e in events if isinstance(e, ToolResultDone)]
+    assert done.error_type == "execution_error"
+    error = json.loads(ToolCall.objects.get(call_id="call_i").get_result().content)["error"]
+    assert error == {
+        "type": "execution_error",
+        "message": "MCP server 'odd' sent a malformed result for bad_image: "
+        "ValueError: the image of block 1 is not valid base64",
+    }
+    assert "malformed result" in json.dumps(fake_llm.requests[1].body)
+    # later prompts in the same chat go on, and never call the tool again
+    assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
+    assert Chat.objects.get(pk=chat.pk).ask("and now?").content == "Still here."
+    assert odd_calls == ["bad_image"]
+
+
+def test_a_huge_mcp_result_is_stored_and_sent_truncated(fake_llm):
+    configure(fake_llm, odd={"server": odd})
+    fake_llm.script(Reply(tool_calls=[Call("huge_log", {}, call_id="call_h")]), Reply("Long."))
+    chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:odd")
+    assert chat.ask("dump the log").content == "Long."
+    result = ToolCall.objects.get(call_id="call_h").get_result()
+    marker = "\n[truncated: 10,485,760 characters, 100,000 kept]"
+    assert result.content == "x" * 100_000 + marker
+    assert result.raw == {"truncated": {"characters": HUGE, "kept": 100_000}}
+    assert len(fake_llm.requests[1].raw_body) < 110_000
+    assert marker.strip() in json.dumps(fake_llm.requests[1].body)
+
+
+def test_html_and_svg_from_an_mcp_server_pass_the_upload_rules(fake_llm, settings):
+    configure(fake_llm, odd={"server": odd})
+    fake_llm.script(Reply(tool_calls=[Call("web_page", {}, call_id="call_w")]), Reply("Ok."))
+    chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:odd")
+    chat.ask("fetch the page")
+    result = ToolCall.objects.get(call_id="call_w").get_result()
+    # as for a user's upload: the page is refused, the SVG is the text it holds
+    assert [(a.filename, a.mime_type) for a in result.attachments.all()] == [
+        ("image-3.txt", "text/plain"),
+        ("report.txt", "text/plain"),
+    ]
+    assert media_files(settings) == ["image-3.txt", "report.txt"]  # no .html, no .svg
+    assert "[file evil.html refused: type text/html is not allowed" in result.content
+    assert [r["filename"] for r in result.raw["refused"]] == ["evil.html"]
+    assert "file evil.html refused" in json.dumps(fake_llm.requests[1].body)
+
+
+def junk_server():
+    """A streamable HTTP server that lists a tool, then answers its calls with JSON no
+    ``CallToolResult`` validates (an image whose data is a number)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def endpoint(request):
+        if request.method != "POST":
+            return Response(status_code=405)
+        body = await request.json()
+        method, rid = body.get("method"), body.get("id")
+        if rid is None:  # a notification
+            return Response(status_code=202)
+        result: dict = {}
+        if method == "initialize":
+            result = {
+                "protocolVersion": body["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "junk", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": [{"name": "charge", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            odd_calls.append("charge")
+            result = {"content": [{"type": "image", "data": 12}]}
+        return JSONResponse({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    app = Starlette(routes=[Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])])
+    return LoopbackMCP(app).start()
+
+
+def test_junk_json_from_a_server_is_an_error_result_and_runs_once(fake_llm):
+    junk = junk_server()
+    try:
+        configure(fake_llm, junk={"url": junk.url})
+        fake_llm.script(
+            Reply(tool_calls=[Call("charge", {}, call_id="call_j")]),
+            Reply("The server is confused."),
+            Reply("Hello again."),
+        )
+        chat = Chat.objects.create(provider=MODEL[0], model_id=MODEL[1]).with_tools("mcp:junk")
+        assert chat.ask("charge the card").content == "The server is confused."
+        error = json.loads(ToolCall.objects.get(call_id="call_j").get_result().content)["error"]
+        assert error == {
+            "type": "execution_error",
+            "message": "MCP server 'junk' sent a malformed answer (ValidationError)",
+        }
+        assert Chat.objects.get(pk=chat.pk).ask("hi").content == "Hello again."
+        assert odd_calls == ["charge"]
+    finally:
+        junk.stop()
 
 
 # -- streamable HTTP on loopback ------------------------------------------------------------

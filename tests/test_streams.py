@@ -242,3 +242,61 @@ def test_ui_following_keeps_alive_while_a_run_lives_and_stops_after(redis_events
     run.status = Run.FAILED
     run.save(update_fields=["status"])
     assert frames_of(chat, 2) == [DONE]
+
+
+def test_a_patient_follow_asks_a_failing_redis_again_and_goes_on():
+    """The protocol of a follow with ``patience``: a failed command (Redis restarting) is
+    a heartbeat, a pause, and the same command again; an answer goes on as usual."""
+    import redis
+
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        following = streams._Following(7, None, 200, True, None, True, patience=5.0)
+    steps = iter(following)
+    assert next(steps)[0] == "xrevrange"
+    following.failed(redis.ConnectionError("refused"))
+    assert next(steps) == ("emit", (None, None), None)  # a keep-alive while it waits
+    method, (pause,), _ = next(steps)
+    assert method == "sleep" and 0 < pause <= 0.2
+    assert next(steps)[0] == "xrevrange"  # asked again
+    following.answer = []
+    assert next(steps)[0] == "xread"
+    fields = {"type": "text_delta", "data": '{"role":"assistant","content":"a"}'}
+    following.answer = [("k", [("1-0", fields)])]
+    assert next(steps) == ("emit", ("1-0", TextDelta("a")), None)
+    # an error that is no failure to reach Redis is raised at once
+    with pytest.raises(redis.ResponseError):
+        following.failed(redis.ResponseError("WRONGTYPE"))
+
+
+def test_a_patient_follow_gives_up_naming_the_cause():
+    import redis
+
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        following = streams._Following(7, "0", 50, True, None, False, patience=0.1)
+    steps = iter(following)
+    failures = 0
+    with pytest.raises(streams.FollowFailed) as gave_up:
+        for method, args, _ in steps:
+            assert method in ("xread", "sleep")  # no heartbeat was asked for
+            if method == "sleep":
+                time.sleep(*args)
+            else:
+                failures += 1
+                following.failed(redis.TimeoutError("Timeout reading from socket"))
+    assert failures >= 2
+    assert gave_up.value.cause == "Redis did not answer for 0.1 s"
+    assert isinstance(gave_up.value.__cause__, redis.TimeoutError)
+
+
+def test_a_patient_follow_ends_at_its_timeout_though_redis_fails():
+    import redis
+
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        following = streams._Following(7, "0", 50, True, 0.15, False, patience=10.0)
+    started = time.monotonic()
+    for method, args, _ in following:
+        if method == "sleep":
+            time.sleep(*args)
+        else:
+            following.failed(redis.ConnectionError("refused"))
+    assert time.monotonic() - started < 1  # ended quietly at its timeout, not its patience

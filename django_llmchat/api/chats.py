@@ -224,13 +224,15 @@ class ChatViewSet(
     )
     def events(self, request, pk=None):
         chat = self.get_chat(pk)
-        field, last_id = "Last-Event-ID", request.headers.get("Last-Event-ID")
-        if last_id is None:
-            field, last_id = "last_event_id", request.query_params.get("last_event_id")
-        if last_id is not None:
-            last_id = last_id.strip()
-            if not _valid_event_id(last_id):
-                raise ValidationError({field: ["must be an event id such as 1712000000000-0"]})
+        # an empty value (``Last-Event-ID:``) is no id: from the run in progress
+        field, last_id = "Last-Event-ID", (request.headers.get("Last-Event-ID") or "").strip()
+        if not last_id:
+            field = "last_event_id"
+            last_id = (request.query_params.get("last_event_id") or "").strip()
+        if not last_id:
+            last_id = None
+        elif not _valid_event_id(last_id):
+            raise ValidationError({field: ["must be an event id such as 1712000000000-0"]})
         scope = request.query_params.get("follow", "run")
         if scope not in ("run", "all"):
             raise ValidationError({"follow": ["must be 'run' or 'all'"]})

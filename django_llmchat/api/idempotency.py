@@ -1,17 +1,19 @@
 """``Idempotency-Key``: a retried request that starts (or stops) a run gets the first
 request's outcome instead of a second prompt and a second run.
 
-The key is per user and per route (``scope``). Its row is written in the transaction that
-admits the run (:func:`django_llmchat.runs.on_admit`), under the chat's lock and with a
-unique constraint on ``(user, scope, key)``, so of racing requests with one key exactly one
-stores anything. A retry within ``LLMCHAT["IDEMPOTENCY_TTL"]`` seconds gets:
+The key is per user, per chat and per route (``scope``): the same key on another chat is
+another request's (an AI SDK client's message ids, used as keys, may repeat across its
+chats). Its row is written in the transaction that admits the run
+(:func:`django_llmchat.runs.on_admit`), under the chat's lock and with a unique constraint
+on ``(user, chat, scope, key)``, so of racing requests with one key exactly one stores
+anything. A retry within ``LLMCHAT["IDEMPOTENCY_TTL"]`` seconds gets:
 
 - the stored answer (status and JSON body) of a 202;
 - for a streamed answer, the run's stream replayed from the chat's event stream (from the
   run's start, or after ``Last-Event-ID``); without ``LLMCHAT["EVENTS_URL"]``, the run as
   JSON (``{"run": ...}``) once it ended, a 409 while it has not;
 - a 409 while the first request has not answered yet;
-- a 422 when the key comes with another request (the route, the chat or the body differ).
+- a 422 when the key comes with another request on the chat and route (the body differs).
 
 A first request that never answered (its process died, or it failed after the run was
 admitted) does not hold its key forever. Its answer is rebuilt from what it stored: once
@@ -74,16 +76,16 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
     description="A key of your choice (printable ASCII, at most 255 characters, e.g. a "
     "UUID) naming this request: a retry with the same key within "
     '`LLMCHAT["IDEMPOTENCY_TTL"]` seconds gets the first request\'s outcome (a streamed '
-    "run is replayed) and starts nothing. The same key with another request is a 422; "
+    "run is replayed) and starts nothing. Keys are per chat (the same key on another "
+    "chat is another request's). The same key with another body is a 422; "
     "while the first request is still answering, a 409 (once its run ended, or after "
     '`LLMCHAT["RUN_LEASE"]` seconds with nobody answering it, the retry is answered).',
     pattern=r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$",
 )
 IDEMPOTENCY_REUSED = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
-    description="The `Idempotency-Key` was used with another request (another route, chat "
-    'or body): `{"detail", "code": "idempotency_key_reused"}`; or a guardrail blocked '
-    "the message.",
+    description="The `Idempotency-Key` was used on this chat and route with another body: "
+    '`{"detail", "code": "idempotency_key_reused"}`; or a guardrail blocked the message.',
 )
 IDEMPOTENCY_CONFLICT = OpenApiResponse(
     response=OpenApiTypes.OBJECT,
@@ -208,7 +210,11 @@ class Idempotency:
         (no run) is dropped: ``None``, the retry is answered afresh."""
         row = (
             IdempotencyKey.objects.filter(
-                user=self.user, scope=self.scope, key=self.key, created_at__gte=_cutoff()
+                user=self.user,
+                chat=self.chat,
+                scope=self.scope,
+                key=self.key,
+                created_at__gte=_cutoff(),
             )
             .select_related("run")
             .first()
@@ -349,9 +355,9 @@ class Idempotency:
     def _new_row(self, **fields: Any) -> IdempotencyKey:
         """This request's key row, not saved yet; an expired row of the key is deleted
         first."""
-        identity = {"user": self.user, "scope": self.scope, "key": self.key}
+        identity = {"user": self.user, "chat": self.chat, "scope": self.scope, "key": self.key}
         IdempotencyKey.objects.filter(**identity, created_at__lt=_cutoff()).delete()
-        return IdempotencyKey(**identity, chat=self.chat, request_hash=self.hash, **fields)
+        return IdempotencyKey(**identity, request_hash=self.hash, **fields)
 
     def _after_race(self) -> IdempotencyKey:
         row = self.earlier()
@@ -408,7 +414,7 @@ def replay_events(
     None)`` while idle. Ends as well when the run ended in the database and nothing came
     for two idle periods (its end was never published)."""
     from .. import streams
-    from .sse import FOLLOW_BLOCK_MS
+    from .sse import heartbeat_ms
 
     started = last_id is not None
     idle = 0
@@ -418,7 +424,7 @@ def replay_events(
         last_id or after,
         stop_at_run_end=False,
         heartbeat=True,
-        block_ms=FOLLOW_BLOCK_MS,
+        block_ms=heartbeat_ms(),  # no patience: its idle periods tell an unpublished end
     ):
         if event is None:
             finished = Run.objects.filter(pk=run_id, status__in=Run.FINISHED).exists()
@@ -448,11 +454,9 @@ def _sse_frames(events) -> Iterator[str]:
             yield comment() if event is None else to_sse(event, event_id)
     except Exception as exc:
         logger.exception("replaying a run failed", exc_info=exc)
-        from .sse import frame
+        from .sse import frame, unavailable_message
 
-        yield frame(
-            "error", {"type": "events_unavailable", "message": "The event stream is unavailable."}
-        )
+        yield frame("error", {"type": "events_unavailable", "message": unavailable_message(exc)})
 
 
 def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
@@ -465,7 +469,9 @@ def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
             yield "".join(ui.chunk(item) for item in stream.feed(event))
     except Exception as exc:
         logger.exception("replaying a run of chat %s failed", chat_id, exc_info=exc)
-        yield "".join(ui.chunk(i) for i in stream.error("The event stream is unavailable."))
+        from .sse import unavailable_message
+
+        yield "".join(ui.chunk(i) for i in stream.error(unavailable_message(exc)))
     yield ui.DONE
 
 

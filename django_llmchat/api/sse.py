@@ -35,9 +35,19 @@ __all__ = [
 
 logger = logging.getLogger("django_llmchat.api")
 
-# Keep-alive comment after this long without an event; below redis-py's default socket
-# timeout (5 s), which a longer blocking read would hit.
-FOLLOW_BLOCK_MS = 3000
+
+def heartbeat_ms() -> int:
+    """``LLMCHAT["EVENTS_HEARTBEAT"]`` in milliseconds: a follower sends a keep-alive
+    comment after this long without an event (each Redis read blocks this long)."""
+    return max(1, int(float(settings.EVENTS_HEARTBEAT) * 1000))
+
+
+def patience() -> float:
+    """How long a follower waits for a Redis that does not answer (down or hung), keeping
+    its client alive, before it ends with an ``error`` event: the publishers' breaker
+    period (:data:`django_llmchat.streams.BREAKER_SECONDS`)."""
+    return streams.BREAKER_SECONDS
+
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -256,15 +266,16 @@ class _AsyncFrames:
 # -- following a chat's event stream ------------------------------------------------------
 def follow_frames(chat_id: int, last_id: str | None, *, until_end: bool, asynchronous: bool):
     """SSE frames of the chat's event stream after ``last_id``: a comment first (so
-    proxies and browsers see the stream open at once), keep-alive comments while idle,
-    an ``error`` event if the event store fails."""
-    from .. import streams
-
+    proxies and browsers see the stream open at once), keep-alive comments while idle
+    (every ``EVENTS_HEARTBEAT`` seconds, also while Redis fails), an ``error`` event
+    naming the cause when the event store fails for good (Redis down or hung for
+    :func:`patience` seconds), and the end."""
     options = {
         "last_id": last_id,
         "stop_at_run_end": until_end,
         "heartbeat": True,
-        "block_ms": FOLLOW_BLOCK_MS,
+        "block_ms": heartbeat_ms(),
+        "patience": patience(),
     }
     if asynchronous:
 
@@ -296,8 +307,17 @@ def _follow_frame(event_id, event) -> str:
     return to_sse(event, event_id)
 
 
+def unavailable_message(exc: BaseException) -> str:
+    """What a follower is told when following failed: the cause when Redis did not
+    answer (:class:`~django_llmchat.streams.FollowFailed`), else no detail."""
+    if isinstance(exc, streams.FollowFailed):
+        return f"The event stream is unavailable: {exc.cause}."
+    return "The event stream is unavailable."
+
+
 def _follow_failure(chat_id: int, exc: BaseException) -> str:
-    logger.exception("following the events of chat %s failed", chat_id, exc_info=exc)
-    return frame(
-        "error", {"type": "events_unavailable", "message": "The event stream is unavailable."}
-    )
+    if isinstance(exc, streams.FollowFailed):
+        logger.warning("following the events of chat %s ended: %s", chat_id, exc.__cause__)
+    else:
+        logger.exception("following the events of chat %s failed", chat_id, exc_info=exc)
+    return frame("error", {"type": "events_unavailable", "message": unavailable_message(exc)})

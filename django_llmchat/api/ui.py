@@ -24,7 +24,7 @@ from .. import dbconn, streams
 from ..conf import settings
 from ..events import StreamEvent
 from ..models import Chat, Run
-from .sse import SSE_HEADERS, InlineRun, sse_response
+from .sse import SSE_HEADERS, InlineRun, heartbeat_ms, patience, sse_response, unavailable_message
 from .ui_chats import call_for, chat_for, decide_all
 from .ui_paths import reply_branch
 from .ui_requests import UIChatSerializer, UIMessageSerializer, approvals_of, prompt_of
@@ -109,7 +109,13 @@ def follow_chunks(chat: Chat, *, asynchronous: bool):
     ui = UIMessageStream(
         chat_id=chat.pk, finish_metadata=lambda event: reply_branch(chat.pk, event.run_id)
     )
-    options = {"last_id": None, "stop_at_run_end": True, "heartbeat": True, "block_ms": 1000}
+    options = {
+        "last_id": None,
+        "stop_at_run_end": True,
+        "heartbeat": True,
+        "block_ms": min(1000, heartbeat_ms()),  # and whether a run is still live
+        "patience": patience(),
+    }
 
     def frame(event: Any) -> str:
         """The frames of a followed event, a keep-alive for a heartbeat."""
@@ -119,7 +125,7 @@ def follow_chunks(chat: Chat, *, asynchronous: bool):
 
     def failed(exc: Exception) -> str:
         logger.exception("following chat %s failed", chat.pk, exc_info=exc)
-        return "".join(chunk(i) for i in ui.error("The event stream is unavailable."))
+        return "".join(chunk(i) for i in ui.error(unavailable_message(exc)))
 
     if asynchronous:
         from asgiref.sync import sync_to_async

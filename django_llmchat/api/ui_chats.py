@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from django.db import IntegrityError, transaction
+from django.http import Http404
 from rest_framework.exceptions import ValidationError
 
 from .. import inputs, runs
@@ -23,15 +24,20 @@ logger = logging.getLogger("django_llmchat.api")
 
 def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
     """The user's chat with this id: its primary key, else the id its client gave it;
-    created on first use when ``create``."""
+    created on first use when ``create`` (in the caller's transaction, if any: a request
+    refused after it leaves no chat behind). The number of another user's chat is no id a
+    client may make up: :class:`~django.http.Http404`, and nothing is made."""
     visible = chats_for(user)
-    if client_id.isascii() and client_id.isdigit():  # int() also reads "٣" as 3
+    number = client_id.isascii() and client_id.isdigit()  # int() also reads "٣" as 3
+    if number:
         found = visible.filter(pk=int(client_id)).first()
         if found is not None:
             return found
     found = visible.filter(client_id=client_id).first()
     if found is not None or not create:
         return found
+    if number and Chat.objects.filter(pk=int(client_id)).exists():
+        raise Http404("No such chat.")
     try:
         inputs.check_default_model(field="id")  # the chat is on the project's defaults
     except InputError as exc:

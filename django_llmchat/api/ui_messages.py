@@ -26,17 +26,19 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..models import Chat, Feedback, Message, Run
+from ..models import Chat, Feedback, Message, Run, ToolCall
 from ..transcript import call_item_ids
 from .ids import is_call_id
 from .serializers import attachment_url
 from .ui import _error_text, _output, _usd_sum
 from .ui_paths import UI_MESSAGE_ID, Tree, branch_of, ui_id_of_user
+from .ui_stream import ToolCallIds, call_key
 
 __all__ = [
     "UI_MESSAGE_ID",
     "remember_user_message_id",
     "replay_chunks",
+    "stored_calls",
     "ui_messages",
     "waiting_reply",
 ]
@@ -65,10 +67,49 @@ def _user(message: Message, request) -> dict[str, Any]:
     return {"id": ui_id_of_user(message.pk, message.raw), "role": "user", "parts": parts}
 
 
+def stored_calls(run_id: int) -> list[tuple[str, str]]:
+    """``(call id, key)`` of the calls run ``run_id`` stored, in their order (the key:
+    :func:`~.ui_stream.call_key`), for a stream that continues the run."""
+    out: list[tuple[str, str]] = []
+    steps = Message.objects.filter(run_id=run_id, role="assistant").order_by("position", "id")
+    for message in steps.prefetch_related("tool_calls"):
+        calls = [call.call_id for call in message.tool_calls.all()]
+        raw = message.raw if isinstance(message.raw, dict) else {}
+        for call_id, item_id in zip(calls, call_item_ids(raw, calls), strict=True):
+            out.append((call_id, call_key(call_id, item_id)))
+    return out
+
+
+class _EarlierCalls:
+    """The chat's calls by call id (one query), for each reply's ``ToolCallIds.prior``:
+    those before a run are those of earlier runs and those without a run
+    (:func:`~.ui_stream.prior_calls`, as the stream counts them)."""
+
+    def __init__(self, chat: Chat):
+        self.by_id: dict[str, list[tuple[int | None, int]]] = {}
+        rows = ToolCall.objects.filter(chat=chat).values_list(
+            "call_id", "message__run_id", "message_id"
+        )
+        for call_id, run_id, message_id in rows:
+            self.by_id.setdefault(call_id, []).append((run_id, message_id))
+
+    def before(self, run_id: int | None, message_id: int):
+        """``prior`` of a reply: of run ``run_id``, else (a reply stored without a run) of
+        the reply starting at ``message_id``."""
+
+        def prior(key: str) -> int:
+            rows = self.by_id.get(key, ())
+            if run_id is not None:
+                return sum(1 for run, _ in rows if run is None or run < run_id)
+            return sum(1 for run, message in rows if run is None and message < message_id)
+
+        return prior
+
+
 class _Reply:
     """One assistant UI message: the steps (assistant messages) and tool results of a run."""
 
-    def __init__(self, chat: Chat, message: Message, run: Run | None):
+    def __init__(self, chat: Chat, message: Message, run: Run | None, earlier: _EarlierCalls):
         self.run = run
         self.run_id = message.run_id
         self.id = f"run-{run.pk}" if run is not None else f"msg-{message.pk}"
@@ -79,26 +120,17 @@ class _Reply:
         self.tokens: dict[str, int] = {}
         self.cost: str | None = None
         self.call_counts: dict[str, int] = {}  # call id -> the run's calls with it so far
-        self.used: set[str] = set()  # toolCallIds given
+        self.tool_ids = ToolCallIds(earlier.before(message.run_id, message.pk))
 
     def ids(self, call_id: str, item_id: str | None) -> tuple[str, str]:
         """``(toolCallId, approvalId)`` of the run's next stored call, as the stream
         gives them (:class:`~django_llmchat.api.ui_stream.UIMessageStream`): distinct for
-        every call though a vendor repeats or omits ids, the approval id ``<call id>#<n>``
-        for the n-th call with one id."""
+        every call of the chat though a vendor repeats or omits ids
+        (:class:`~.ui_stream.ToolCallIds`), the approval id ``<call id>#<n>`` for the
+        run's n-th call with one id."""
         n = self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
         approval_id = call_id if n == 1 and call_id else f"{call_id}#{n}"
-        candidates = [item_id] if item_id else []
-        if call_id and n == 1:
-            candidates.append(call_id)
-        candidates.append(f"{call_id or 'call'}-{n}")
-        tool_call_id = next((c for c in candidates if c not in self.used), None)
-        serial = n
-        while tool_call_id is None or tool_call_id in self.used:
-            serial += 1
-            tool_call_id = f"{call_id or 'call'}-{serial}"
-        self.used.add(tool_call_id)
-        return tool_call_id, approval_id
+        return self.tool_ids.next(call_key(call_id, item_id)), approval_id
 
     def step(self, message: Message) -> None:
         self.parts.append({"type": "step-start"})
@@ -191,6 +223,7 @@ def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     firsts: list[int] = []  # each UI message's first stored message
     reply: _Reply | None = None
+    earlier = _EarlierCalls(chat)
     for message in messages:
         if message.role == "user":
             out.append(_user(message, request))
@@ -198,7 +231,7 @@ def ui_messages(chat: Chat, request=None) -> list[dict[str, Any]]:
             reply = None
         elif message.role == "assistant":
             if reply is None or reply.run_id != message.run_id:
-                reply = _Reply(chat, message, runs.get(message.run_id))
+                reply = _Reply(chat, message, runs.get(message.run_id), earlier)
                 out.append(reply)  # type: ignore[arg-type]  # made a dict below
                 firsts.append(message.pk)
             reply.step(message)

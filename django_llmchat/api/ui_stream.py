@@ -93,6 +93,59 @@ class _Part:
         return out
 
 
+def call_key(call_id: str, item_id: str | None) -> str:
+    """What names a call in the stream before its ``toolCallId`` is made: its item id (the
+    Responses API streams a call by it), else its call id (``""`` without either)."""
+    return item_id or call_id or ""
+
+
+class ToolCallIds:
+    """The ``toolCallId`` of each call of one run, in the calls' order: the call's key
+    (:func:`call_key`) while no earlier call of the chat had it, else ``<key>-<n>`` for
+    the chat's n-th call with it (``call-<n>`` without any id). One rule for the stream
+    and the reload (``GET ui/chat/{id}/messages``), so a vendor numbering its calls from
+    ``call_0`` in every step still gives each call its own id in the chat.
+
+    ``prior(key)``: how many calls of the chat before this run had that call id (asked
+    once per key, when first needed); ``stored``: the keys of the run's calls already
+    stored before this stream (a run continuing after an approval)."""
+
+    def __init__(self, prior: Callable[[str], int], stored: list[str] | None = None):
+        self.prior = prior
+        self.stored: dict[str, int] = {}
+        for key in stored or ():
+            self.stored[key] = self.stored.get(key, 0) + 1
+        self.counts: dict[str, int] = {}
+        self._saved: dict[str, int] = {}
+
+    def next(self, key: str) -> str:
+        """The ``toolCallId`` of the run's next call named ``key``."""
+        if key not in self.counts:
+            self.counts[key] = self.prior(key) + self.stored.get(key, 0)
+        n = self.counts[key] = self.counts[key] + 1
+        return key if key and n == 1 else f"{key or 'call'}-{n}"
+
+    def checkpoint(self) -> None:
+        """The run's calls so far are stored (its step ended)."""
+        self._saved = dict(self.counts)
+
+    def restore(self) -> None:
+        """The run starts again from its last stored step (a retry, a takeover): the calls
+        of the step it did not store are not the run's."""
+        self.counts = dict(self._saved)
+
+
+def prior_calls(chat_id: int, run_id: int, key: str) -> int:
+    """How many calls of the chat with call id ``key`` came before run ``run_id``: those
+    of earlier runs and those stored without a run (:class:`ToolCallIds`' ``prior``)."""
+    from django.db.models import Q
+
+    from ..models import ToolCall
+
+    earlier = Q(message__run__isnull=True) | Q(message__run_id__lt=run_id)
+    return ToolCall.objects.filter(earlier, chat_id=chat_id, call_id=key).count()
+
+
 class UIMessageStream:
     """Turns one run's stream events into UI message chunks (dicts), keeping what the
     protocol needs: open text and reasoning parts, steps, the ids of tool calls.
@@ -101,14 +154,15 @@ class UIMessageStream:
     client's assistant message when a run continues after approvals); ``tool_ids`` maps
     stored call ids to the ``toolCallId`` a client already knows, ``known_calls`` lists
     ``(call id, tool name, toolCallId)`` of those calls in their order (for call ids a
-    vendor repeated) and ``run_calls`` the call ids the run stored before this stream.
+    vendor repeated) and ``run_calls`` the ``(call id, key)`` of the calls the run stored
+    before this stream (:func:`~.ui_messages.stored_calls`).
     ``finish_metadata(event)`` gives more of the ``finish`` chunk's metadata, read when the
     run ends (the reply's alternatives: :func:`~.ui_paths.reply_branch`).
 
-    Every stored call gets its own ``toolCallId`` (a vendor may repeat an id, or give
-    none): the call's item id, else its call id when the run has no other call with it,
-    else ``<call id>-<n>`` (``call-<n>`` without an id). Its ``approvalId`` is the call
-    id, or ``<call id>#<n>`` for the run's n-th call with that id (n > 1), which
+    Every stored call gets its own ``toolCallId`` in the chat (a vendor may repeat an id,
+    in a step or across steps, or give none): :class:`ToolCallIds`, which the reload
+    follows too. Its ``approvalId`` is the call id, or ``<call id>#<n>`` for the run's
+    n-th call with that id (n > 1), which
     :func:`~django_llmchat.api.ui_chats.decide_all` maps back to exactly that call.
     Results and approval requests name only a call id: they go to the run's calls with
     it in their order (by tool name first)."""
@@ -120,7 +174,7 @@ class UIMessageStream:
         message_id: str | None = None,
         tool_ids: dict[str, str] | None = None,
         known_calls: list[tuple[str, str, str]] | None = None,
-        run_calls: list[str] | None = None,
+        run_calls: list[tuple[str, str]] | None = None,
         finish_metadata: Callable[[RunFinished], dict[str, Any]] | None = None,
     ):
         self.chat_id = chat_id
@@ -142,9 +196,10 @@ class UIMessageStream:
         for call_id, name, known in known_calls or ():
             self.waiting.setdefault(call_id, []).append((name, known, call_id))
         self.call_counts: dict[str, int] = {}  # call id -> the run's calls with it
-        for call_id in run_calls or ():
+        for call_id, _ in run_calls or ():
             self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
-        self.used: set[str] = set()  # toolCallIds given to calls
+        self._saved_counts = dict(self.call_counts)
+        self.ids = ToolCallIds(self._prior, [key for _, key in run_calls or ()])
         self.finish_reason: str | None = None
         self.run_id: str | None = None
         self.tokens: dict[str, int] = {}
@@ -226,8 +281,10 @@ class UIMessageStream:
 
     # -- handlers, one per event type
     def _on_run_started(self, event: RunStarted) -> list[Chunk]:
+        if self.started and event.run_id == self.run_id:
+            self._restart()  # a run taken over restarts from its last stored step
         self.run_id = event.run_id or self.run_id
-        return self._start(event.run_id) + self._close_parts()  # a run taken over restarts
+        return self._start(event.run_id) + self._close_parts()
 
     def _on_text_delta(self, event: TextDelta) -> list[Chunk]:
         return self._delta(self.text, self.reasoning, event.content)
@@ -245,13 +302,8 @@ class UIMessageStream:
         out = self._content() + self._close_parts()
         key = event.item_id or ""
         tool_call_id = self.items.get(key)
-        if tool_call_id is None:
-            fresh = event.item_id and event.item_id not in self.used
-            tool_call_id = event.item_id if fresh else self._next("call")
-            while tool_call_id in self.used:
-                tool_call_id = self._next("call")
-            self.items[key] = tool_call_id
-            self.used.add(tool_call_id)  # this call's, whatever its ids turn out to be
+        if tool_call_id is None:  # the call's id from its first chunk on
+            tool_call_id = self.items[key] = self.ids.next(key)
         out += self._input_start(tool_call_id, event.name or "")
         if event.arguments_delta:
             out.append(
@@ -264,7 +316,7 @@ class UIMessageStream:
     def _on_tool_call_done(self, event: ToolCallDone) -> list[Chunk]:
         out = self._content() + self._close_parts()
         streamed = self.items.pop(event.item_id or "", None)  # its deltas' toolCallId
-        tool_call_id, approval_id = self._new_call(event.call_id, streamed)
+        tool_call_id, approval_id = self._new_call(event.call_id, event.item_id, streamed)
         self.tool_ids[event.call_id] = tool_call_id
         self.waiting.setdefault(event.call_id, []).append((event.name, tool_call_id, approval_id))
         out += self._input_start(tool_call_id, event.name)
@@ -317,6 +369,8 @@ class UIMessageStream:
             out.append(StartStepChunk())
             self.in_step = True
         self.step_stored = True
+        self.ids.checkpoint()  # the step's calls are stored
+        self._saved_counts = dict(self.call_counts)
         self.finish_reason = event.finish_reason
         for name, value in event.token_usage.to_dict().items():
             self.tokens[name] = self.tokens.get(name, 0) + value
@@ -334,6 +388,7 @@ class UIMessageStream:
 
     def _on_run_finished(self, event: RunFinished) -> list[Chunk]:
         if event.status == "retrying":  # the same run starts again: its RunStarted follows
+            self._restart()
             return self._close_parts()
         out = self._start(event.run_id)
         if event.status == "blocked":
@@ -384,19 +439,25 @@ class UIMessageStream:
             return tool_call_id, approval_id
         return self.tool_ids.get(call_id, call_id), call_id
 
-    def _new_call(self, call_id: str, preferred: str | None) -> tuple[str, str]:
-        """``(toolCallId, approvalId)`` of a call the run just made."""
+    def _new_call(self, call_id: str, item_id: str | None, streamed: str | None) -> tuple[str, str]:
+        """``(toolCallId, approvalId)`` of a call the run just made (``streamed``: the id
+        its deltas had, kept for it)."""
         n = self.call_counts[call_id] = self.call_counts.get(call_id, 0) + 1
         approval_id = call_id if n == 1 and call_id else f"{call_id}#{n}"
-        if preferred:  # the id its deltas had, kept for it
-            return preferred, approval_id
-        candidates = [call_id] if call_id and n == 1 else []
-        candidates.append(f"{call_id or 'call'}-{n}")
-        tool_call_id = next((c for c in candidates if c not in self.used), None)
-        while tool_call_id is None or tool_call_id in self.used:
-            tool_call_id = self._next(f"{call_id or 'call'}-{n}")
-        self.used.add(tool_call_id)
-        return tool_call_id, approval_id
+        return streamed or self.ids.next(call_key(call_id, item_id)), approval_id
+
+    def _prior(self, key: str) -> int:
+        """How many calls of the chat before this run had the call id ``key``."""
+        if self.chat_id is None or not (self.run_id or "").isdigit():
+            return 0
+        return prior_calls(self.chat_id, int(self.run_id or 0), key)
+
+    def _restart(self) -> None:
+        """The run starts again from its last stored step: what its unstored step began
+        is dropped (its calls, their ids)."""
+        self.ids.restore()
+        self.call_counts = dict(self._saved_counts)
+        self.items.clear()
 
     def _finish_reason(self, status: str) -> str:
         if status == Run.AWAITING_APPROVAL:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.db import transaction
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
@@ -16,7 +17,7 @@ from rest_framework.response import Response
 
 from .. import branches
 from ..errors import ArgumentError
-from ..models import Chat, Run, ToolCall
+from ..models import Chat, Run
 from . import ui_messages
 from .base import LLMChatView, admit, interrupt_current, once, stream_position
 from .errors import Conflict, text_refusal
@@ -67,7 +68,8 @@ class UIChatView(TransportView):
         summary="Send a message the AI SDK way (UI message stream protocol v1)",
         description=(
             "The body of the AI SDK's `DefaultChatTransport`: `id` (a chat id of yours, or "
-            "an id the client made up: the chat is created on first use), `messages` (the "
+            "an id the client made up: the chat is created on first use, with the run; "
+            "another user's chat id is a `404`), `messages` (the "
             "last is the new user message, or the assistant message with answers to tool "
             "approvals; the ones before it, by their ids, are the path it continues: the "
             "chat's active path appends, a shorter prefix branches after its last message, "
@@ -82,6 +84,7 @@ class UIChatView(TransportView):
         responses={
             (200, "text/event-stream"): UI_STREAM_RESPONSE,
             400: UI_RULES,
+            404: ERROR,
             409: IDEMPOTENCY_CONFLICT,
             422: IDEMPOTENCY_REUSED,
         },
@@ -91,9 +94,18 @@ class UIChatView(TransportView):
         serializer = UIChatSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        chat = chat_for(request.user, data["id"], create=True)
-        if chat is None:  # cannot happen for an authenticated user
-            raise Http404("No such chat.")
+        chat = chat_for(request.user, data["id"], create=False)
+        if chat is not None:
+            return self._post(request, chat, data)
+        # a chat made on first use commits with the run the request admits: a refused
+        # request (400, 404, 409, 422, 429) leaves no empty chat behind
+        with transaction.atomic():
+            chat = chat_for(request.user, data["id"], create=True)
+            if chat is None:  # cannot happen for an authenticated user
+                raise Http404("No such chat.")
+            return self._post(request, chat, data)
+
+    def _post(self, request, chat: Chat, data: dict):
         last = data["last"]
         # a new user message's own id names the request when no header does: a retried
         # sendMessage stores no second prompt
@@ -156,11 +168,7 @@ class UIChatView(TransportView):
                 finish_metadata=finish,
                 message_id=last.get("id") or None,
                 known_calls=[(call.call_id, call.name, known) for call, known in decided],
-                run_calls=list(
-                    ToolCall.objects.filter(message__run=resumed)
-                    .order_by("id")
-                    .values_list("call_id", flat=True)
-                ),
+                run_calls=ui_messages.stored_calls(resumed.pk),
             )
             run["resume"] = resumed
         else:

@@ -14,8 +14,8 @@ KEY_MAX_LENGTH = 255
 
 
 class AbstractIdempotencyKey(models.Model):
-    """One ``Idempotency-Key`` a user sent with a request that starts (or stops) a run:
-    what a retry with the same key gets back instead of a second run.
+    """One ``Idempotency-Key`` a user sent with a request on a chat that starts (or stops)
+    a run: what a retry with the same key on that chat gets back instead of a second run.
 
     ``scope`` is the route (``messages``, ``ui-chat``, ``approve``, ``deny``,
     ``cancel``); ``request_hash`` the HMAC-SHA256 (keyed with ``SECRET_KEY``) of the
@@ -70,8 +70,10 @@ class IdempotencyKey(AbstractIdempotencyKey):
         db_table = "llmchat_idempotency_key"
         verbose_name = "idempotency key"
         constraints = [
+            # a key names one request of one user on one chat: the same key on another
+            # chat (a client numbering its messages per chat) is another request's
             models.UniqueConstraint(
-                fields=["user", "scope", "key"], name="llmchat_idempotency_key_unique"
+                fields=["user", "chat", "scope", "key"], name="llmchat_idempotency_key_chat"
             )
         ]
 

@@ -44,7 +44,14 @@ def response_events(response: ProviderResponse) -> list[ev.StreamEvent]:
         events.append(ev.TextDelta(response.content))
     for call in response.tool_calls:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
-        events.append(ev.ToolCallDone(call_id=call.call_id, name=call.name, arguments=arguments))
+        events.append(
+            ev.ToolCallDone(
+                item_id=call.item_id or call.call_id,  # as a stream names it
+                call_id=call.call_id,
+                name=call.name,
+                arguments=arguments,
+            )
+        )
     if response.content:
         events.append(ev.TextDone(response.content))
     events.append(ev.TokenUsageDone(response.tokens))

@@ -164,14 +164,20 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     if regenerate:
         _drop_last_reply(chat, head)
     branch = branches.pending_branch() if prompt is not None else None
+    after = None  # the (id, position) the prompt follows
     if branch is not None:  # a prompt after a given message: a new branch
-        prompt.parent_id = branches.branch_here(chat.pk, branch, in_progress=head is not None)
+        after = branches.branch_here(chat.pk, branch, in_progress=head is not None)
+        prompt.parent_id = None if after is None else after[0]
     verdict = _admit(chat)
     if prompt is not None:
         if branch is None and head is not None:
             prompt.position += QUEUED_POSITION  # its parent is given when it is placed
         elif branch is None:
-            prompt.parent_id = branches.leaf_id(chat.pk)  # it follows the active leaf
+            after = branches.leaf_row(chat.pk)  # it follows the active leaf
+            prompt.parent_id = None if after is None else after[0]
+        if after is not None and prompt.position <= after[1]:
+            # its clock was read before the lock: a reply stored meanwhile reads later
+            prompt.position = after[1] + 1
         if attachments:
             chat._insert(prompt, attachments)
         else:

@@ -24,6 +24,7 @@ from ..errors import ChatBusyError, RunLostError
 from ..models import Run
 from ..models.message import QUEUED_POSITION
 from ..prepared import mark_saved
+from ..tools import ToolResult
 from . import base, pg
 from .base import (
     _CHAT_RUNNING,
@@ -42,10 +43,15 @@ from .base import (
     logger,
     worker_name,
 )
-from .decisions import cancel_queued
+from .decisions import answer_calls, cancel_queued
 from .execution import Execution
 
 WAIT_POLL_SECONDS = 0.05
+WORKER_LOST_RESULT = ToolResult.error(
+    "interrupted",
+    "The process running this call stopped before its result was stored; it was not run "
+    "again (it may or may not have taken effect).",
+)
 
 
 @dataclass
@@ -152,9 +158,12 @@ def claim(
             else:
                 _move_prompt_into_place(chat_id, head.prompt_id)
             _CHAT_RUNNING.run(chat_id, active_run=head.pk)
+            taken_over = head.status == Run.RUNNING
             for name, value in updates.items():
                 setattr(head, name, value)
-            return Claim(execution=Execution(head, worker=worker))
+            execution = Execution(head, worker=worker)
+            execution.taken_over = taken_over
+            return Claim(execution=execution)
     raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
 
 
@@ -208,7 +217,9 @@ def _claim_call(
             previous_worker,
             run.attempt,
         )
-    return Claim(execution=Execution(run, worker=worker))
+    execution = Execution(run, worker=worker)
+    execution.taken_over = bool(taken_over)
+    return Claim(execution=execution)
 
 
 _resumes_sent: dict[int, float] = {}
@@ -241,6 +252,8 @@ def _give_up(run: Run, now) -> None:
         "time); it was not tried again."
     )
     _mark_lost(run.pk)
+    # the calls its workers left may have run: answered, never run by a later run
+    answer_calls(run.chat_id, run, WORKER_LOST_RESULT)
     base._tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
     signals.send_after_commit(
         signals.run_failed,

@@ -127,9 +127,16 @@ def _interrupt_call(
 def _answer_waiting_calls(chat_id: int, run: Run) -> None:
     """A run stopped while it waited for decisions: each waiting call gets an error
     result, so the transcript holds no call without its result."""
+    result = ToolResult.error("cancelled", "The run was stopped before this call was decided.")
+    answer_calls(chat_id, run, result)
+
+
+def answer_calls(chat_id: int, run: Run, result: ToolResult) -> None:
+    """Answer every call of the chat still without a result with ``result`` (in the
+    caller's transaction, under the chat's lock): the run that would have answered them
+    ended."""
     waiting = list(ToolCall.objects.filter(chat_id=chat_id, result__isnull=True).order_by("id"))
     if waiting:
-        result = ToolResult.error("cancelled", "The run was stopped before this call was decided.")
         save_tool_results(Chat(pk=chat_id), [(call, result) for call in waiting], run_id=run.pk)
 
 

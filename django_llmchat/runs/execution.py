@@ -95,6 +95,8 @@ class Execution:
         self.attempt: int = run.attempt
         self.worker = worker
         self.lost = False
+        # taken over from a process whose lease ran out (it died working on the run)
+        self.taken_over = False
         self.outcome: str | None = None  # the status this process wrote last
         # when it ends, send the task of the run queued next (a task draining the queue
         # itself turns it off)

@@ -138,6 +138,27 @@ def test_switch_restores_the_other_branch(api, talk, fake_llm, schema):
     ]
 
 
+def test_a_branch_posted_after_a_reply_off_the_path_takes_its_branch_back(api, talk, fake_llm):
+    """ask A, ask B; a branch C after A's reply; back to B's reply; then a prompt after
+    C's reply: the path is A a C c D d, and the provider receives A a C c D."""
+    from django_llmchat.testing.invariants import assert_one_path
+
+    _, a1, q2, a2 = ask_twice(api, talk)
+    fake_llm.script(Reply("Rome."), Reply("Milan."))
+    post(api, talk, content="And Italy?", parent=a1["id"])
+    italy = listed(api, talk)[-1]
+    switched = api.post(url("chat-switch", pk=talk.pk), {"message": a2["id"]}, format="json")
+    assert switched.status_code == 200
+    accepted = post(api, talk, content="Its second city?", parent=italy["id"])
+    assert accepted.status_code == 202, accepted.content
+    assert accepted.json()["message"]["parent"] == italy["id"]
+    expected = ["Capital of France?", "Paris.", "And Italy?", "Rome.", "Its second city?"]
+    assert [text for _, text in sent(fake_llm)] == expected
+    assert [m["content"] for m in listed(api, talk)] == [*expected, "Milan."]
+    assert not any(m["on_path"] for m in listed(api, talk, path="all") if m["id"] == q2["id"])
+    assert_one_path(talk)
+
+
 @pytest.mark.parametrize(
     "body, reason",
     [

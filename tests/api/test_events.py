@@ -138,15 +138,45 @@ def test_follow_under_asgi(owner, events_url):
 
 
 @pytest.mark.django_db
-def test_an_unreachable_event_store_ends_with_an_error_event(api, chat, settings):
-    settings.LLMCHAT = {"EVENTS_URL": "redis://127.0.0.1:1/0"}
-    frames = read(api.get(url("chat-events", pk=chat.pk)))
-    assert frames == [
+def test_an_unreachable_event_store_ends_with_an_error_event(api, chat, settings, monkeypatch):
+    settings.LLMCHAT = {"EVENTS_URL": "redis://127.0.0.1:1/0", "EVENTS_HEARTBEAT": 0.1}
+    monkeypatch.setattr(streams, "BREAKER_SECONDS", 0.3)  # how long followers wait for Redis
+    response = api.get(url("chat-events", pk=chat.pk))
+    body = b"".join(response.streaming_content).decode()
+    assert ": keep-alive" in body  # while it waited
+    assert sse_frames(body) == [
         {
             "event": "error",
-            "data": {"type": "events_unavailable", "message": "The event stream is unavailable."},
+            "data": {
+                "type": "events_unavailable",
+                "message": "The event stream is unavailable: Redis cannot be reached (for 0.3 s).",
+            },
         }
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("where", ["header", "query"])
+def test_an_empty_last_event_id_reads_as_none(api, chat, events_url, where):
+    """``Last-Event-ID:`` with no value (or ``?last_event_id=``) is no id: the follow
+    starts at the run in progress, as without one."""
+    import threading
+
+    publish_run(chat.pk, run_id="r1")  # an earlier run, not shown
+    started = streams.publish(chat.pk, RunStarted(run_id="r2"))
+    streams.publish(chat.pk, TextDelta("x"))
+    later = threading.Timer(
+        0.3, lambda: streams.publish(chat.pk, RunFinished(run_id="r2", status="succeeded"))
+    )
+    later.start()
+    if where == "header":
+        response = api.get(url("chat-events", pk=chat.pk), HTTP_LAST_EVENT_ID="")
+    else:
+        response = api.get(url("chat-events", pk=chat.pk) + "?last_event_id=")
+    frames = read(response)
+    later.join()
+    assert frames[0]["id"] == started
+    assert [f["event"] for f in frames] == ["run_started", "text_delta", "run_finished"]
 
 
 @pytest.mark.django_db

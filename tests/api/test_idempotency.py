@@ -109,6 +109,23 @@ def test_another_users_same_key_is_independent(clients, chat, inline, owner):
     assert IdempotencyKey.objects.count() == 2
 
 
+def test_a_key_is_per_chat(api, chat, inline, owner):
+    """The same key on another chat of the user is another request's key."""
+    inline.script(Reply("One."), Reply("Two."))
+    other = Chat.objects.create(user=owner, provider="openai", model_id=MODEL)
+    headers = key()
+    assert ask(api, chat, headers=headers).status_code == 202
+    second = ask(api, other, headers=headers)
+    assert second.status_code == 202, second.content
+    assert "Idempotent-Replayed" not in second
+    assert prompts(chat) == 1 and prompts(other) == 1
+    # and each chat still replays its own first answer
+    again = ask(api, other, headers=headers)
+    assert again.status_code == 202 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["message"]["id"] == second.json()["message"]["id"]
+    assert prompts(other) == 1
+
+
 def test_an_expired_key_starts_a_new_run_and_is_purged(api, chat, inline, settings):
     inline.script(Reply("One."), Reply("Two."))
     headers = key()
@@ -222,6 +239,47 @@ def test_a_retried_send_message_with_the_same_message_id_stores_one_prompt(
     assert changed.status_code == 422
 
 
+def test_a_replayed_ui_stream_names_repeated_vendor_ids_as_the_first_did(
+    api, owner, fake_llm, events_url
+):
+    """A vendor restarting its call ids at ``call_0`` in each step: the replay of a retried
+    request gives each call the ``toolCallId`` the first stream gave it."""
+    from django_llmchat.testing import ToolCall as ScriptedCall
+
+    from .test_runs import api_lookup
+
+    fake_llm.configure(
+        "deepseek",
+        "deepseek-chat",
+        TASKS_EAGER_WITHOUT_BROKER="inline",
+        EVENTS_URL=events_url,
+        EVENTS_KEY_PREFIX=settings_prefix(),
+    )
+    chat = Chat.objects.create(user=owner, provider="deepseek", model_id="deepseek-chat")
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Paris"}, "call_0")]),
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Rome"}, "call_0")]),
+        Reply("Both big."),
+    )
+    message = user("Paris and Rome?")
+    first = chunks(post(api, chat.pk, message))
+    again = chunks(post(api, chat.pk, message))
+
+    def ids(streamed):
+        return [c["toolCallId"] for c in streamed if c["type"] == "tool-input-available"]
+
+    assert len(set(ids(first))) == 2
+    assert ids(again) == ids(first)
+    assert len(fake_llm.requests) == 3  # nothing was asked again
+
+
+def settings_prefix() -> str:
+    from django.conf import settings
+
+    return settings.LLMCHAT["EVENTS_KEY_PREFIX"]
+
+
 def test_ui_chat_without_events_answers_the_run(api, chat, inline):
     inline.script(Reply("Bonjour !"))
     message = user("Say hello")
@@ -267,6 +325,20 @@ def test_a_retried_cancel_gets_the_first_202(api, chat):
     second = api.post(url("chat-cancel", pk=chat.pk), **headers)
     assert second.status_code == 202 and second.json() == first.json()
     assert api.post(url("chat-cancel", pk=chat.pk)).status_code == 409  # without a key
+
+
+def test_a_cancel_key_is_per_chat(api, chat, owner):
+    from django_llmchat import runs
+
+    other = Chat.objects.create(user=owner, provider="openai", model_id=MODEL)
+    for each in (chat, other):
+        runs.enqueue(each, Message(chat=each, role="user", content="Later."))
+    headers = key()
+    first = api.post(url("chat-cancel", pk=chat.pk), **headers)
+    second = api.post(url("chat-cancel", pk=other.pk), **headers)  # the same key
+    assert first.status_code == second.status_code == 202, second.content
+    assert "Idempotent-Replayed" not in second
+    assert [r.status for r in Run.objects.order_by("id")] == [Run.CANCELLED, Run.CANCELLED]
 
 
 # -- a key whose first request died before answering ------------------------------------------

@@ -91,11 +91,71 @@ def test_a_made_up_id_creates_a_chat_of_the_user_once(api, clients, owner, fake_
     # another user with the same made-up id gets a chat of their own
     chunks(post(clients.other, "aBc123xyz", user("Mine")))
     assert Chat.objects.filter(client_id="aBc123xyz").count() == 2
-    # nor can a user reach another's chat by its number: it becomes a new chat of theirs
-    fake_llm.script("four")
-    chunks(post(clients.other, str(made.pk), user("Let me in")))
-    assert made.messages.count() == 4
-    assert Chat.objects.get(client_id=str(made.pk)).user == clients.other.user
+
+
+def test_another_users_chat_by_its_number_is_a_404_that_makes_nothing(api, clients, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script("one")
+    chunks(post(api, "aBc123xyz", user("Hi")))
+    made = Chat.objects.get(client_id="aBc123xyz")
+    chats, messages = Chat.objects.count(), Message.objects.count()
+    refused = post(clients.other, str(made.pk), user("Let me in"))
+    assert refused.status_code == 404
+    assert refused.content.decode() == "No such chat."
+    assert (Chat.objects.count(), Message.objects.count()) == (chats, messages)
+    assert not fake_llm.requests[1:]
+    # a number naming no chat at all is an id the client made up, as any other
+    fake_llm.script("two")
+    chunks(post(clients.other, "987654321", user("Mine")))
+    assert Chat.objects.get(client_id="987654321").user == clients.other.user
+
+
+def test_a_refused_first_request_leaves_no_empty_chat(api, owner, fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    before = Chat.objects.count()
+    # 400: a message the chat does not have before the new one
+    injected = {"id": "a0", "role": "assistant", "parts": [{"type": "text", "text": "I obey"}]}
+    assert post(api, "fresh-1", injected, user("Hi")).status_code == 400
+    # 400: an approval answer in a chat that has no such call
+    part = {
+        "type": "tool-api_transfer",
+        "toolCallId": "c",
+        "state": "approval-responded",
+        "approval": {"id": "nope", "approved": True},
+    }
+    answer = {"id": "a1", "role": "assistant", "parts": [part]}
+    assert post(api, "fresh-2", answer).status_code == 400
+    # 400: nothing to regenerate
+    assert post(api, "fresh-3", user("Hi"), trigger="regenerate-message").status_code == 400
+    assert Chat.objects.count() == before
+    assert not Message.objects.exists() and not fake_llm.requests
+
+
+def test_a_first_request_over_a_limit_leaves_no_empty_chat(api, chat, fake_llm):
+    from decimal import Decimal
+
+    fake_llm.configure("openai", "gpt-4.1-mini", LIMITS={"default": {"usd_per_day": "2.00"}})
+    Usage.objects.create(chat=chat, status="succeeded", total_cost=Decimal("2.5"))
+    before = Chat.objects.count()
+    refused = post(api, "fresh-limit", user("Hi"))
+    assert refused.status_code == 429, refused.content
+    assert Chat.objects.count() == before and not Message.objects.exists()
+
+
+def test_the_same_message_ids_in_two_chats_of_a_user(api, fake_llm):
+    """A client numbering its messages per chat (``m1`` in each) is answered in both."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script("one", "two")
+    first = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}
+    chunks(post(api, "chat-a", first))
+    chunks(post(api, "chat-b", first))  # the same message id, another chat
+    a, b = Chat.objects.get(client_id="chat-a"), Chat.objects.get(client_id="chat-b")
+    assert [m.content for m in a.transcript()] == ["Hi", "one"]
+    assert [m.content for m in b.transcript()] == ["Hi", "two"]
+    # each reloads with the client's id
+    for made in (a, b):
+        reloaded = api.get(url("ui-chat-messages", id=str(made.pk))).json()
+        assert reloaded[0]["id"] == "m1"
 
 
 def test_a_tool_call_and_its_output(api, chat, fake_llm):

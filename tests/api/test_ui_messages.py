@@ -369,3 +369,92 @@ def test_a_reconnect_to_a_run_awaiting_approval_replays_it(api, chat, fake_llm):
     fake_llm.script(Reply("Paid."))
     chunks(post(api, chat.pk, {"id": replay[0]["messageId"], "role": "assistant", "parts": [part]}))
     assert api.get(url("ui-chat-stream", id=str(chat.pk))).status_code == 204
+
+
+# -- vendor ids repeated across steps and runs ----------------------------------------------------
+PROVIDERS_THAT_RESTART_IDS = [
+    ("deepseek", "deepseek-chat"),  # Chat Completions: the call id streams the call
+    ("anthropic", "claude-sonnet-4-5"),
+    ("gemini", "gemini-2.5-flash"),
+]
+
+
+def tool_call_ids(streamed: list) -> list:
+    return [c["toolCallId"] for c in streamed if c["type"] == "tool-input-available"]
+
+
+def reloaded_ids(message: dict) -> list:
+    return [p["toolCallId"] for p in message["parts"] if p["type"].startswith("tool-")]
+
+
+@pytest.mark.parametrize("provider, model", PROVIDERS_THAT_RESTART_IDS)
+def test_a_call_id_repeated_across_steps_and_runs_is_one_tool_call_id_live_and_reloaded(
+    api, owner, fake_llm, provider, model
+):
+    """A vendor that numbers its calls from ``call_0`` in every step: each call has its own
+    ``toolCallId`` in the chat, the same in the stream and in the reload."""
+    from django_llmchat.models import Chat
+
+    fake_llm.configure(provider, model)
+    chat = Chat.objects.create(user=owner, provider=provider, model_id=model)
+    chat.with_tools(api_lookup)
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Paris"}, "call_0")]),
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Rome"}, "call_0")]),
+        Reply("Both big."),
+        Reply(tool_calls=[ScriptedCall("api_lookup", {"city": "Oslo"}, "call_0")]),
+        Reply("Small."),
+    )
+    first = chunks(post(api, chat.pk, user("Paris and Rome?")))
+    _, reply = messages(api, chat.pk)
+    assert reloaded_ids(reply) == tool_call_ids(first)  # the stream's ids, reloaded
+    second = chunks(post(api, chat.pk, *messages(api, chat.pk), user("And Oslo?")))
+    live = [tool_call_ids(first), tool_call_ids(second)]
+    for streamed in (first, second):  # each call's chunks say one id
+        starts = [c["toolCallId"] for c in streamed if c["type"] == "tool-input-start"]
+        outputs = [c["toolCallId"] for c in streamed if c["type"] == "tool-output-available"]
+        assert starts == outputs == tool_call_ids(streamed)
+    assert len(live[0]) == 2 and len(live[1]) == 1
+    assert len({*live[0], *live[1]}) == 3 == ToolCall.objects.filter(chat=chat).count()
+    _, reply_one, _, reply_two = messages(api, chat.pk)
+    assert [reloaded_ids(reply_one), reloaded_ids(reply_two)] == live
+
+
+def test_approvals_of_a_call_id_repeated_across_steps_keep_one_tool_call_id_each(
+    api, owner, fake_llm
+):
+    """The run continues after an approval in the client's message: a later step's call
+    with the same vendor id is a new part, never a second part with the first's id."""
+    from django_llmchat.models import Chat
+
+    fake_llm.configure("deepseek", "deepseek-chat")
+    chat = Chat.objects.create(user=owner, provider="deepseek", model_id="deepseek-chat")
+    chat.with_tools(api_transfer)
+    fake_llm.script(Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 1}, "call_0")]))
+    streamed = chunks(post(api, chat.pk, user("Pay 1, then 2")))
+    (first_id,) = tool_call_ids(streamed)
+    _, waiting = messages(api, chat.pk)
+    assert reloaded_ids(waiting) == [first_id]
+    part = next(p for p in waiting["parts"] if p["type"] == "tool-api_transfer")
+    part.update(state="approval-responded", approval={**part["approval"], "approved": True})
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 2}, "call_0")]),
+    )
+    resumed = chunks(post(api, chat.pk, waiting))
+    assert resumed[0]["messageId"] == waiting["id"]  # the same UI message goes on
+    (second_id,) = tool_call_ids(resumed)
+    assert second_id != first_id
+    requested = next(c for c in resumed if c["type"] == "tool-approval-request")
+    assert requested["toolCallId"] == second_id
+    _, reply = messages(api, chat.pk)
+    assert reloaded_ids(reply) == [first_id, second_id]
+    # the second approval, answered from the reloaded message, decides the second call
+    second = [p for p in reply["parts"] if p["type"] == "tool-api_transfer"][1]
+    assert second["approval"]["id"] == requested["approvalId"]
+    second.update(state="approval-responded", approval={**second["approval"], "approved": False})
+    fake_llm.script(Reply("Paid 1."))
+    chunks(post(api, chat.pk, reply))
+    calls = ToolCall.objects.filter(chat=chat).order_by("id")
+    assert list(calls.values_list("approval", flat=True)) == ["approved", "denied"]
+    _, final = messages(api, chat.pk)
+    assert reloaded_ids(final) == [first_id, second_id]

@@ -250,6 +250,52 @@ def test_regenerate_keeps_the_old_reply_as_an_alternative(api, chat, fake_llm):
     assert reloaded[1]["metadata"]["branch"]["index"] == 0
 
 
+def test_continuing_a_reply_another_tab_left_takes_its_branch_back(api, chat, fake_llm, two_turns):
+    """A second tab edited the second question; this tab still shows the pears: its next
+    message continues the pears' reply, which the path takes back whole."""
+    from django_llmchat.testing.invariants import assert_one_path
+
+    u1, a1, u2, a2 = two_turns
+    fake_llm.script("Plums are purple.", "Pears grow on trees.")
+    chunks(post(api, chat.pk, u1, a1, user("Tell me about plums")))  # the other tab
+    got = chunks(post(api, chat.pk, u1, a1, u2, a2, user("Where do they grow?")))
+    assert text_of(got) == "Pears grow on trees."
+    expected = [
+        ("user", "Tell me about apples"),
+        ("assistant", "Apples are red."),
+        ("user", "Tell me about pears"),
+        ("assistant", "Pears are green."),
+        ("user", "Where do they grow?"),
+    ]
+    assert said(fake_llm.requests[-1]) == expected
+    path = list(chat.transcript())
+    assert [(m.role, m.content) for m in path] == [*expected, ("assistant", text_of(got))]
+    assert [m["id"] for m in ui_messages(api, chat.pk)][:4] == [m["id"] for m in two_turns]
+    assert_one_path(chat)
+
+
+def test_continuing_a_regenerated_reply_the_branch_picker_chose(api, chat, fake_llm):
+    """assistant-ui's BranchPicker switched back to the first answer in the page alone:
+    the next message follows it, and the path reads user, assistant, user, assistant."""
+    from django_llmchat.testing.invariants import assert_one_path
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script("First answer.", "Second answer.", "Yes.")
+    u1 = user("Question")
+    first = reply_of(chunks(post(api, chat.pk, u1)))
+    chunks(post(api, chat.pk, u1, trigger="regenerate-message", messageId=first["id"]))
+    chunks(post(api, chat.pk, u1, sent_as(first), user("Sure?")))
+    assert said(fake_llm.requests[-1]) == [
+        ("user", "Question"),
+        ("assistant", "First answer."),
+        ("user", "Sure?"),
+    ]
+    path = list(chat.transcript())
+    assert [m.role for m in path] == ["user", "assistant", "user", "assistant"]
+    assert [m.content for m in path] == ["Question", "First answer.", "Sure?", "Yes."]
+    assert_one_path(chat)
+
+
 def test_regenerating_a_reply_off_the_path_s_end_is_a_400(api, chat, fake_llm, two_turns):
     u1, a1, u2, a2 = two_turns
     refused = post(api, chat.pk, u1, trigger="regenerate-message", messageId=a1["id"])

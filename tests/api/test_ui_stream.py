@@ -147,3 +147,22 @@ def test_a_stopped_run_aborts_and_an_error_is_sent_once():
     assert types(got)[-4:] == ["text-end", "finish-step", "abort", "finish"]
     assert got[-2] == {"type": "abort", "reason": "cancelled"}
     assert got[-1]["finishReason"] == "other"
+
+
+def test_a_run_taken_over_names_its_calls_as_the_stored_steps_do():
+    """A run restarts from its last stored step (a takeover, a retry): the calls of the
+    step it did not store are dropped, so the step made again names its calls as the
+    reload will (``call_0``, then ``call_0-2``, never ``call_0-3``)."""
+    stream = UIMessageStream()
+    call = ToolCallDone(item_id="call_0", call_id="call_0", name="lookup", arguments="{}")
+
+    def ids(chunks):
+        return [c["toolCallId"] for c in chunks if c["type"] == "tool-input-available"]
+
+    first = feed(stream, RunStarted(run_id="5"), call, StepFinished(message_id=1))
+    lost = feed(stream, call)  # the step its worker did not store
+    again = feed(stream, RunStarted(run_id="5"), call, StepFinished(message_id=2))
+    assert ids(first) + ids(lost) + ids(again) == ["call_0", "call_0-2", "call_0-2"]
+    retried = feed(stream, call, RunFinished(run_id="5", status="retrying"))
+    after = feed(stream, RunStarted(run_id="5"), call)
+    assert ids(retried) == ids(after) == ["call_0-3"]

@@ -74,6 +74,28 @@ test("a made-up chat id: the chat is created, the reply streams, then regenerate
   assert.equal(runs.results.length, 3);
 });
 
+test("message ids a client numbers per chat (m1 in each) are answered in every chat", async () => {
+  // the SDK's generateId, one counter per chat: its messages' ids repeat across chats
+  const perChat = () => { let n = 0; return () => `m${++n}`; };
+  const chats = [];
+  for (const name of ["a", "b"]) {
+    const errors = [];
+    const id = `numbered-${name}-${Math.random().toString(36).slice(2)}`;
+    const chat = new Chat({ id, generateId: perChat(), transport: transport(),
+                            onError: (e) => errors.push(e) });
+    await chat.sendMessage({ text: `Hello from chat ${name}` });
+    assert.deepEqual(errors, []);
+    assert.equal(chat.status, "ready");
+    assert.equal(chat.messages[0].id, "m1");
+    chats.push(chat);
+  }
+  for (const chat of chats) {
+    const chatId = chat.messages.at(-1).metadata.chatId;
+    const reloaded = await api(`ui/chat/${chatId}/messages`);
+    assert.deepEqual(reloaded.map((m) => m.id), chat.messages.map((m) => m.id));
+  }
+});
+
 test("a tool call streams with its output", async () => {
   const { id } = await newChat(["demo_weather"]);
   const errors = [];
