@@ -60,6 +60,7 @@ from django_llmchat.models.protected import MARKER
 from django_llmchat.runs import execution as runs_execution
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
+from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.tools import tool
 
 pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
@@ -442,7 +443,7 @@ class RulesMachine(RuleBasedStateMachine):
         cut = n % (len(shown) + 1)
         self.script(kind)
         prefix = shown[:cut]
-        parent = _stored_id(prefix[-1]) if prefix else None
+        parent = _stored_id(prefix[-1], self.chat.pk) if prefix else None
         self.expect_branch(parent)
         response = self.ui_post([*prefix, _ui_user(text)])
         if response.status_code != 200:
@@ -461,7 +462,7 @@ class RulesMachine(RuleBasedStateMachine):
         edited = {**shown[at], "parts": [{"type": "text", "text": f"{text} (edited)"}]}
         edited.pop("metadata", None)
         self.script(kind)
-        parent = _stored_id(shown[at - 1]) if at else None
+        parent = _stored_id(shown[at - 1], self.chat.pk) if at else None
         self.expect_branch(parent)
         response = self.ui_post([*shown[:at], edited], messageId=shown[at]["id"])
         if response.status_code != 200:
@@ -627,6 +628,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.waiting = Run.objects.filter(chat=self.chat, status=Run.AWAITING_APPROVAL).exists()
 
     def check_one_path(self):
+        assert_one_path(self.chat)
         path = self.path
         on_path = set(
             Message.objects.filter(chat=self.chat, on_path=True)
@@ -727,7 +729,7 @@ class RulesMachine(RuleBasedStateMachine):
                     continue
                 assert results.get(call.pk, 0) == 1, (
                     f"tool call {call.call_id} ({call.name}) on the path has "
-                    f"{results.get(call.pk, 0)} results"
+                    f"{results.get(call.pk, 0)} results; the path: {_shape(path)}"
                 )
 
     def check_no_chat_left_busy(self):
@@ -750,7 +752,7 @@ class RulesMachine(RuleBasedStateMachine):
             rest += [m["id"] for m in body["results"] if m["role"] != "system"]
             page = body.get("next")
         assert rest == python, "REST shows another path than Python"
-        ui = [_stored_id(m) for m in self.ui_path()]
+        ui = [_stored_id(m, self.chat.pk) for m in self.ui_path()]
         wanted = [e if isinstance(e, int) else e[1] for e in _ui_groups(self.path)]
         assert ui == wanted, f"ui/chat shows {ui}, the path is {wanted}"
 
@@ -769,7 +771,7 @@ def _ui_user(text: str) -> dict:
     return {"id": f"u{next(_ui_ids)}", "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
-def _stored_id(ui_message: dict) -> int | None:
+def _stored_id(ui_message: dict, chat_id: int) -> int | None:
     """The stored message a ``UIMessage`` stands for: an assistant's last stored message,
     a user message by its client id or ``msg-<pk>``."""
     metadata = ui_message.get("metadata") or {}
@@ -777,7 +779,8 @@ def _stored_id(ui_message: dict) -> int | None:
         return metadata.get("storedMessageId")
     found = ui_message["id"]
     # an edited message keeps the id the client knew (its own, or ``msg-<pk>``)
-    for row in Message.objects.filter(role="user", on_path=True).order_by("-id"):
+    rows = Message.objects.filter(chat_id=chat_id, role="user", on_path=True).order_by("-id")
+    for row in rows:
         if (row.raw or {}).get("ui_message_id") == found:
             return row.pk
     if found.startswith("msg-") and found[4:].isdigit():
@@ -798,6 +801,15 @@ def _ui_groups(path) -> list[int]:
                 out[-1] = ("run", m.pk)
             else:
                 out.append(("run", m.pk))
+    return out
+
+
+def _shape(path) -> list[str]:
+    """The path in short: ``pk:role<-parent`` (a reply's calls in brackets)."""
+    out = []
+    for m in path:
+        calls = [c.name for c in m.tool_calls.all()] if m.role == "assistant" else []
+        out.append(f"{m.pk}:{m.role}<-{m.parent_id}" + (f"{calls}" if calls else ""))
     return out
 
 
