@@ -5,9 +5,10 @@ a compaction, and a step stopped mid-stream stored as what was shown.
 Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
 ``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
 run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
-process, the vendor's stream breaking. An attempt that ended before its response is
-billed for what it received (:meth:`ProviderAttempts._billed`): its estimated input, the
-output weighed from what streamed, priced, marked ``estimated``.
+process, the vendor's stream breaking. Every attempt, a summary's included, is billed by
+:meth:`ProviderAttempts._billed`: the vendor's counts when they came; else (an attempt that
+ended before its response, or a response whose vendor reported no usage) its estimated
+input and the output weighed from what it received, priced, marked ``estimated``.
 
 :class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
 on the runner's chat, execution, history and result."""
@@ -324,17 +325,18 @@ class ProviderAttempts:
                 "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
             )
             return None
+        tokens, estimated = self._billed(pending, Received(), response)
         usage = usage_row(
             chat,
             provider=provider_name,
             model_id=response.model_id or model_id,
             status=Usage.SUCCEEDED,
-            tokens=response.tokens,
+            tokens=tokens,
             started=started,
             first_token=time.monotonic(),
             run_id=execution.pk,
         )
-        usage.operation = "summary"
+        usage.operation, usage.estimated = "summary", estimated
         self._close_attempt(pending, usage, response)
         return save_summary(
             chat,
