@@ -5,9 +5,10 @@ a compaction, and a step stopped mid-stream stored as what was shown.
 Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
 ``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
 run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
-process, the vendor's stream breaking. An attempt that ended before its response is
-billed for what it received (:meth:`ProviderAttempts._billed`): its estimated input, the
-output weighed from what streamed, priced, marked ``estimated``.
+process, the vendor's stream breaking. Every attempt, a summary's included, is billed by
+:meth:`ProviderAttempts._billed`: the vendor's counts when they came; else (an attempt that
+ended before its response, or a response whose vendor reported no usage) its estimated
+input and the output weighed from what it received, priced, marked ``estimated``.
 
 :class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
 on the runner's chat, execution, history and result."""
@@ -223,24 +224,40 @@ class ProviderAttempts:
         row.status, row.estimated = Usage.PENDING, True
         return row
 
-    def _billed(self, pending: Usage | None, received: Received) -> tuple[Tokens | None, bool]:
-        """The tokens of an attempt that ended before its response (stopped, its stream
-        dropped or broken) and whether they are estimated: the vendor's counts when they
-        arrived; else, for what they leave out, the request's input tokens as its pending
-        row estimated them and the output as the token estimator weighs what streamed
-        (text, reasoning, tool-call arguments). ``(None, False)`` when nothing of an
-        answer came (a refused request: the vendor charged nothing)."""
-        if not received.anything:
+    def _billed(
+        self,
+        pending: Usage | None,
+        received: Received,
+        answer: ProviderResponse | None = None,
+    ) -> tuple[Tokens | None, bool]:
+        """The tokens an ended attempt is billed for and whether they are estimated: the
+        vendor's counts when they arrived (with its ``answer``, the response it ended
+        with, else in its stream); else, for what they leave out, the request's input
+        tokens as its pending row estimated them and the output as the token estimator
+        weighs the answer (a vendor that reported no usage) or, for an attempt that ended
+        before its response (stopped, its stream dropped or broken), what streamed (text,
+        reasoning, tool-call arguments). ``(None, False)`` when nothing of an answer came
+        (a refused request: the vendor charged nothing)."""
+        if answer is not None:
+            tokens = answer.tokens
+            message = ProviderMessage(
+                role="assistant",
+                content=answer.content,
+                tool_calls=list(answer.tool_calls),
+                thinking=answer.thinking,
+            )
+        elif not received.anything:
             return None, False
-        tokens = received.tokens or Tokens()
+        else:
+            tokens = received.tokens or Tokens()
+            message = received.message()
         filled: dict[str, int] = {}
         if tokens.input_tokens is None and pending is not None:
             if pending.input_tokens is not None:
                 filled["input_tokens"] = pending.input_tokens
         if tokens.output_tokens is None:
-            message = received.message()
-            streamed = bool(message.content or message.thinking)
-            filled["output_tokens"] = self._weigh(message) if streamed else 0
+            weighed = bool(message.content or message.tool_calls or message.thinking)
+            filled["output_tokens"] = self._weigh(message) if weighed else 0
             if message.thinking is not None and tokens.thinking_tokens is None:
                 filled["thinking_tokens"] = self._weigh(
                     ProviderMessage(role="assistant", thinking=message.thinking)
@@ -311,17 +328,18 @@ class ProviderAttempts:
                 "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
             )
             return None
+        tokens, estimated = self._billed(pending, Received(), response)
         usage = usage_row(
             chat,
             provider=provider_name,
             model_id=response.model_id or model_id,
             status=Usage.SUCCEEDED,
-            tokens=response.tokens,
+            tokens=tokens,
             started=started,
             first_token=time.monotonic(),
             run_id=execution.pk,
         )
-        usage.operation = "summary"
+        usage.operation, usage.estimated = "summary", estimated
         self._close_attempt(pending, usage, response)
         return save_summary(
             chat,
@@ -346,13 +364,12 @@ class ProviderAttempts:
         pending = [self._open_attempt(request, chat.provider, chat.model_id)]
         received = Received()  # what a stopped or broken attempt is billed for
 
-        def attempt(status: str, *, tokens=None, error: str = "", response=None) -> Usage:
+        def attempt(status: str, *, answer=None, error: str = "", response=None) -> Usage:
             """The Usage row of the attempt that just ended, its cost frozen now (written
-            over the attempt's pending row). One that ended before its response (stopped,
-            dropped, broken) is billed for what it received (:meth:`_billed`)."""
-            estimated = False
-            if response is None and tokens is None:
-                tokens, estimated = self._billed(pending[0], received)
+            over the attempt's pending row), billed by :meth:`_billed`: the vendor's
+            counts with its ``answer``, else our estimate of what it received. ``response``
+            goes to the attempt's span."""
+            tokens, estimated = self._billed(pending[0], received, answer)
             row = usage_row(
                 chat,
                 provider=chat.provider,
@@ -428,16 +445,15 @@ class ProviderAttempts:
             try:
                 json.loads(content)
             except ValueError as exc:
-                bad = attempt(
-                    Usage.FAILED, tokens=response.tokens, error="invalid JSON for the schema"
-                )
+                bad = attempt(Usage.FAILED, answer=response, error="invalid JSON for the schema")
                 record_failed_attempts([*failed, bad])
                 raise StructuredOutputError(
                     f"{chat.provider} returned content that is not valid JSON for the "
                     f"chat's schema: {exc}"
                 ) from exc
-        succeeded = attempt(Usage.SUCCEEDED, tokens=response.tokens, response=response)
-        self.last_tokens = response.tokens
+        succeeded = attempt(Usage.SUCCEEDED, answer=response, response=response)
+        self.last_tokens = response.tokens  # the vendor's (what the estimates are scaled by)
+        billed = succeeded.tokens  # the vendor's, else our estimate (``succeeded.estimated``)
         # after-guardrails
         content, modified, tripwire = screen(self.guardrails, content, AFTER, self.context)
         if tripwire is not None:
@@ -454,13 +470,11 @@ class ProviderAttempts:
             write_attempts([succeeded])
             raise
         self.result.message = message
-        if not response.tokens.is_empty:
+        if not billed.is_empty:
             # a deferred total is read from the usage rows, which now include this step
             if not self.context.token_usage_deferred:
                 usage = self.context.token_usage
-                self.context.token_usage = (
-                    response.tokens if usage is None else usage + response.tokens
-                )
+                self.context.token_usage = billed if usage is None else usage + billed
         if held:
             first_text = True
             for event in held:
@@ -491,7 +505,8 @@ class ProviderAttempts:
             message_id=message.pk,
             step=execution.run.steps,
             finish_reason=response.finish_reason,
-            token_usage=response.tokens,
+            token_usage=billed,
             cost=usd_text(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
+            estimated=True if any(row.estimated for row in [*failed, succeeded]) else None,
         )
         return message, calls

@@ -66,6 +66,17 @@ def test_ask_later_saves_the_prompt_and_the_task_fills_in_the_reply(inline):
     assert Message.objects.get(pk=prompt.pk).raw is None  # nothing is marked on raw
 
 
+def test_a_tasks_reply_without_usage_is_billed_estimated(inline):
+    """The task's attempt, its vendor reporting no usage: our estimate, priced."""
+    inline.script(Reply("Paris.", usage=False))
+    chat = Chat.objects.create()
+    chat.ask_later("Capital of France?")
+    row = Usage.objects.get(chat=chat)
+    assert (row.status, row.estimated) == (Usage.SUCCEEDED, True)
+    assert row.input_tokens > 0 and row.output_tokens > 0 and row.total_cost > 0
+    assert row.message_id == Message.objects.get(chat=chat, role="assistant").pk
+
+
 def test_the_task_is_queued_when_the_transaction_commits(inline):
     chat = Chat.objects.create()
     with transaction.atomic():

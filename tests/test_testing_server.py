@@ -335,6 +335,42 @@ def test_chat_completions_stream_matches_recording_shape(server):
     assert shape(ours) == shape(rec_chunks)
 
 
+def _usages(data) -> list:
+    """Every non-null usage block in a JSON value (``usage``, Gemini's ``usageMetadata``)."""
+    if isinstance(data, list):
+        return [u for item in data for u in _usages(item)]
+    if not isinstance(data, dict):
+        return []
+    found = [v for k, v in data.items() if k in ("usage", "usageMetadata") and v is not None]
+    return found + [u for v in data.values() for u in _usages(v)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("fmt", list(PATHS))
+def test_a_reply_without_usage_reports_none(server, fmt, stream):
+    """``usage=False``: no usage block in the answer, no usage chunk in the stream (even
+    when the request asks for one with ``stream_options.include_usage``)."""
+    reply = Reply("Hello there, world", usage=False, chunk_size=5)
+    if stream:
+        body = {"stream_options": {"include_usage": True}} if fmt == "chat_completions" else {}
+        frames = events(server, fmt, reply, body=body)
+        datas = [data for _, data in frames if data != "[DONE]"]
+        text = json.dumps(datas)
+        assert "Hello" in text and len(datas) > 2
+    else:
+        server.script(reply)
+        datas = post(server, fmt).json()
+        assert "Hello there, world" in json.dumps(datas)
+    assert _usages(datas) == []
+    server.script(Reply("Hello", usage=USAGE))
+    assert _usages(post(server, fmt).json())  # the same route with usage reports it
+
+
+def test_usage_true_is_refused():
+    with pytest.raises(ValueError, match="usage=True"):
+        Reply("x", usage=True).tokens  # noqa: B018 - the property raises
+
+
 def test_chat_completions_whole_answer(server):
     server.script(
         Reply(

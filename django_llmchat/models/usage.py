@@ -40,8 +40,9 @@ class AbstractUsage(models.Model):
 
     ``estimated``: the counts are ours, not the vendor's: the estimate written before the
     call (a ``pending`` attempt, a ``lost`` one), or, for an attempt stopped or broken off
-    before the vendor reported them, the estimated input and the output weighed from what
-    streamed (see :mod:`django_llmchat.attempts`)."""
+    before the vendor reported them or answered by a vendor that reports no usage, the
+    estimated input and the output weighed from what streamed or was answered (see
+    :mod:`django_llmchat.attempts`)."""
 
     PENDING, SUCCEEDED, FAILED, CANCELLED = "pending", "succeeded", "failed", "cancelled"
     LOST = "lost"

@@ -178,10 +178,14 @@ class Execution:
         call of ``llmchat_run_store_last_step_v1`` (:mod:`.pg`): ``message`` (the reply,
         unsaved) and ``usages`` (its attempts: a row closing a pending one is written
         over it, others inserted) linked to it. ``False`` where that function is not
-        available (the caller stores the step with :meth:`step_stored`); raises
-        :class:`RunLostError` (nothing stored) when the run is not ours any more."""
+        available, or when a row closing a pending one is ``estimated`` (the function
+        writes a closed row as the vendor's counts: the caller stores the step with
+        :meth:`step_stored`); raises :class:`RunLostError` (nothing stored) when the run is
+        not ours any more."""
         using = router.db_for_write(Run)
         if not pg.available(using, Message, Usage):
+            return False
+        if any(row.estimated for row in usages if getattr(row, "closes_pending", False)):
             return False
         items = ",".join(
             '{"closes":true,"row":' + json.dumps(row_values(row)) + "}"

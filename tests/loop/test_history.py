@@ -334,6 +334,27 @@ def test_a_registered_processor_and_estimator_shape_the_request(chat, fake_llm, 
     assert "Question 0:" not in body and "Only the end?" in body
 
 
+def test_a_summary_answered_without_usage_is_billed_estimated(chat, fake_llm):
+    """The summary model's vendor reporting no usage: the summary call's row keeps the
+    request's estimated input and the summary's weighed output, priced, estimated."""
+    fill(chat, 200)
+    chat.with_history("summarize")
+    answer = vendor()
+
+    def respond(request):
+        reply = answer(request)
+        if isinstance(reply, Reply) and "compact a conversation" in str(request.body):
+            reply.usage = False
+        return reply
+
+    fake_llm.server.responder = respond
+    list(chat.stream("Turn 0: what now?"))
+    usage = Usage.objects.get(chat=chat, operation="summary")
+    assert (usage.status, usage.estimated) == ("succeeded", True)
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    assert usage.total_cost is not None and usage.total_cost > 0
+
+
 def test_a_summary_stays_with_the_branch_it_covers(chat, fake_llm):
     """A summary covers the path up to a message: a branch from before that message does
     not send it; switching back to the summarized branch does."""

@@ -280,6 +280,33 @@ def test_the_rows_are_those_the_statements_write(chat, fake_llm):
     assert [m.role for m in chat.transcript()] == ["user", "assistant"] * 2
 
 
+def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
+    """A vendor that reported no usage: the attempt's row closed with our estimate
+    (``estimated``, which the store-last-step function would write as the vendor's counts)
+    is stored by the ORM's statements; the next reply, with the vendor's usage, is the
+    two calls again."""
+    fake_llm.script(Reply("fine", usage=False))
+    with CaptureQueriesContext(connection) as ctx:
+        reply = chat.ask("hello")
+    usage = Usage.objects.get(message_id=reply.pk)
+    assert (usage.status, usage.estimated) == ("succeeded", True)
+    assert not any("llmchat_run_store_last_step" in q["sql"] for q in ctx.captured_queries)
+    assert usage.input_tokens > 0 and usage.output_tokens > 0 and usage.total_cost > 0
+    run = Run.objects.get(pk=reply.run_id)
+    assert (run.status, run.steps, run.lease_expires_at) == ("succeeded", 1, None)
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("idle", None)
+
+    fake_llm.script(Reply("again", usage={"input_tokens": 3, "output_tokens": 1}))
+    with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
+        reply = chat.ask("hello again")
+    assert _statements(ctx) == [
+        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_store_last_step_v1",
+    ]
+    assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
+    assert Usage.objects.get(message_id=reply.pk).estimated is False
+
+
 def test_a_prompt_behind_a_running_run_is_queued_after_it(chat):
     """Admitted behind another process's run: queued, not claimed, its prompt read after
     everything else until its turn; the chat keeps the running run's status."""

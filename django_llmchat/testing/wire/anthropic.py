@@ -82,7 +82,7 @@ class AnthropicRenderer(Renderer):
             "content": self.blocks(reply),
             "stop_reason": self.finish(reply),
             "stop_sequence": None,
-            "usage": self.usage(reply.tokens),
+            **({"usage": self.usage(reply.tokens)} if reply.reports_usage else {}),
         }
 
     def frames(self, reply: Reply, request: RecordedRequest) -> list[bytes]:
@@ -104,7 +104,7 @@ class AnthropicRenderer(Renderer):
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": self.usage(tokens, output=1),
+            **({"usage": self.usage(tokens, output=1)} if reply.reports_usage else {}),
         }
         emit("message_start", message=message)
         for index, block in enumerate(self.blocks(reply)):
@@ -142,7 +142,7 @@ class AnthropicRenderer(Renderer):
         emit(
             "message_delta",
             delta={"stop_reason": self.finish(reply), "stop_sequence": None},
-            usage=self.usage(tokens),
+            **({"usage": self.usage(tokens)} if reply.reports_usage else {}),
         )
         emit("message_stop")
         return frames

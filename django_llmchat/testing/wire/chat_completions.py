@@ -79,12 +79,13 @@ class ChatCompletionsRenderer(Renderer):
                     "finish_reason": self.finish(reply),
                 }
             ],
-            "usage": self.usage(reply.tokens),
+            **({"usage": self.usage(reply.tokens)} if reply.reports_usage else {}),
         }
 
     def frames(self, reply: Reply, request: RecordedRequest) -> list[bytes]:
         body = request.body if isinstance(request.body, dict) else {}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = include_usage and reply.reports_usage  # else a server ignoring it
         base = {
             "id": f"chatcmpl-{_rand()}",
             "object": "chat.completion.chunk",
@@ -128,9 +129,11 @@ class ChatCompletionsRenderer(Renderer):
             frames.append(chunk({}, self.finish(reply)))
             final = {**base, "choices": [], "usage": usage}
             frames.append(sse(_dumps(final)))
-        else:
+        elif reply.reports_usage:
             # Mistral, DeepSeek and others put the usage on the finishing chunk.
             frames.append(chunk({}, self.finish(reply), usage=usage))
+        else:
+            frames.append(chunk({}, self.finish(reply)))
         frames.append(sse("[DONE]"))
         return frames
 

@@ -98,7 +98,7 @@ class GeminiRenderer(Renderer):
             candidate["finishMessage"] = "Model generated function call(s)."
         return {
             "candidates": [candidate],
-            "usageMetadata": usage,
+            **({"usageMetadata": usage} if reply.reports_usage else {}),
             "modelVersion": self.model(reply, request),
             "responseId": rid,
         }

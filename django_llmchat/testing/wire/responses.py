@@ -137,7 +137,7 @@ class ResponsesRenderer(Renderer):
             int(time.time()),
             status,
             self.items(reply),
-            self.usage(reply.tokens),
+            self.usage(reply.tokens) if reply.reports_usage else None,
             incomplete,
         )
 
@@ -163,9 +163,8 @@ class ResponsesRenderer(Renderer):
                 self._message(emit, reply, item, index)
             else:
                 self._function_call(emit, reply, item, index)
-        final = self.response(
-            rid, model, created, status, items, self.usage(reply.tokens), incomplete
-        )
+        usage = self.usage(reply.tokens) if reply.reports_usage else None
+        final = self.response(rid, model, created, status, items, usage, incomplete)
         emit(
             "response.completed" if status == "completed" else "response.incomplete", response=final
         )

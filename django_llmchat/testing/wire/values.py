@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ...values import TOKEN_FIELDS, Tokens
 
@@ -53,8 +53,9 @@ class Reply:
     ``usage`` takes a :class:`~django_llmchat.values.Tokens` or a dict of its fields
     (``input_tokens`` excludes cache reads/writes, ``output_tokens`` includes thinking);
     when omitted, a small made-up count is reported (10 input tokens, about one output
-    token per four characters); Gemini has no field for ``cache_write_tokens``, so it is
-    not sent there. ``finish_reason`` is ``"stop"``, ``"tool_calls"``,
+    token per four characters); ``False`` reports none at all (a server that omits usage:
+    no usage block, no usage chunk). Gemini has no field for ``cache_write_tokens``, so it
+    is not sent there. ``finish_reason`` is ``"stop"``, ``"tool_calls"``,
     ``"length"`` or ``"content_filter"`` (spelled the vendor's way on the wire), or any raw
     vendor value; by default ``"tool_calls"`` when the reply has tool calls, else
     ``"stop"``. Text, thinking and tool-call arguments stream in pieces of ``chunk_size``
@@ -66,7 +67,7 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     thinking: str | None = None
     thinking_signature: str | None = None
-    usage: Tokens | Mapping[str, int | None] | None = None
+    usage: Tokens | Mapping[str, int | None] | Literal[False] | None = None
     finish_reason: str | None = None
     chunk_size: int = 8
     model: str | None = None
@@ -80,7 +81,11 @@ class Reply:
     # -- derived values -------------------------------------------------------------------
     @property
     def tokens(self) -> Tokens:
-        """The usage to report, as :class:`Tokens`."""
+        """The usage to report, as :class:`Tokens` (empty when none is reported)."""
+        if self.usage is False:
+            return Tokens()
+        if self.usage is True:
+            raise ValueError("usage=True is not a usage: leave it out, or False for none")
         if isinstance(self.usage, Tokens):
             return self.usage
         if self.usage is not None:
@@ -92,6 +97,11 @@ class Reply:
         thinking = (len(self.thinking) + 3) // 4 if self.thinking else None
         output = max(1, (size + 3) // 4) + (thinking or 0)
         return Tokens(input_tokens=10, output_tokens=output, thinking_tokens=thinking)
+
+    @property
+    def reports_usage(self) -> bool:
+        """Whether the answer carries a usage block (``usage=False``: it does not)."""
+        return self.usage is not False
 
     @property
     def resolved_finish_reason(self) -> str:
