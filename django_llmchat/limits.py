@@ -74,6 +74,7 @@ __all__ = [
     "reservation",
     "forget",
     "limits_for",
+    "output_reservation",
     "spend",
     "spend_annotations",
 ]

@@ -522,3 +522,26 @@ def test_racing_runs_are_admitted_while_their_reservations_fit(user, limit, fake
     # what counted: the two admitted runs' reservations, and the estimated input of their
     # calls in flight (their pending usage rows)
     assert all(each * 2 < o.used < each * 2 + Decimal("0.0001") for o in refusals)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS_LATER))
+def test_a_run_whose_reservation_alone_passes_the_budget_is_refused_on_every_path(
+    path, user, limit, fake_llm
+):
+    """``usd_per_day: 0.005``, below one run's expected cost: refused before anything is
+    stored (REST and ui/chat: 429 with the reason)."""
+    limit(usd_per_day="0.005")
+    chat = Chat.objects.create(user=user, provider="openai", model_id=MODEL)
+    try:
+        outcome = PATHS_LATER[path](chat)
+    except BudgetExceededError as exc:
+        outcome = exc
+    reason = "The daily spending limit leaves too little for this run's expected cost."
+    if isinstance(outcome, tuple):
+        status, body = outcome
+        assert (status, body["code"], body["limit"]) == (429, "budget_exceeded", "usd_per_day")
+        assert body["detail"] == reason and Decimal(body["used"]) == 0
+    else:
+        assert isinstance(outcome, BudgetExceededError) and outcome.message == reason
+    assert fake_llm.requests == []
+    assert not Run.objects.exists() and not Message.objects.exists()
