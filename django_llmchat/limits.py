@@ -395,7 +395,7 @@ def output_reservation(chat) -> int:
     """The output tokens a run of ``chat`` reserves: its ``params["max_tokens"]`` (a
     positive whole number), else ``LLMCHAT["LIMITS"]["reserve_output_tokens"]``
     (:data:`DEFAULT_RESERVE_OUTPUT_TOKENS`)."""
-    asked = (chat.params or {}).get("max_tokens") if isinstance(chat.params, dict) else None
+    asked = chat.params.get("max_tokens") if isinstance(chat.params, dict) else None
     if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
         return asked
     return int((settings.LIMITS or {}).get("reserve_output_tokens", DEFAULT_RESERVE_OUTPUT_TOKENS))
@@ -417,7 +417,7 @@ def prompt_tokens(text: str, attachments: list[tuple] | None = None) -> int:
         AttachmentData(
             filename=name,
             data=data if isinstance(data, bytes) else b"",
-            mime_type=str(mime[0] if mime else ""),
+            mime_type=(mime[0] if mime else None) or "",
         )
         for name, data, *mime in attachments or []
     ]

@@ -346,6 +346,11 @@ def test_budget_exceeded_error_pickles():
         ({"LIMITS": {"default": {"usd_per_day": "lots"}}}, "llmchat.E020", "must be a number"),
         ({"LIMITS": {"default": {"concurrent_runs": -1}}}, "llmchat.E020", "not be negative"),
         ({"LIMITS": {"default": {"soft": "1.5"}}}, "llmchat.E020", "between 0 and 1"),
+        (
+            {"LIMITS": {"default": {}, "reserve_output_tokens": -1}},
+            "llmchat.E020",
+            '["reserve_output_tokens"] must be a whole number of tokens from 0, got -1',
+        ),
         ({"LIMITS_FOR": "no.such.function"}, "llmchat.E021", "'no.such.function'"),
         ({"LIMITS_FOR": 42}, "llmchat.E021", "42"),
         ({"ALLOWED_MODELS": "openai/*"}, "llmchat.E022", "ALLOWED_MODELS"),
@@ -465,6 +470,8 @@ def test_prompt_tokens_count_the_attachments():
     assert limits.prompt_tokens("abcd", [("a.png", b"\x89PNG", "image/png")]) == 1005
     assert limits.prompt_tokens("", [("a.txt", b"x" * 400, "text/plain")]) == 104
     assert limits.prompt_tokens("", [("a.bin", b"x" * 400)]) == 1004  # no type: a document
+    assert limits.prompt_tokens(None, [("a.bin", "text", None)]) == 1004
+    assert limits.prompt_tokens("", [("a.txt", "not bytes", "text/plain")]) == 4
 
 
 def test_an_unlimited_user_or_a_model_without_a_price_reserves_nothing(configure, chat, user):
