@@ -248,7 +248,7 @@ def _last_request(chat_id):
 
     rows = Usage.objects.filter(chat_id=chat_id, status=Usage.SUCCEEDED, operation="chat")
     total = _tokens_sum().source_expressions[0]
-    return Subquery(rows.order_by("-created_at", "-id").annotate(v=total).values("v")[:1])
+    return Subquery(rows.order_by("-id").annotate(v=total).values("v")[:1])
 
 
 def _query(runs: bool, closed: bool, chat: bool = False) -> tuple[PreparedQuery, list[str]]:
@@ -415,11 +415,10 @@ def prompt_tokens(text: str, attachments: list[tuple] | None = None) -> int:
     estimate_tokens`) with its ``attachments`` (``(name, bytes, type)``)."""
     files = [
         AttachmentData(
-            filename=name,
             data=data if isinstance(data, bytes) else b"",
             mime_type=(mime[0] if mime else None) or "",
         )
-        for name, data, *mime in attachments or []
+        for _name, data, *mime in attachments or []
     ]
     return estimate_tokens(ProviderMessage(role="user", content=text or "", attachments=files))
 

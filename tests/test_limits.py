@@ -294,6 +294,11 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
     # one query admits the run and serves its first call, one more before the second
     assert len(budget_queries(few)) == len(budget_queries(many)) == 2
     assert len(few) == len(many)
+    # the same queries read the reservations of the user's unfinished runs, and the
+    # admission the chat's last answered request (for the new run's own): no query more
+    admission, before_second = (q["sql"] for q in budget_queries(many))
+    assert "reserved_cost" in admission and "reserved_cost" in before_second
+    assert '"operation" = ' in admission and '"operation" = ' not in before_second
     # limits off: the same run makes exactly those two queries fewer
     fake_llm.configure("openai", "gpt-4.1-mini")
     run_two_steps()  # the settings changed: per-process caches (the registry) fill again
@@ -481,7 +486,8 @@ def test_an_unlimited_user_or_a_model_without_a_price_reserves_nothing(configure
     assert run.reserved_cost == 0
     runs.cancel_queued(chat.pk, run.pk)
     Limit.objects.filter(user=user).delete()
-    priceless = Chat.objects.create(user=user, provider="ollama", model_id="llama3")
+    # a model served locally: whatever its name, no known price
+    priceless = Chat.objects.create(user=user, provider="ollama", model_id="gpt-4.1-mini")
     run, _ = runs.enqueue(priceless, Message(chat=priceless, role="user", content="hi"))
     assert run.reserved_cost == 0 and reserved(user) == 0
 
@@ -621,8 +627,12 @@ def test_a_run_queued_again_by_a_decision_keeps_its_one_reservation(configure, c
     call = ToolCall.objects.create(
         chat=chat, message=message, call_id="c1", name="lookup", arguments={}
     )
-    queued = decisions.decide(chat.pk, call, "approved")
+    with CaptureQueriesContext(connection) as ctx:
+        queued = decisions.decide(chat.pk, call, "approved")
     assert queued is not None and queued.pk == run.pk
+    # its admission reads no chat's last request: it reserves nothing
+    (admission,) = budget_queries(ctx.captured_queries)
+    assert "reserved_cost" in admission["sql"] and '"operation" = ' not in admission["sql"]
     assert Run.objects.get(pk=run.pk).reserved_cost == run.reserved_cost
     assert reserved(user) == run.reserved_cost
 
@@ -634,3 +644,14 @@ def test_the_reservation_setting_is_checked():
             'LLMCHAT["LIMITS"]["reserve_output_tokens"] must be a whole number of tokens '
             f"from 0, got {bad!r}"
         ]
+
+
+def test_a_prompts_attachments_are_in_its_reservation(configure, chat, user):
+    """A prompt sent with a file reserves the file's estimate too (a text file: its bytes
+    by four)."""
+    configure(usd_per_day="5.00")
+    notes = [("notes.txt", b"x" * 4000, "text/plain")]
+    assert limits.prompt_tokens("Read it.", notes) == limits.prompt_tokens("Read it.") + 1000
+    run, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="Read it."), notes)
+    assert run.reserved_cost == priced(limits.prompt_tokens("Read it.", notes), 4096)
+    assert Run.objects.get(pk=run.pk).reserved_cost == run.reserved_cost

@@ -699,3 +699,17 @@ def test_use_annotations_count_the_day_of_the_moment_given(chat, user):
         .get()
     )
     assert row["usd_per_day"] == Decimal("1.5")
+
+
+def test_the_chats_last_request_is_its_last_answered_chat_call(chat, user):
+    """``last_request``: the input (cache reads and writes too) and output tokens of the
+    chat's last succeeded chat call; 0 without one, never another chat's."""
+    assert limits.spend(user.pk, chat_id=chat.pk)["last_request"] == 0
+    used(chat, input_tokens=100)
+    used(chat, input_tokens=200, cache_read_tokens=3, cache_write_tokens=4, output_tokens=20)
+    other = Chat.objects.create(user=user)
+    used(other, input_tokens=5000)
+    found = limits.spend(user.pk, chat_id=chat.pk)
+    assert found["last_request"] == 227
+    assert "last_request" not in limits.spend(user.pk)
+    assert limits.spend(user.pk, chat_id=other.pk)["last_request"] == 5000
