@@ -6,9 +6,20 @@ The limits of a user are ``LLMCHAT["LIMITS"]["default"]``, overridden by what
 user's :class:`~django_llmchat.models.Limit` row (edited in the admin). Limits are off
 while ``LLMCHAT["LIMITS"]`` is ``None`` (the default).
 
-One check is ONE query: the user's limit row and the sums of the usage rows of the day
-and the month (and, when a run is about to be queued, the runs of the last hour and those
-queued or running) come back in a single statement over indexed columns.
+One check is ONE query: the user's limit row, the sums of the usage rows of the day and
+the month, the reservations of the user's unfinished runs (and, when a run is about to be
+queued, the runs of the last hour and those queued or running, and the size of the chat's
+last answered request) come back in a single statement over indexed columns.
+
+A run reserves its expected cost when it is admitted (:func:`reservation`: its first
+request's estimated input and an output of the request's ``max_tokens``, else
+``LLMCHAT["LIMITS"]["reserve_output_tokens"]``, priced by :mod:`django_llmchat.pricing`);
+:mod:`django_llmchat.runs` stores it on the run (``Run.reserved_cost``). The USD limits
+count what the usage rows cost plus the reservations of the user's unfinished runs
+(queued, running, awaiting approval): a run ending releases its reservation in the
+transaction that ends it, its status leaving the unfinished ones. A run is admitted, and
+a provider call made, only while that sum, the new run's reservation included, stays under
+the budget.
 
 * :func:`admit` is called by :mod:`django_llmchat.runs` whenever a run is about to be
   queued or queued again (``chat.ask()``, ``chat.stream()``, ``chat.ask_later()``, the
@@ -39,12 +50,17 @@ from django.utils.module_loading import import_string
 
 from .conf import settings
 from .errors import BudgetExceededError
+from .estimates import estimate_tokens
 from .models.limit import LIMIT_FIELDS
 from .prepared import PreparedQuery
+from .pricing import price
+from .providers.types import AttachmentData, ProviderMessage
+from .values import Tokens
 
 # placeholders of the prepared check: a user id within a 32-bit AutoField's range (a
 # lookup out of a column's range is never run), moments that never start a window
 _USER_ARG = 2_147_480_029
+_CHAT_ARG = 2_147_480_037
 _MOMENTS = tuple(datetime(2001, 2, 3, 4, 5, 6, n, tzinfo=UTC) for n in (111_111, 222_222, 333_333))
 
 __all__ = [
@@ -54,8 +70,11 @@ __all__ = [
     "SoftLimitReached",
     "admit",
     "check",
+    "prompt_tokens",
+    "reservation",
     "forget",
     "limits_for",
+    "output_reservation",
     "spend",
     "spend_annotations",
 ]
@@ -65,6 +84,9 @@ MONEY_LIMITS = frozenset({"usd_per_day", "usd_per_month"})
 # the limits checked before every provider call; the others only when a run is queued
 SPEND_LIMITS = ("usd_per_day", "usd_per_month", "tokens_per_day")
 DEFAULT_SOFT = None
+DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
+"""The output tokens a run reserves when its request sets no ``max_tokens``
+(``LLMCHAT["LIMITS"]["reserve_output_tokens"]`` replaces it)."""
 _TEN_PLACES = Decimal("0.0000000001")
 
 _MESSAGES = {
@@ -73,6 +95,10 @@ _MESSAGES = {
     "tokens_per_day": "The daily token limit is reached.",
     "runs_per_hour": "Too many runs were started in the last hour.",
     "concurrent_runs": "Too many runs are queued or running at once.",
+}
+_MESSAGES_RESERVED = {
+    "usd_per_day": "The daily spending limit leaves too little for this run's expected cost.",
+    "usd_per_month": "The monthly spending limit leaves too little for this run's expected cost.",
 }
 
 
@@ -88,13 +114,16 @@ class SoftLimitReached:
 
 @dataclass
 class Verdict:
-    """What a check found: the user's limits, what they used, the soft warnings."""
+    """What a check found: the user's limits, what they used (for the USD limits: spent
+    plus the reservations of their unfinished runs), the soft warnings, and the USD the
+    run being admitted reserves (``reservation``; zero for a check)."""
 
     user_id: int | None
     limits: dict[str, Any] = field(default_factory=dict)
     used: dict[str, Any] = field(default_factory=dict)
     resets_at: dict[str, datetime | None] = field(default_factory=dict)
     warnings: list[SoftLimitReached] = field(default_factory=list)
+    reservation: Decimal = Decimal(0)
 
 
 def enabled() -> bool:
@@ -164,8 +193,9 @@ def spend_annotations(
     bounds: tuple[datetime, datetime, datetime] | None = None,
 ) -> dict[str, Any]:
     """Subqueries of a user's use, for ``annotate()`` on a queryset whose ``user_ref``
-    column is the user's id: ``usd_per_day``, ``usd_per_month``, ``tokens_per_day`` and,
-    with ``runs``, ``runs_per_hour``, ``oldest_run`` and ``concurrent_runs``. ``month``:
+    column is the user's id: ``usd_per_day``, ``usd_per_month``, ``tokens_per_day``,
+    ``usd_reserved`` (the reservations of the user's unfinished runs) and, with ``runs``,
+    ``runs_per_hour``, ``oldest_run`` and ``concurrent_runs``. ``month``:
     ``"all"`` sums the whole month in ``usd_per_month``; ``"closed"`` sums only its days
     before today, as ``usd_before_today``; ``"none"`` leaves the month out. ``bounds``:
     the starts of the day, the month and the hour, instead of those of ``now``."""
@@ -182,6 +212,12 @@ def spend_annotations(
         "usd_per_day": Subquery(of_day.annotate(v=Sum("total_cost")).values("v")),
         "tokens_per_day": Subquery(of_day.annotate(v=_tokens_sum()).values("v")),
     }
+    run_rows = (
+        Run.objects.filter(chat__user_id=OuterRef(user_ref)).order_by().values("chat__user_id")
+    )
+    annotations["usd_reserved"] = Subquery(
+        run_rows.filter(status__in=Run.UNFINISHED).annotate(v=Sum("reserved_cost")).values("v")
+    )
     of_month = usage.filter(created_at__gte=month_start)
     if month == "all":
         annotations["usd_per_month"] = Subquery(of_month.annotate(v=Sum("total_cost")).values("v"))
@@ -190,9 +226,6 @@ def spend_annotations(
             of_month.filter(created_at__lt=day).annotate(v=Sum("total_cost")).values("v")
         )
     if runs:
-        run_rows = (
-            Run.objects.filter(chat__user_id=OuterRef(user_ref)).order_by().values("chat__user_id")
-        )
         recent = run_rows.filter(created_at__gte=hour)
         annotations["runs_per_hour"] = Subquery(recent.annotate(v=Count("pk")).values("v"))
         annotations["oldest_run"] = Subquery(recent.annotate(v=Min("created_at")).values("v"))
@@ -205,47 +238,71 @@ def spend_annotations(
 
 
 _ROW_COLUMNS = (*LIMIT_NAMES, "soft", "unlimited", "id")
-_QUERIES: dict[tuple[bool, bool], tuple[PreparedQuery, list[str]]] = {}
+_QUERIES: dict[tuple[bool, bool, bool], tuple[PreparedQuery, list[str]]] = {}
 
 
-def _query(runs: bool, closed: bool) -> tuple[PreparedQuery, list[str]]:
+def _last_request(chat_id):
+    """The tokens of the chat's last answered request and its reply: what its next
+    request sends before the new prompt."""
+    from .models import Usage
+
+    rows = Usage.objects.filter(chat_id=chat_id, status=Usage.SUCCEEDED, operation="chat")
+    total = _tokens_sum().source_expressions[0]
+    return Subquery(rows.order_by("-id").annotate(v=total).values("v")[:1])
+
+
+def _query(runs: bool, closed: bool, chat: bool = False) -> tuple[PreparedQuery, list[str]]:
     """The check's statement, compiled once (:class:`~django_llmchat.prepared.
     PreparedQuery`), and the names of its columns in order. ``closed``: it also sums the
-    month's days before today."""
-    found = _QUERIES.get((runs, closed))
+    month's days before today; ``chat``: it also reads the size of a chat's last answered
+    request (``last_request``)."""
+    found = _QUERIES.get((runs, closed, chat))
     if found is None:
         month = "closed" if closed else "none"
 
         def build(user_id, day, *more):
             month_start = more[0] if closed else day
-            hour = more[-1] if runs else day
+            hour = more[int(closed)] if runs else day
             annotations = spend_annotations(runs=runs, month=month, bounds=(day, month_start, hour))
+            if chat:
+                annotations["last_request"] = _last_request(more[-1])
             for name in _ROW_COLUMNS:
                 annotations[f"row_{name}"] = F(f"llmchat_limit__{name}")
             return get_user_model().objects.filter(pk=user_id).annotate(**annotations)
 
-        placeholders = [_USER_ARG, *_MOMENTS[: 1 + closed + runs]]
+        placeholders = [_USER_ARG, *_MOMENTS[: 1 + closed + runs], *([_CHAT_ARG] if chat else [])]
         names = list(build(*placeholders).query.annotation_select)
         query = PreparedQuery(lambda *a: build(*a).values_list(*names), placeholders)
-        found = _QUERIES[(runs, closed)] = (query, names)
+        found = _QUERIES[(runs, closed, chat)] = (query, names)
     return found
 
 
-def spend(user_id: int, *, runs: bool = True, now: datetime | None = None) -> dict[str, Any]:
+def spend(
+    user_id: int,
+    *,
+    runs: bool = True,
+    now: datetime | None = None,
+    chat_id: int | None = None,
+) -> dict[str, Any]:
     """The user's limit row and use, in ONE query: ``usd_per_day``, ``usd_per_month``,
-    ``tokens_per_day`` (and with ``runs``: ``runs_per_hour``, ``concurrent_runs``,
-    ``oldest_run``), plus ``row`` (the Limit row's values, ``None`` without one)."""
+    ``tokens_per_day``, ``usd_reserved`` (the reservations of their unfinished runs; what
+    the USD limits count beside the first two) (and with ``runs``: ``runs_per_hour``,
+    ``concurrent_runs``, ``oldest_run``), plus ``row`` (the Limit row's values, ``None``
+    without one); with ``chat_id``, ``last_request``: the tokens of that chat's last
+    answered request and its reply (0 without one)."""
     now = now or timezone.now()
     windows = _windows(now)
     day, month_start = windows["day"][0], windows["month"][0]
     key = (user_id, day)
     closed = _closed_days.get(key)
-    query, names = _query(runs, closed is None)
+    query, names = _query(runs, closed is None, chat_id is not None)
     args = [user_id, day]
     if closed is None:
         args.append(month_start)
     if runs:
         args.append(now - timedelta(hours=1))
+    if chat_id is not None:
+        args.append(chat_id)
     rows = query.rows(*args)
     if not rows:
         return {"row": None}
@@ -269,7 +326,8 @@ def spend(user_id: int, *, runs: bool = True, now: datetime | None = None) -> di
             _closed_days.clear()
         _closed_days[key] = closed
     out["usd_per_month"] = closed + out["usd_per_day"]
-    for name in ("tokens_per_day", "runs_per_hour", "concurrent_runs"):
+    out["usd_reserved"] = _money(out["usd_reserved"])
+    for name in ("tokens_per_day", "runs_per_hour", "concurrent_runs", "last_request"):
         if name in out:
             out[name] = int(out[name] or 0)
     if out.get("oldest_run") is not None and not isinstance(out["oldest_run"], datetime):
@@ -333,14 +391,48 @@ class _LazyUser:
         return getattr(self._row, name)
 
 
-def _verdict(chat, *, admission: bool) -> Verdict | None:
+def output_reservation(chat) -> int:
+    """The output tokens a run of ``chat`` reserves: its ``params["max_tokens"]`` (a
+    positive whole number), else ``LLMCHAT["LIMITS"]["reserve_output_tokens"]``
+    (:data:`DEFAULT_RESERVE_OUTPUT_TOKENS`)."""
+    asked = chat.params.get("max_tokens") if isinstance(chat.params, dict) else None
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+        return asked
+    return int((settings.LIMITS or {}).get("reserve_output_tokens", DEFAULT_RESERVE_OUTPUT_TOKENS))
+
+
+def reservation(chat, input_tokens: int) -> Decimal:
+    """The USD a run of ``chat`` reserves when it is admitted: ``input_tokens`` (its first
+    request's estimate) and :func:`output_reservation` output tokens, priced for the chat's
+    model (:func:`django_llmchat.pricing.price`); zero for a model without a known price."""
+    tokens = Tokens(input_tokens=input_tokens, output_tokens=output_reservation(chat))
+    cost = price(tokens, chat.model_id, chat.provider).total
+    return _money(cost)
+
+
+def prompt_tokens(text: str, attachments: list[tuple] | None = None) -> int:
+    """The estimated tokens of a new prompt (:func:`django_llmchat.estimates.
+    estimate_tokens`) with its ``attachments`` (``(name, bytes, type)``)."""
+    files = [
+        AttachmentData(
+            data=data if isinstance(data, bytes) else b"",
+            mime_type=(mime[0] if mime else None) or "",
+        )
+        for _name, data, *mime in attachments or []
+    ]
+    return estimate_tokens(ProviderMessage(role="user", content=text or "", attachments=files))
+
+
+def _verdict(chat, *, admission: bool, prompt: int | None = None) -> Verdict | None:
     if not enabled() or chat.user_id is None:
         return None
-    found = spend(chat.user_id, runs=admission)
+    found = spend(chat.user_id, runs=admission, chat_id=chat.pk if prompt is not None else None)
     limits = limits_for(_user(chat), found["row"])
     verdict = Verdict(user_id=chat.user_id, limits=limits)
     if not limits:
         return verdict
+    if prompt is not None:
+        verdict.reservation = reservation(chat, found["last_request"] + prompt)
     windows = found.get("windows") or {}
     resets = {
         "usd_per_day": windows.get("day", (None, None))[1],
@@ -356,16 +448,18 @@ def _verdict(chat, *, admission: bool) -> Verdict | None:
         allowed = limits.get(name)
         if allowed is None or name not in found:
             continue
-        used = found[name]
+        used, mine = found[name], 0
+        if name in MONEY_LIMITS:
+            used, mine = used + found["usd_reserved"], verdict.reservation
         verdict.used[name] = used
         verdict.resets_at[name] = resets.get(name)
-        if used >= allowed:
+        if used + mine >= allowed:
             raise BudgetExceededError(
                 name,
                 used=used,
                 allowed=allowed,
                 resets_at=resets.get(name),
-                message=_MESSAGES[name],
+                message=_MESSAGES[name] if used >= allowed else _MESSAGES_RESERVED[name],
             )
         if soft is not None and name in SPEND_LIMITS and used >= allowed * soft:
             verdict.warnings.append(SoftLimitReached(name, used, allowed, resets.get(name)))
@@ -393,16 +487,23 @@ def exceeded(chat, exc: BudgetExceededError) -> None:
     _send(budget_exceeded, chat, exc)
 
 
-def admit(chat, *, signal: bool = True) -> Verdict | None:
+def admit(chat, *, signal: bool = True, prompt: int | None = None) -> Verdict | None:
     """Before a run of ``chat`` is queued: every limit of its user, in one query. Over a
     hard limit: :class:`BudgetExceededError` (and, with ``signal``, the
     ``budget_exceeded`` signal). ``None`` when limits are off or the chat has no user.
+
+    ``prompt`` (the new prompt's estimated tokens, :func:`prompt_tokens`; 0 for a run
+    answering the saved history): the run reserves its expected cost
+    (``verdict.reservation``: its first request, the chat's last answered request and
+    reply plus the prompt, and its output reservation), and is refused when the USD it and
+    the user's unfinished runs reserve, with what they spent, reach a USD limit. Without
+    it (a run queued again, which keeps its reservation) nothing more is reserved.
 
     Called alone it only says what admission would decide now; the decision that counts
     is the one :mod:`django_llmchat.runs` makes under the user's lock, in the transaction
     creating the run (it sends the signal once that transaction is rolled back)."""
     try:
-        return _verdict(chat, admission=True)
+        return _verdict(chat, admission=True, prompt=prompt)
     except BudgetExceededError as exc:
         if signal:
             exceeded(chat, exc)
@@ -411,7 +512,8 @@ def admit(chat, *, signal: bool = True) -> Verdict | None:
 
 def check(chat) -> Verdict | None:
     """Before a provider call of ``chat``'s run: the spending limits (USD per day and
-    month, tokens per day), in one query."""
+    month, tokens per day), in one query. The USD limits count the reservations of the
+    user's unfinished runs, the calling run's own (the call's expected cost) included."""
     try:
         return _verdict(chat, admission=False)
     except BudgetExceededError as exc:
@@ -434,8 +536,17 @@ def validate_setting(value: Any) -> list[str]:
     if not isinstance(value, dict):
         return ['LLMCHAT["LIMITS"] must be a dict such as {"default": {"usd_per_day": "2.00"}}']
     for key in value:
-        if key != "default":
-            problems.append(f'LLMCHAT["LIMITS"] has an unknown key {key!r} (only "default")')
+        if key not in ("default", "reserve_output_tokens"):
+            problems.append(
+                f'LLMCHAT["LIMITS"] has an unknown key {key!r} '
+                '(only "default" and "reserve_output_tokens")'
+            )
+    reserve = value.get("reserve_output_tokens", DEFAULT_RESERVE_OUTPUT_TOKENS)
+    if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+        problems.append(
+            'LLMCHAT["LIMITS"]["reserve_output_tokens"] must be a whole number of tokens '
+            f"from 0, got {reserve!r}"
+        )
     default = value.get("default", {})
     if not isinstance(default, dict):
         return [*problems, 'LLMCHAT["LIMITS"]["default"] must be a dict']

@@ -71,8 +71,8 @@ def used(chat, usd="0", when=None, *, user=None, **tokens) -> Usage:
     return row
 
 
-def run_at(chat, when, status="succeeded") -> Run:
-    run = Run.objects.create(chat=chat, status=status)
+def run_at(chat, when, status="succeeded", reserved="0") -> Run:
+    run = Run.objects.create(chat=chat, status=status, reserved_cost=Decimal(reserved))
     Run.objects.filter(pk=run.pk).update(created_at=when)
     return run
 
@@ -407,7 +407,8 @@ def test_spend_counts_each_row_in_the_windows_it_falls_in(chat, django_user_mode
     """spend sums the rows of the day from its first microsecond, of the month from its
     first microsecond (the days before today as well), the tokens of every kind (empty
     columns as 0), the runs of the last hour from exactly an hour ago and the user's
-    queued and running runs; never another user's."""
+    queued and running runs, the reservations of their unfinished runs (queued, running,
+    awaiting approval); never another user's."""
     now = datetime(2024, 5, 15, 12, 0, tzinfo=UTC)
     day = datetime(2024, 5, 15, tzinfo=UTC)
     month = datetime(2024, 5, 1, tzinfo=UTC)
@@ -428,12 +429,12 @@ def test_spend_counts_each_row_in_the_windows_it_falls_in(chat, django_user_mode
     used(chat, "0.25", now, cache_write_tokens=300000)
     other = Chat.objects.create(user=django_user_model.objects.create_user("other"))
     used(other, "16.00", now, input_tokens=7)
-    run_at(chat, now - timedelta(hours=1))
-    run_at(chat, now - timedelta(hours=1) - micro)
-    run_at(chat, now - timedelta(minutes=5), status="queued")
-    run_at(chat, now - timedelta(hours=3), status="running")
-    run_at(chat, now, status="awaiting_approval")
-    run_at(other, now, status="queued")
+    run_at(chat, now - timedelta(hours=1), reserved="0.80")
+    run_at(chat, now - timedelta(hours=1) - micro, status="cancelled", reserved="3.20")
+    run_at(chat, now - timedelta(minutes=5), status="queued", reserved="0.10")
+    run_at(chat, now - timedelta(hours=3), status="running", reserved="0.20")
+    run_at(chat, now, status="awaiting_approval", reserved="0.40")
+    run_at(other, now, status="queued", reserved="1.60")
     with timezone.override(UTC):
         found = limits.spend(chat.user_id, now=now)
     assert found["usd_per_day"] == Decimal("1.25")
@@ -443,9 +444,19 @@ def test_spend_counts_each_row_in_the_windows_it_falls_in(chat, django_user_mode
     assert found["oldest_run"] == now - timedelta(hours=1)
     assert found["row"] is None and found["now"] == now
     assert found["windows"]["day"] == (day, day + timedelta(days=1))
+    assert found["usd_reserved"] == Decimal("0.70") and "last_request" not in found
     with timezone.override(UTC):
         found = limits.spend(chat.user_id, now=now, runs=False)
-    assert set(found) == {"usd_per_day", "usd_per_month", "tokens_per_day", "row", "now", "windows"}
+    assert set(found) == {
+        "usd_per_day",
+        "usd_per_month",
+        "tokens_per_day",
+        "usd_reserved",
+        "row",
+        "now",
+        "windows",
+    }
+    assert found["usd_reserved"] == Decimal("0.70")
 
 
 def test_spend_without_a_run_or_usage_is_zero(chat):
@@ -453,7 +464,7 @@ def test_spend_without_a_run_or_usage_is_zero(chat):
     found = limits.spend(chat.user_id)
     assert (found["usd_per_day"], found["usd_per_month"], found["tokens_per_day"]) == (0, 0, 0)
     assert (found["runs_per_hour"], found["concurrent_runs"], found["oldest_run"]) == (0, 0, None)
-    assert str(found["usd_per_day"]) == "0E-10"
+    assert str(found["usd_per_day"]) == str(found["usd_reserved"]) == "0E-10"
     assert limits.spend(10**9) == {"row": None}
 
 
@@ -525,7 +536,7 @@ def test_spend_annotations_sum_each_users_use(chat, user, django_user_model):
     assert row.usd_before_today == (Decimal("2.00") if same_month else None)
     assert not hasattr(row, "usd_per_month")
     found = limits.spend_annotations(runs=False, month="none")
-    assert set(found) == {"usd_per_day", "tokens_per_day"}
+    assert set(found) == {"usd_per_day", "tokens_per_day", "usd_reserved"}
     bounds = (now - timedelta(days=400), now - timedelta(days=400), now - timedelta(hours=2))
     by_chat = Chat.objects.annotate(**limits.spend_annotations("user_id", bounds=bounds))
     row = by_chat.get(pk=chat.pk)
@@ -566,7 +577,8 @@ KNOWN = "usd_per_day, usd_per_month, tokens_per_day, runs_per_hour, concurrent_r
         (
             {"users": {}, "default": []},
             [
-                'LLMCHAT["LIMITS"] has an unknown key \'users\' (only "default")',
+                "LLMCHAT[\"LIMITS\"] has an unknown key 'users' "
+                '(only "default" and "reserve_output_tokens")',
                 'LLMCHAT["LIMITS"]["default"] must be a dict',
             ],
         ),
@@ -628,15 +640,16 @@ def test_a_user_gone_meanwhile_is_admitted_with_nothing_counted(configure):
 
 
 def test_the_check_before_a_call_reads_no_runs(configure, chat):
-    """The check before each provider call reads the spending sums only; admission reads
-    the runs as well (runs per hour, concurrent runs)."""
+    """The check before each provider call reads the spending sums and the reservations
+    only; admission counts the runs as well (runs per hour, concurrent runs)."""
     configure({"usd_per_day": "1", "runs_per_hour": 5})
     with CaptureQueriesContext(connection) as check:
         limits.check(chat)
     with CaptureQueriesContext(connection) as admit:
         limits.admit(chat)
-    assert Run._meta.db_table not in " ".join(q["sql"] for q in check.captured_queries)
-    assert Run._meta.db_table in " ".join(q["sql"] for q in admit.captured_queries)
+    (checked,), (admitted,) = check.captured_queries, admit.captured_queries
+    assert "reserved_cost" in checked["sql"] and "COUNT(" not in checked["sql"]
+    assert "reserved_cost" in admitted["sql"] and "COUNT(" in admitted["sql"]
 
 
 def test_the_setting_is_checked_past_a_limit_left_out_or_not_a_number():
@@ -686,3 +699,17 @@ def test_use_annotations_count_the_day_of_the_moment_given(chat, user):
         .get()
     )
     assert row["usd_per_day"] == Decimal("1.5")
+
+
+def test_the_chats_last_request_is_its_last_answered_chat_call(chat, user):
+    """``last_request``: the input (cache reads and writes too) and output tokens of the
+    chat's last succeeded chat call; 0 without one, never another chat's."""
+    assert limits.spend(user.pk, chat_id=chat.pk)["last_request"] == 0
+    used(chat, input_tokens=100)
+    used(chat, input_tokens=200, cache_read_tokens=3, cache_write_tokens=4, output_tokens=20)
+    other = Chat.objects.create(user=user)
+    used(other, input_tokens=5000)
+    found = limits.spend(user.pk, chat_id=chat.pk)
+    assert found["last_request"] == 227
+    assert "last_request" not in limits.spend(user.pk)
+    assert limits.spend(user.pk, chat_id=other.pk)["last_request"] == 5000

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import models
@@ -62,6 +63,14 @@ class AbstractRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    reserved_cost = models.DecimalField(
+        max_digits=16,
+        decimal_places=10,
+        default=Decimal(0),
+        editable=False,
+        help_text="USD the run's admission reserved: its first request's expected cost, "
+        "counted by the spending limits while the run is unfinished.",
+    )
 
     objects = RunQuerySet.as_manager()
 

@@ -7,6 +7,12 @@ write lock is already held; a row lock on the user elsewhere), checks every spen
 so admitted one at a time, whatever path they came by, and ``concurrent_runs`` is exact. A
 run queued again by its last tool-call decision passes the same gate
 (:mod:`.decisions`).
+
+A new run reserves its expected cost (:func:`django_llmchat.limits.reservation`), written
+here and nowhere else (``Run.reserved_cost``, with the run's row): while the run is
+unfinished the USD limits count it, so racing runs of a user with a USD budget are
+admitted only while their reservations fit in it. The run's end, whichever transition
+ends it, releases it (the limits count unfinished runs only).
 """
 
 from __future__ import annotations
@@ -61,14 +67,20 @@ def _lock_user(user_id: int) -> None:
     list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values("pk"))
 
 
-def _admit(chat: Chat) -> limits.Verdict | None:
+def _admit(
+    chat: Chat, prompt: Message | None = None, attachments=None, *, reserve: bool = True
+) -> limits.Verdict | None:
     """The gate, in the caller's transaction after the chat's lock: the user's lock, then
     every limit. Over a hard limit :class:`BudgetExceededError` (the caller rolls back
-    and sends the signal)."""
+    and sends the signal). ``reserve``: a new run answering ``prompt`` (``None``: the
+    saved history) reserves its expected cost (``verdict.reservation``)."""
     if not limits.enabled() or chat.user_id is None:
         return None
     _lock_user(chat.user_id)
-    return limits.admit(chat, signal=False)
+    tokens = None
+    if reserve:
+        tokens = limits.prompt_tokens(prompt.content, attachments) if prompt is not None else 0
+    return limits.admit(chat, signal=False, prompt=tokens)
 
 
 _ON_ADMIT: ContextVar[Callable[[Run], None] | None] = ContextVar("llmchat_on_admit", default=None)
@@ -168,7 +180,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     if branch is not None:  # a prompt after a given message: a new branch
         after = branches.branch_here(chat.pk, branch, in_progress=head is not None)
         prompt.parent_id = None if after is None else after[0]
-    verdict = _admit(chat)
+    verdict = _admit(chat, prompt, attachments)
     if prompt is not None:
         if branch is None and head is not None:
             prompt.position += QUEUED_POSITION  # its parent is given when it is placed
@@ -183,6 +195,8 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         else:
             _INSERT_MESSAGE.save(prompt)
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    if verdict is not None:
+        run.reserved_cost = verdict.reservation
     now = timezone.now()
     claimed = start and head is None
     if claimed:

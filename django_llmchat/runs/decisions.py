@@ -177,7 +177,8 @@ def _decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
         return None
     if limits.enabled():
         owner = Chat._base_manager.filter(pk=chat_id).values_list("user_id", flat=True).first()
-        _admit(Chat(pk=chat_id, user_id=owner))
+        # the run keeps the reservation of its admission: nothing more is reserved
+        _admit(Chat(pk=chat_id, user_id=owner), reserve=False)
     Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
     _sync_chat(chat_id)
     head.status = Run.QUEUED

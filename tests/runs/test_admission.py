@@ -247,7 +247,9 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
     locked = []
     monkeypatch.setattr(admission, "_lock_user", locked.append)
     admitted = []
-    monkeypatch.setattr(limits, "admit", lambda c, signal: admitted.append(signal) or "verdict")
+    monkeypatch.setattr(
+        limits, "admit", lambda c, signal, prompt: admitted.append((signal, prompt)) or "verdict"
+    )
     user = django_user_model.objects.create_user("gated")
     settings.LLMCHAT = {**settings.LLMCHAT, "LIMITS": None}
     assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) is None
@@ -255,4 +257,9 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
     assert runs._admit(Chat(pk=chat.pk, user_id=None)) is None
     assert locked == [] and admitted == []
     assert runs._admit(Chat(pk=chat.pk, user_id=user.pk)) == "verdict"
-    assert locked == [user.pk] and admitted == [False]
+    assert locked == [user.pk] and admitted == [(False, 0)]
+    # a prompt reserves its estimate; a run queued again reserves nothing more
+    prompt = Message(content="x" * 40)
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk), prompt) == "verdict"
+    assert runs._admit(Chat(pk=chat.pk, user_id=user.pk), reserve=False) == "verdict"
+    assert admitted[1:] == [(False, limits.prompt_tokens("x" * 40)), (False, None)]

@@ -453,3 +453,95 @@ def test_a_regenerate_keeps_the_dropped_replys_usage_on_the_ledger(user, fake_ll
     assert list(chat.messages.values_list("content", flat=True)) == ["Q", "One.", "Two."]
     assert Usage.objects.filter(chat=chat).count() == 2
     assert json.dumps(fake_llm.requests[-1].body).count("One.") == 0
+
+
+# -- a USD budget holds without a concurrency limit --------------------------------------------
+def python_ask_later(chat):
+    """``chat.ask_later()``: the run is queued, the task (in a background thread, no
+    broker) answers it."""
+    return Chat.objects.get(pk=chat.pk).ask_later("Go?")
+
+
+PATHS_LATER = {**PATHS, "ask_later": python_ask_later}
+
+
+def reservation_of_a_go() -> Decimal:
+    """What a run asking "Go?" on a new chat reserves: its prompt's estimate and the
+    default output reservation (4,096 tokens), at gpt-4.1-mini's prices."""
+    from django_llmchat import limits
+
+    found = limits.reservation(Chat(provider="openai", model_id=MODEL), limits.prompt_tokens("Go?"))
+    assert Decimal("0.0065") < found < Decimal("0.0066")  # 4,100 tokens, nearly all output
+    return found
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "not-held"])
+@pytest.mark.parametrize("path", sorted(PATHS_LATER))
+def test_a_usd_budget_alone_pays_at_most_one_call_past_it(path, held, user, limit, fake_llm):
+    """Only ``usd_per_day: 0.01`` (no ``concurrent_runs``), twenty asks of a reply costing
+    $0.40 released together: the first run admitted reserves its expected cost ($0.0066),
+    which leaves too little for a second; once it is paid for, the budget is spent. One
+    paid call, every other request refused at the door, nothing reserved at the end."""
+    needs_server_database()
+    reservation_of_a_go()
+    limit(usd_per_day="0.01")
+    provider = Provider(fake_llm, hold=held, usage=COSTLY)
+    chats = chats_of(user, 20, shared=False)
+    threads, outcomes = race(20, lambda i: PATHS_LATER[path](chats[i]))
+    finish(threads, provider, settled=lambda: sum(map(refused, outcomes)) == 19)
+    paid = Usage.objects.filter(user_id=user.pk, status=Usage.SUCCEEDED)
+    assert provider.calls == 1 and paid.count() == 1, outcomes
+    assert sum(map(refused, outcomes)) == 19, outcomes
+    assert Run.objects.filter(chat__user=user).count() == 1  # refusals store nothing
+    assert Run.objects.get(chat__user=user).status == Run.SUCCEEDED
+    assert paid.aggregate(s=Sum("total_cost"))["s"] == Decimal("0.40")
+    from django_llmchat import limits
+
+    assert limits.spend(user.pk)["usd_reserved"] == 0  # released with the run's end
+
+
+def test_racing_runs_are_admitted_while_their_reservations_fit(user, limit, fake_llm):
+    """A budget of two reservations and a bit: of twenty racing asks two are admitted and
+    call the provider at once, the others are refused with the reason (the budget leaves
+    too little for their expected cost)."""
+    needs_server_database()
+    each = reservation_of_a_go()
+    limit(usd_per_day=str(each * 2 + Decimal("0.0001")))
+    provider = Provider(fake_llm, hold=True)
+    chats = chats_of(user, 20, shared=False)
+    threads, outcomes = race(20, lambda i: python_ask(chats[i]))
+    # the two calls are held until every refusal is in (or a third call came: lost)
+    wait_until(lambda: sum(map(refused, outcomes)) == 18 or provider.calls > 2, timeout=60)
+    finish(threads, provider)
+    refusals = [o for o in outcomes if refused(o)]
+    assert len(refusals) == 18 and provider.most == provider.calls == 2, outcomes
+    assert {o.limit for o in refusals} == {"usd_per_day"}
+    assert {o.message for o in refusals} == {
+        "The daily spending limit leaves too little for this run's expected cost."
+    }
+    # what counted: the two admitted runs' reservations, and the estimated input of their
+    # calls in flight (their pending usage rows)
+    assert all(each * 2 < o.used < each * 2 + Decimal("0.0001") for o in refusals)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS_LATER))
+def test_a_run_whose_reservation_alone_passes_the_budget_is_refused_on_every_path(
+    path, user, limit, fake_llm
+):
+    """``usd_per_day: 0.005``, below one run's expected cost: refused before anything is
+    stored (REST and ui/chat: 429 with the reason)."""
+    limit(usd_per_day="0.005")
+    chat = Chat.objects.create(user=user, provider="openai", model_id=MODEL)
+    try:
+        outcome = PATHS_LATER[path](chat)
+    except BudgetExceededError as exc:
+        outcome = exc
+    reason = "The daily spending limit leaves too little for this run's expected cost."
+    if isinstance(outcome, tuple):
+        status, body = outcome
+        assert (status, body["code"], body["limit"]) == (429, "budget_exceeded", "usd_per_day")
+        assert body["detail"] == reason and Decimal(body["used"]) == 0
+    else:
+        assert isinstance(outcome, BudgetExceededError) and outcome.message == reason
+    assert fake_llm.requests == []
+    assert not Run.objects.exists() and not Message.objects.exists()

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_llmchat", "0015_run_enqueue_v2"),
+        ("django_llmchat", "0016_run_reserved_cost"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
