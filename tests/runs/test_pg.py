@@ -26,6 +26,7 @@ from tests.factories import taken_run
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL functions"),
+    pytest.mark.usefixtures("bystanders"),
 ]
 
 
@@ -305,16 +306,27 @@ def test_a_waiting_caller_behind_a_decision_is_refused_and_nothing_is_stored(cha
     assert (Message.objects.count(), Run.objects.count()) == count
 
 
-def test_a_run_lost_meanwhile_stores_no_reply(chat, fake_llm):
-    """The fence inside the function: a run taken over by another process stores nothing
-    (no message, no usage row closed), and the caller is told."""
+@pytest.mark.parametrize(
+    "meanwhile",
+    [
+        {"attempt": 2, "worker": "other:1"},  # taken over by another process
+        {"status": "cancelled", "lease_expires_at": None},  # ended, the same attempt
+    ],
+    ids=["taken-over", "ended"],
+)
+def test_a_run_lost_meanwhile_stores_no_reply(chat, fake_llm, meanwhile):
+    """The fence inside the function: a run taken over by another process, or ended by
+    another (its attempt the same), stores nothing (no message, no usage row closed), and
+    the caller is told."""
     run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="Q"), start=True)
-    Run.objects.filter(pk=run.pk).update(attempt=2, worker="other:1")
+    Run.objects.filter(pk=run.pk).update(**meanwhile)
+    before = Run.objects.values().get(pk=run.pk)
     reply = Message(chat=chat, role="assistant", content="late", run_id=run.pk)
     count = Message.objects.count()
     with pytest.raises(RunLostError):
         execution.store_last_step(reply, [])
     assert Message.objects.count() == count and reply.pk is None and execution.lost
+    assert Run.objects.values().get(pk=run.pk) == before
 
 
 def test_a_pre_save_receiver_gets_the_statements(chat, fake_llm):
@@ -398,6 +410,40 @@ def test_a_claim_is_one_call(chat):
     prompt = Message.objects.get(pk=run.prompt_id)
     assert prompt.position < QUEUED_POSITION
     assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("running", run.pk)
+
+
+def test_a_claim_finding_nothing_a_decision_or_a_live_run_is_one_call(chat):
+    """No unfinished run, a run waiting for a decision, a run whose process is alive: the
+    claim's answer (NOTHING, PAUSED, BUSY until the lease's end) is the function's, in one
+    statement, nothing written."""
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.claim(chat.pk).state == runs.NOTHING
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    waiting = Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.claim(chat.pk).state == runs.PAUSED
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    waiting.delete()
+    live = taken_run(chat, lease=600)
+    before = Run.objects.values().get(pk=live.pk)
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:2")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert found.state == runs.BUSY and 590 < found.retry_in <= 600
+    assert Run.objects.values().get(pk=live.pk) == before
+
+
+def test_a_queued_run_past_its_attempts_is_started_in_one_call(chat, settings):
+    """A run given back to the queue after RUN_MAX_ATTEMPTS attempts (a retry) is started
+    again, as any queued run, in one statement: only a running run that lost its process
+    that often is given up."""
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_MAX_ATTEMPTS": 2}
+    run = Run.objects.create(chat=chat, status="queued", attempt=2)
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:3")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert found.execution.pk == run.pk and found.execution.attempt == 3
+    assert Run.objects.values_list("status", "attempt").get(pk=run.pk) == ("running", 3)
 
 
 def test_a_dead_processs_run_is_taken_over_in_one_call(chat):
