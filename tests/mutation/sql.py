@@ -6,6 +6,7 @@ critical functions first, within a time budget.
     DATABASE_URL=postgres://... python tests/mutation/sql.py     # make sql-mutation
     SQL_MUTATION_BUDGET=180 python tests/mutation/sql.py
     python tests/mutation/sql.py llmchat_run_claim_v1            # one function's mutants
+    python tests/mutation/sql.py llmchat_run_claim_v1:1,26       # two of them
 
 ``SQL_MUTATION_BUDGET``: seconds the campaign may take (unset or 0: no limit). One pytest
 session does it all (``tests/mutation/sql_plugin.py``): the test database is created once,
@@ -77,10 +78,22 @@ def main(argv: list[str]) -> int:
     if missing:  # a new function: critical or not, say so above
         print(f"functions neither critical nor listed in OTHERS: {sorted(missing)}")
         return 2
-    chosen = argv or order
+    # each argument a function, or function:n,m (those mutants of it)
+    picked = {a.partition(":")[0]: a.partition(":")[2] for a in argv}
+    chosen = list(picked) or order
+    unknown = set(chosen) - set(order)
+    if unknown:
+        print(f"no such function: {sorted(unknown)}")
+        return 2
     listed = equivalents()
     every = {name: mutants(found[name]) for name in order}
-    planned = [m for name in order if name in chosen for m in every[name]]
+    planned = [
+        m
+        for name in order
+        if name in chosen
+        for m in every[name]
+        if not picked.get(name) or str(m.number) in picked[name].split(",")
+    ]
     # listed equivalents last: each runs every test reaching its function
     planned.sort(key=lambda m: m.key in listed)
     plan = {

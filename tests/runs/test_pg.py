@@ -229,16 +229,58 @@ def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch
     assert usage.status == "succeeded" and usage.message_id == reply.pk
 
 
+def test_the_attempt_is_written_only_when_leaf_count_and_highest_id_all_match(chat):
+    """The path the request was built from is checked on each of its three marks: a seen
+    leaf, message count or highest id that is not the chat's (the other two matching)
+    writes no attempt; all three matching write it (a message off the path counting for
+    none of them)."""
+    path = list(Message.objects.filter(chat=chat, on_path=True).order_by("position"))
+    leaf, count, top = path[-1].pk, len(path), max(m.pk for m in path)
+    for seen in ((path[0].pk, count, top), (leaf, count + 1, top), (leaf, count, top + 1)):
+        attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+        prompt = Message(chat=chat, role="user", content=f"seen {seen}")
+        run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=seen)
+        assert execution is not None and attempt.pk is None, seen
+        assert not Usage.objects.filter(run_id=run.pk).exists()
+        execution.finish("cancelled")
+        prompt.delete()  # the path as it was
+    # a message of another branch (off the path) is not counted, however recent
+    Message.objects.create(chat=chat, role="user", content="a branch", on_path=False)
+    attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+    prompt = Message(chat=chat, role="user", content="seen right")
+    run, execution = runs.enqueue(
+        chat, prompt, start=True, attempt=attempt, seen=(leaf, count, top)
+    )
+    assert attempt.pk is not None and Usage.objects.get(run_id=run.pk).pk == attempt.pk
+
+
+def test_a_waiting_caller_refused_behind_a_decision_opens_no_attempt():
+    """Refused (the chat's run waits for a decision), a waiting caller's attempt is not
+    written, even on a path that is still the one it read (an empty one)."""
+    empty = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    Run.objects.create(chat=empty, status="awaiting_approval", attempt=1)
+    attempt = Usage(chat=empty, provider="openai", model_id="gpt-4.1-mini", status="pending")
+    prompt = Message(chat=empty, role="user", content="x")
+    with pytest.raises(ChatBusyError):
+        runs.enqueue(empty, prompt, start=True, wait=True, attempt=attempt, seen=(None, 0, None))
+    assert attempt.pk is None and not Usage.objects.filter(chat=empty).exists()
+
+
 def test_a_run_behind_another_opens_no_attempt(chat):
     """The admission writes the attempt only for a run it starts: one queued behind
-    another process's run gets none (its loop opens it when its turn comes)."""
-    taken_run(chat, lease=600)
-    attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
-    attempt.estimated = True
-    prompt = Message(chat=chat, role="user", content="later")
-    run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=(None, 0, None))
-    assert execution is None and run.status == "queued"
-    assert attempt.pk is None and not Usage.objects.filter(run_id=run.pk).exists()
+    another process's run gets none (its loop opens it when its turn comes), even when
+    the path it was built from (here an empty one) is still the chat's."""
+    empty = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    for each in (chat, empty):
+        taken_run(each, lease=600)
+        attempt = Usage(chat=each, provider="openai", model_id="gpt-4.1-mini", status="pending")
+        attempt.estimated = True
+        prompt = Message(chat=each, role="user", content="later")
+        run, execution = runs.enqueue(
+            each, prompt, start=True, attempt=attempt, seen=(None, 0, None)
+        )
+        assert execution is None and run.status == "queued"
+        assert attempt.pk is None and not Usage.objects.filter(run_id=run.pk).exists()
 
 
 def test_a_stream_closed_at_run_started_leaves_no_attempt(chat, fake_llm):
