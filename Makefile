@@ -3,6 +3,8 @@
 # `make mutation` runs the mutation testing of the core (the run package and limits.py, through
 # tests/mutation/run.py; docs/testing.md): every mutant, or what MUTATION_BUDGET seconds
 # allow (`make mutation MUTATION_BUDGET=150`, as CI does).
+# `make sql-mutation` mutates the run functions of PostgreSQL (django_llmchat/sql/, through
+# tests/mutation/sql.py): DATABASE_URL=postgres://... , SQL_MUTATION_BUDGET seconds.
 # Another interpreter or Django goes in its own venv, e.g. (as CI does):
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO="Django>=6.0,<7"
 PYTHON ?= python3
@@ -18,8 +20,9 @@ DJANGO_DEBUG ?= 1
 
 # seconds the mutation campaign may take ("" : no limit)
 MUTATION_BUDGET ?=
+SQL_MUTATION_BUDGET ?=
 
-.PHONY: run test lint mutation docs benchmarks clean
+.PHONY: run test lint mutation sql-mutation docs benchmarks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +51,9 @@ lint: $(STAMP)
 
 mutation: $(STAMP)
 	MUTATION_BUDGET=$(MUTATION_BUDGET) $(BIN)/python tests/mutation/run.py
+
+sql-mutation: $(STAMP)
+	SQL_MUTATION_BUDGET=$(SQL_MUTATION_BUDGET) $(BIN)/python tests/mutation/sql.py
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_llmchat.models import Chat, Message, Run, ToolCall
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 from django_llmchat.runs import base, claims
 from django_llmchat.runs import execution as runs_execution
 from tests.factories import LEASE, MAX_ATTEMPTS, taken_run
@@ -72,10 +72,13 @@ def clock(monkeypatch):
 def _snapshot(chats):
     return {
         "chats": list(
-            Chat.objects.filter(pk__in=chats).order_by("pk").values("status", "active_run_id")
+            Chat.objects.filter(pk__in=chats)
+            .order_by("pk")
+            .values("status", "active_run_id", "updated_at")
         ),
         "runs": list(Run.objects.filter(chat__in=chats).order_by("pk").values()),
         "calls": list(ToolCall.objects.filter(chat__in=chats).order_by("pk").values()),
+        "usage": list(Usage.objects.filter(chat__in=chats).order_by("pk").values()),
         "messages": list(
             Message.objects.filter(chat__in=chats).order_by("pk").values("pk", "position")
         ),
@@ -84,15 +87,17 @@ def _snapshot(chats):
 
 @pytest.fixture
 def bystanders(transactional_db):
-    """Other chats with a run in each unfinished state (running with attempts 1 to 3, a
-    queued run, one queued behind a running one, one waiting for a decision on a call):
-    after each test they are exactly as before."""
+    """Other chats with a run in each unfinished state (running with attempts 1 to 3, each
+    with its attempt's pending usage row, a queued run, one queued behind a running one,
+    one waiting for a decision on a call): after each test they are exactly as before,
+    down to the chats' ``updated_at``."""
     now = timezone.now()
     chats = []
     for attempt in (1, 2, 3):
         other = Chat.objects.create()
         prompt = other.add_message(role="user", content=f"bystander {attempt}")
-        taken_run(other, prompt, lease=600, attempt=attempt, worker="bystander:1")
+        run = taken_run(other, prompt, lease=600, attempt=attempt, worker="bystander:1")
+        Usage.objects.create(chat=other, run=run, status="pending", input_tokens=attempt)
         chats.append(other.pk)
     queued = Chat.objects.create()
     Run.objects.create(chat=queued, prompt=queued.add_message(content="queued bystander"))

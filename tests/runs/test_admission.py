@@ -86,6 +86,22 @@ def test_enqueue_behind_a_run_queues_the_prompt_after_everything(chat):
     assert chat.status == "running"
 
 
+def test_enqueue_behind_a_queued_run_queues_it_too(chat):
+    """A queued run nobody works on yet is ahead as much as a working one: ``start=True``
+    only queues the next run, its prompt after everything, the chat still ``queued``."""
+    runs.enqueue(chat, prompt_of(chat, "first"))
+    prompt = prompt_of(chat, "second")
+    run, execution = runs.enqueue(chat, prompt, start=True)
+    assert execution is None
+    assert (fresh(run).status, fresh(run).worker, fresh(run).lease_expires_at) == (
+        "queued",
+        "",
+        None,
+    )
+    assert Message.objects.get(pk=prompt.pk).position >= QUEUED_POSITION
+    assert chat_row(chat) == {"status": "queued", "active_run_id": None}
+
+
 def test_enqueue_to_wait_holds_a_lease_for_the_waiting_caller(chat, clock):
     """``wait=True`` behind a working run: the queued run gets this process as its worker
     and a lease (renewed while its caller waits), so nobody else takes it."""
@@ -99,7 +115,8 @@ def test_enqueue_to_wait_holds_a_lease_for_the_waiting_caller(chat, clock):
 
 def test_enqueue_to_wait_on_a_run_waiting_for_a_decision_is_refused(chat):
     """``wait=True`` while the chat's run waits for a tool-call decision raises
-    ChatBusyError and stores nothing; without ``wait`` the prompt is queued."""
+    ChatBusyError and stores nothing, a run queued behind it or not; without ``wait`` the
+    prompt is queued."""
     awaiting(chat, "c1")
     with pytest.raises(ChatBusyError, match="approve or deny them"):
         runs.enqueue(chat, prompt_of(chat, "blocked"), wait=True)
@@ -107,6 +124,10 @@ def test_enqueue_to_wait_on_a_run_waiting_for_a_decision_is_refused(chat):
     run, _ = runs.enqueue(chat, prompt_of(chat, "later"), start=True)
     assert fresh(run).status == "queued" and chat.status == "awaiting_approval"
     assert chat_row(chat)["status"] == "awaiting_approval"
+    # the chat's run is its oldest unfinished one, not the run queued last
+    with pytest.raises(ChatBusyError, match="approve or deny them"):
+        runs.enqueue(chat, prompt_of(chat, "blocked again"), wait=True)
+    assert not Message.objects.filter(chat=chat, content="blocked again").exists()
 
 
 def test_enqueue_stores_the_prompt_with_its_attachments_or_none(chat):

@@ -111,14 +111,15 @@ def test_claim_of_a_run_with_no_lease_takes_it_over(chat):
 
 def test_claim_leaves_a_live_run_alone_and_says_when_its_lease_ends(chat, clock):
     """A running run with a live lease: BUSY, with the seconds until the lease ends
-    (below one second too)."""
+    (below one second too), for its own task (``run_id``, a redelivery) as for any."""
     run = taken_run(chat, lease=60)
     for seconds in (0.5, 90.0):
         Run.objects.filter(pk=run.pk).update(
             lease_expires_at=clock.now + timedelta(seconds=seconds)
         )
-        found = runs.claim(chat.pk, worker="w:2")
-        assert (found.state, found.retry_in, found.execution) == (runs.BUSY, seconds, None)
+        for run_id in (None, run.pk):
+            found = runs.claim(chat.pk, run_id=run_id, worker="w:2")
+            assert (found.state, found.retry_in, found.execution) == (runs.BUSY, seconds, None)
     row = fresh(run)
     assert (row.attempt, row.worker) == (1, "elsewhere:1")
 

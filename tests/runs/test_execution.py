@@ -242,11 +242,13 @@ def test_finish_refuses_an_unfinished_status(chat):
     assert fresh(run).status == "running"
 
 
-def test_finish_moves_a_prompt_still_queued_into_place(chat):
-    """A run that ends while its prompt still reads as queued puts it in place."""
+@pytest.mark.parametrize("status", sorted(Run.FINISHED))
+def test_finish_moves_a_prompt_still_queued_into_place(chat, status):
+    """A run that ends, with any finished status, while its prompt still reads as queued
+    puts it in place."""
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
     Message.objects.filter(pk=run.prompt_id).update(position=QUEUED_POSITION + 1)
-    execution.finish("cancelled")
+    execution.finish(status)
     assert Message.objects.get(pk=run.prompt_id).position < QUEUED_POSITION
 
 

@@ -26,6 +26,7 @@ from tests.factories import taken_run
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL functions"),
+    pytest.mark.usefixtures("bystanders"),
 ]
 
 
@@ -228,16 +229,58 @@ def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch
     assert usage.status == "succeeded" and usage.message_id == reply.pk
 
 
+def test_the_attempt_is_written_only_when_leaf_count_and_highest_id_all_match(chat):
+    """The path the request was built from is checked on each of its three marks: a seen
+    leaf, message count or highest id that is not the chat's (the other two matching)
+    writes no attempt; all three matching write it (a message off the path counting for
+    none of them)."""
+    path = list(Message.objects.filter(chat=chat, on_path=True).order_by("position"))
+    leaf, count, top = path[-1].pk, len(path), max(m.pk for m in path)
+    for seen in ((path[0].pk, count, top), (leaf, count + 1, top), (leaf, count, top + 1)):
+        attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+        prompt = Message(chat=chat, role="user", content=f"seen {seen}")
+        run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=seen)
+        assert execution is not None and attempt.pk is None, seen
+        assert not Usage.objects.filter(run_id=run.pk).exists()
+        execution.finish("cancelled")
+        prompt.delete()  # the path as it was
+    # a message of another branch (off the path) is not counted, however recent
+    Message.objects.create(chat=chat, role="user", content="a branch", on_path=False)
+    attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+    prompt = Message(chat=chat, role="user", content="seen right")
+    run, execution = runs.enqueue(
+        chat, prompt, start=True, attempt=attempt, seen=(leaf, count, top)
+    )
+    assert attempt.pk is not None and Usage.objects.get(run_id=run.pk).pk == attempt.pk
+
+
+def test_a_waiting_caller_refused_behind_a_decision_opens_no_attempt():
+    """Refused (the chat's run waits for a decision), a waiting caller's attempt is not
+    written, even on a path that is still the one it read (an empty one)."""
+    empty = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    Run.objects.create(chat=empty, status="awaiting_approval", attempt=1)
+    attempt = Usage(chat=empty, provider="openai", model_id="gpt-4.1-mini", status="pending")
+    prompt = Message(chat=empty, role="user", content="x")
+    with pytest.raises(ChatBusyError):
+        runs.enqueue(empty, prompt, start=True, wait=True, attempt=attempt, seen=(None, 0, None))
+    assert attempt.pk is None and not Usage.objects.filter(chat=empty).exists()
+
+
 def test_a_run_behind_another_opens_no_attempt(chat):
     """The admission writes the attempt only for a run it starts: one queued behind
-    another process's run gets none (its loop opens it when its turn comes)."""
-    taken_run(chat, lease=600)
-    attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
-    attempt.estimated = True
-    prompt = Message(chat=chat, role="user", content="later")
-    run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=(None, 0, None))
-    assert execution is None and run.status == "queued"
-    assert attempt.pk is None and not Usage.objects.filter(run_id=run.pk).exists()
+    another process's run gets none (its loop opens it when its turn comes), even when
+    the path it was built from (here an empty one) is still the chat's."""
+    empty = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    for each in (chat, empty):
+        taken_run(each, lease=600)
+        attempt = Usage(chat=each, provider="openai", model_id="gpt-4.1-mini", status="pending")
+        attempt.estimated = True
+        prompt = Message(chat=each, role="user", content="later")
+        run, execution = runs.enqueue(
+            each, prompt, start=True, attempt=attempt, seen=(None, 0, None)
+        )
+        assert execution is None and run.status == "queued"
+        assert attempt.pk is None and not Usage.objects.filter(run_id=run.pk).exists()
 
 
 def test_a_stream_closed_at_run_started_leaves_no_attempt(chat, fake_llm):
@@ -332,16 +375,27 @@ def test_a_waiting_caller_behind_a_decision_is_refused_and_nothing_is_stored(cha
     assert (Message.objects.count(), Run.objects.count()) == count
 
 
-def test_a_run_lost_meanwhile_stores_no_reply(chat, fake_llm):
-    """The fence inside the function: a run taken over by another process stores nothing
-    (no message, no usage row closed), and the caller is told."""
+@pytest.mark.parametrize(
+    "meanwhile",
+    [
+        {"attempt": 2, "worker": "other:1"},  # taken over by another process
+        {"status": "cancelled", "lease_expires_at": None},  # ended, the same attempt
+    ],
+    ids=["taken-over", "ended"],
+)
+def test_a_run_lost_meanwhile_stores_no_reply(chat, fake_llm, meanwhile):
+    """The fence inside the function: a run taken over by another process, or ended by
+    another (its attempt the same), stores nothing (no message, no usage row closed), and
+    the caller is told."""
     run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="Q"), start=True)
-    Run.objects.filter(pk=run.pk).update(attempt=2, worker="other:1")
+    Run.objects.filter(pk=run.pk).update(**meanwhile)
+    before = Run.objects.values().get(pk=run.pk)
     reply = Message(chat=chat, role="assistant", content="late", run_id=run.pk)
     count = Message.objects.count()
     with pytest.raises(RunLostError):
         execution.store_last_step(reply, [])
     assert Message.objects.count() == count and reply.pk is None and execution.lost
+    assert Run.objects.values().get(pk=run.pk) == before
 
 
 def test_a_pre_save_receiver_gets_the_statements(chat, fake_llm):
@@ -425,6 +479,40 @@ def test_a_claim_is_one_call(chat):
     prompt = Message.objects.get(pk=run.prompt_id)
     assert prompt.position < QUEUED_POSITION
     assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("running", run.pk)
+
+
+def test_a_claim_finding_nothing_a_decision_or_a_live_run_is_one_call(chat):
+    """No unfinished run, a run waiting for a decision, a run whose process is alive: the
+    claim's answer (NOTHING, PAUSED, BUSY until the lease's end) is the function's, in one
+    statement, nothing written."""
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.claim(chat.pk).state == runs.NOTHING
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    waiting = Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.claim(chat.pk).state == runs.PAUSED
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    waiting.delete()
+    live = taken_run(chat, lease=600)
+    before = Run.objects.values().get(pk=live.pk)
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:2")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert found.state == runs.BUSY and 590 < found.retry_in <= 600
+    assert Run.objects.values().get(pk=live.pk) == before
+
+
+def test_a_queued_run_past_its_attempts_is_started_in_one_call(chat, settings):
+    """A run given back to the queue after RUN_MAX_ATTEMPTS attempts (a retry) is started
+    again, as any queued run, in one statement: only a running run that lost its process
+    that often is given up."""
+    settings.LLMCHAT = {**settings.LLMCHAT, "RUN_MAX_ATTEMPTS": 2}
+    run = Run.objects.create(chat=chat, status="queued", attempt=2)
+    with CaptureQueriesContext(connection) as ctx:
+        found = runs.claim(chat.pk, worker="w:3")
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert found.execution.pk == run.pk and found.execution.attempt == 3
+    assert Run.objects.values_list("status", "attempt").get(pk=run.pk) == ("running", 3)
 
 
 def test_a_dead_processs_run_is_taken_over_in_one_call(chat):
