@@ -33,10 +33,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 
 from .errors import ArgumentError, RunInProgress
-from .models import Message
+from .models import Message, ToolCall
 from .models.message import QUEUED_POSITION, branching, pending_branch, transcript_changed
 from .prepared import PreparedQuery
 
@@ -114,16 +114,23 @@ def _parent_row(chat_id: int, parent: Any) -> tuple[int, int, bool] | None:
         raise ArgumentError(f"parent must be a message of the chat or its id, got {parent!r}")
     row = (
         Message.objects.filter(pk=pk, chat_id=chat_id)
-        .values_list("role", "position", "summary_until_id", "on_path")
+        .annotate(calls=Exists(ToolCall.objects.filter(message_id=OuterRef("pk"))))
+        .values_list("role", "position", "summary_until_id", "on_path", "calls")
         .first()
     )
     if row is None:
         raise ArgumentError(f"message {pk} is not a message of chat {chat_id}")
-    role, position, summary_until, on_path = row
+    role, position, summary_until, on_path, calls = row
     if role == "system" or summary_until is not None:
         raise ArgumentError(f"message {pk} is a system message: a prompt cannot follow it")
     if role == "tool":
         raise ArgumentError(f"message {pk} is a tool result: a prompt cannot follow it")
+    if calls:
+        # its calls' results follow it: a prompt there would leave them off the path
+        raise ArgumentError(
+            f"message {pk} made tool calls: a prompt cannot follow it (follow the reply "
+            "after their results)"
+        )
     if position >= QUEUED_POSITION:
         raise ArgumentError(f"message {pk} is a prompt still waiting for its run")
     return pk, position, on_path

@@ -91,6 +91,25 @@ def test_tool_results_follow_their_call_one_after_another(chat, fake_llm):
     ]
 
 
+def test_a_prompt_cannot_follow_a_reply_that_made_tool_calls(chat, fake_llm):
+    """Its results follow it: a prompt after it would leave them off the new path, and
+    the next run would answer the calls again."""
+    chat.with_tools(city_population)
+    fake_llm.script(
+        Reply(tool_calls=[ToolCall("city_population", {"city": "Paris"})]),
+        Reply("Big."),
+    )
+    chat.ask("How big is Paris?")
+    calling = chat.transcript().get(role="assistant", tool_calls__isnull=False)
+    with pytest.raises(ArgumentError, match="made tool calls"):
+        chat.branch_from(calling, "And Rome?")
+    with pytest.raises(ArgumentError, match="made tool calls"):
+        chat.ask("And Rome?", parent=calling)
+    assert [m.role for m in chat.transcript()] == ["user", "assistant", "tool", "assistant"]
+    assert chat.runs.count() == 1  # nothing admitted
+    assert_one_path(chat)
+
+
 def test_regenerate_keeps_the_old_reply_as_a_sibling(chat, fake_llm):
     fake_llm.script(Reply("Paris."), Reply("It is Paris."), Reply("Lyon is second."))
     old = chat.ask("Capital of France?")

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat.models import Chat, Message, Run
+from django_llmchat.models import Chat, Message, Run, ToolCall
 from django_llmchat.testing import Reply
 
 from .conftest import sse_frames, url
@@ -183,12 +183,15 @@ def test_parents_and_switch_targets_a_prompt_cannot_follow_are_400s(api, talk, o
     stranger = elsewhere.add_message(role="user", content="hi")
     system = talk.add_message(role="system", content="Be brief.")
     tool = Message.objects.create(chat=talk, role="tool", content="42")
+    calling = Message.objects.create(chat=talk, role="assistant", content="")
+    ToolCall.objects.create(chat=talk, message=calling, call_id="c1", name="f", arguments={})
     runs_before = talk.runs.count()
     for parent, reason in [
         (stranger.pk, "not a message of chat"),
         (999_999, "not a message of chat"),
         (system.pk, "system message"),
         (tool.pk, "tool result"),
+        (calling.pk, "made tool calls"),
         ("x", "valid integer"),
         (True, "valid integer"),
     ]:
