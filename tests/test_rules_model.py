@@ -864,7 +864,12 @@ def rule_names() -> list[str]:
 
 def test_the_rules_hold_after_any_sequence(fake_llm, monkeypatch, record_property):
     base = fake_llm.configure(
-        *MODEL, TASKS_EAGER_WITHOUT_BROKER="inline", MAX_RETRIES=1, TASK_RETRY_MAX_WAIT=0.0
+        *MODEL,
+        TASKS_EAGER_WITHOUT_BROKER="inline",
+        MAX_RETRIES=1,
+        TASK_RETRY_MAX_WAIT=0.0,
+        # spending limits on, none by default: a budget is the user's Limit row
+        LIMITS={"default": {}},
     )
     # a run's lease is never renewed behind the test's back (a killed run's must run out)
     monkeypatch.setattr(runs_execution, "_private_database", lambda: True)
