@@ -12,6 +12,7 @@ import contextvars
 import inspect
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,12 +55,26 @@ class ToolResult:
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return json.dumps(self.content, ensure_ascii=False, default=str)
+        try:
+            return json.dumps(self.content, ensure_ascii=False, default=str, allow_nan=False)
+        except ValueError:  # NaN or an infinity: no JSON reader takes them back
+            return json.dumps(_finite(self.content), ensure_ascii=False, default=str)
 
     @classmethod
     def error(cls, error_type: str, message: str) -> ToolResult:
         payload = {"error": {"type": error_type, "message": message}}
         return cls(content=payload, is_error=True, error_type=error_type)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each float JSON cannot carry (NaN, an infinity) as its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value).replace("inf", "Infinity").replace("nan", "NaN")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def describe(exc: BaseException) -> str:

@@ -458,3 +458,30 @@ def test_approvals_of_a_call_id_repeated_across_steps_keep_one_tool_call_id_each
     assert list(calls.values_list("approval", flat=True)) == ["approved", "denied"]
     _, final = messages(api, chat.pk)
     assert reloaded_ids(final) == [first_id, second_id]
+
+
+@tool
+def api_not_a_number(city: str):
+    """Returns a value JSON cannot carry."""
+    return {"city": city, "ratio": float("nan"), "inf": [float("inf")]}
+
+
+def test_a_result_json_cannot_carry_reloads_and_lists(api, chat, fake_llm):
+    """A NaN or an infinity in a tool's return value is stored as text the model reads;
+    the reload and the REST list answer 200 with it."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    chat.with_tools(api_not_a_number)
+    fake_llm.script(
+        Reply(tool_calls=[ScriptedCall("api_not_a_number", {"city": "Paris"}, "c_n")]),
+        Reply("Odd."),
+    )
+    chunks(post(api, chat.pk, user("Ratio of Paris?")))
+    _, reply = messages(api, chat.pk)
+    part = next(p for p in reply["parts"] if p["type"] == "tool-api_not_a_number")
+    assert part["state"] == "output-available"
+    listed = api.get(url("chat-messages", pk=chat.pk))
+    assert listed.status_code == 200, listed.content
+    result = chat.messages.get(role="tool")
+    assert "NaN" in result.content
+    # the model was sent it as text too
+    assert "NaN" in str(fake_llm.last_request.body)
