@@ -19,6 +19,8 @@ decision: a run never sees its path move under it.
 - :func:`drop_reply` (a regenerate: the messages after the last prompt leave the path);
 - :func:`rewire` (``runs.switch_to``: the path through any message of the chat, its
   ancestors, itself, then the newest child each time down to a leaf);
+- :func:`plant` (a whole tree at once, for a chat being imported:
+  :mod:`django_llmchat.imports`);
 - :func:`reads_before_its_parent` (a run starting: its prompt moves after the message it
   follows when its clock was read before that message's);
 - :func:`leaf_id`, :func:`siblings` (reads).
@@ -51,6 +53,7 @@ __all__ = [
     "leaf_row",
     "link_parents",
     "pending_branch",
+    "plant",
     "reads_before_its_parent",
     "rewire",
     "siblings",
@@ -289,6 +292,65 @@ def _apply(chat_id: int, rows: list[tuple], path: set[int]) -> None:
         Message.objects.filter(pk__in=turn_on).update(on_path=True)
     if turn_on or turn_off:
         _changed(chat_id)
+
+
+def plant(
+    messages: list[Message],
+    parents: list[int | None],
+    *,
+    leaf: int | None = None,
+    summaries: dict[int, int] | None = None,
+) -> None:
+    """Store the unsaved ``messages`` of a chat nobody else writes yet (one being
+    imported, in the caller's transaction) as its tree. ``parents[i]`` is the index in
+    ``messages`` of message ``i``'s parent, an earlier message of the tree, or ``None``
+    (a root; system messages always). ``summaries`` maps a summary's index to the index
+    of the last message it covers. The active path is the line from a root to
+    ``messages[leaf]`` (default: the last message of the tree); a summary is on it while
+    the message it covers is, system messages always. Raises
+    :class:`~django_llmchat.errors.ArgumentError` naming the message whose links are
+    wrong. Two queries (one ``INSERT``, one ``UPDATE`` of the links) per thousand."""
+    summaries = summaries or {}
+    if len(parents) != len(messages):
+        raise ArgumentError("plant() needs one parent (or None) per message")
+    tree = {i for i, m in enumerate(messages) if m.role != "system" and i not in summaries}
+    for i, parent in enumerate(parents):
+        if parent is None:
+            continue
+        if i not in tree:
+            raise ArgumentError(f"message {i} is a system message: it has no parent")
+        if not isinstance(parent, int) or not 0 <= parent < i or parent not in tree:
+            raise ArgumentError(
+                f"message {i}'s parent must be an earlier message of the tree, got {parent!r}"
+            )
+    for i, covered in summaries.items():
+        if not isinstance(covered, int) or not 0 <= covered < len(messages) or covered == i:
+            raise ArgumentError(f"summary {i} must cover another message, got {covered!r}")
+    if leaf is None:
+        leaf = max(tree, default=None)
+    elif leaf not in tree:
+        raise ArgumentError(f"the active leaf must be a message of the tree, got {leaf!r}")
+    path: set[int] = set()
+    while leaf is not None:
+        path.add(leaf)
+        leaf = parents[leaf]
+    for i, message in enumerate(messages):
+        if i in tree:
+            message.on_path = i in path
+        elif i in summaries:
+            message.on_path = summaries[i] in path
+        else:
+            message.on_path = True
+        message.placed = True
+    Message.objects.bulk_create(messages, batch_size=1000)
+    for i, message in enumerate(messages):
+        parent = parents[i]
+        message.parent_id = messages[parent].pk if parent is not None else None
+        covered = summaries.get(i)
+        message.summary_until_id = messages[covered].pk if covered is not None else None
+    linked = [m for i, m in enumerate(messages) if parents[i] is not None or i in summaries]
+    if linked:
+        Message.objects.bulk_update(linked, ["parent", "summary_until"], batch_size=1000)
 
 
 def link_parents(chat_id: int) -> int:
