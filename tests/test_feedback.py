@@ -124,7 +124,9 @@ def test_the_admin_shows_feedback_and_filters_by_rating(admin_client, reply, ann
     assert detail.status_code == 200 and b"Too short" in detail.content
 
 
-MARKDOWN = "Here is **the summary**:\n\n| city | temp |\n|---|--:|\n| Oslo | 4 |\n\n<script>x()</script>"
+MARKDOWN = (
+    "Here is **the summary**:\n\n| city | temp |\n|---|--:|\n| Oslo | 4 |\n\n<script>x()</script>"
+)
 
 
 def test_the_feedback_admin_renders_the_reply_as_markdown(admin_client, reply, ann):
@@ -141,6 +143,8 @@ def test_the_feedback_admin_renders_the_reply_as_markdown(admin_client, reply, a
     html = detail.content.decode()
     assert '<div class="llmchat-content llmchat-markdown">' in html
     assert "<strong>the summary</strong>" in html and "<td>Oslo</td>" in html
+    assert "**the summary**" not in html  # nowhere on the page as its raw text
+    assert f"#message-{reply.pk}" in html  # the reply in its chat, a click away
     # sanitized as on the chat's page: the script is text, never a tag
     assert "<script>x()" not in html and "&lt;script&gt;x()" in html
 

@@ -78,7 +78,12 @@ class FeedbackAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
         return _short(obj.comment, 60)
 
     def get_readonly_fields(self, request, obj=None):
-        return [*super().get_readonly_fields(request, obj), "reply_rendered"]
+        # the reply rendered and a link to it in its chat, in place of its raw text
+        fields = [f for f in super().get_readonly_fields(request, obj) if f != "message"]
+        return [*fields, "chat_link", "reply_rendered"]
+
+    def get_fields(self, request, obj=None):
+        return [f for f in super().get_fields(request, obj) if f != "message"]
 
     @admin.display(description="reply")
     def reply(self, obj: Feedback) -> str:

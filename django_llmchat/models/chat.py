@@ -112,9 +112,9 @@ class ChatQuerySet(models.QuerySet):
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
             counted |= Q(**{f"{name}__isnull": False})
         manual_tokens = manual.filter(counted).annotate(t=token_sum).values("t")
-        supplied = manual.filter(supplied_cost__isnull=False).annotate(
-            c=Sum("supplied_cost")
-        ).values("c")
+        supplied = (
+            manual.filter(supplied_cost__isnull=False).annotate(c=Sum("supplied_cost")).values("c")
+        )
         last = Run.objects.filter(chat=OuterRef("pk")).order_by("-id")
         return self.annotate(
             message_count=Coalesce(Subquery(count), Value(0)),
