@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db.models import F
 from django.utils import timezone
 
 from django_llmchat.dashboard import usage_summary
@@ -42,6 +43,14 @@ def test_writes_a_month_of_labelled_priced_usage(django_user_model):
     summary = usage_summary(today - timedelta(days=29), today)
     assert all(row["attempts"] for row in summary.series)  # a row every day
     assert summary.totals["cache_savings"] > 0
+    # each row is its chat's user's, on the ledger's own column: "By user" names them
+    assert sample.exclude(user_id=F("chat__user_id")).count() == 0
+    assert sample.filter(user__isnull=True).count() == 0
+    by_user = {row["username"]: row["attempts"] for row in summary.by_user}
+    # the real chat's row has no user; every sample row has one
+    assert by_user.pop(None) == 1
+    assert set(by_user) == {"sample-ada", "sample-ben", "sample-chloe"}
+    assert sum(by_user.values()) == count
 
     # again: replaced, not added to; --clear removes it all, and only it
     run("--per-day", "10", "--seed", "3")

@@ -77,3 +77,39 @@ def test_docs_settings_examples_pass_the_system_checks(path, block, monkeypatch)
         with override_settings(LLMCHAT=namespace["LLMCHAT"]):
             problems = check_settings()
         assert problems == [], [f"{p.id}: {p.msg}" for p in problems]
+
+
+def test_the_why_page_compares_each_peer_with_links_and_is_reachable():
+    """docs/why.md: each peer in the table with a link to its own docs, a "what to pick
+    when" list, and the page reachable from the nav, the home page and the README."""
+    root = DOCS.parent
+    text = (DOCS / "why.md").read_text()
+    table = text.split("## Side by side", 1)[1].split("## What to pick when", 1)[0]
+    head = table.strip().splitlines()[0]
+    assert [c.strip() for c in head.strip("|").split("|")][1:] == [
+        "Stores",
+        "Runs",
+        "Streams",
+        "Costs",
+    ]
+    peers = {
+        "LiteLLM": "docs.litellm.ai",
+        "pydantic-ai": "ai.pydantic.dev",
+        "simonw/llm": "llm.datasette.io",
+        "RubyLLM": "rubyllm.com",
+        "LangGraph": "docs.langchain.com",
+        "Vercel's Chatbot template": "vercel.com",
+    }
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    for name, host in peers.items():
+        row = next((r for r in rows if name in r.split("|")[1]), None)
+        assert row is not None, f"no row for {name}"
+        assert f"(https://{host}" in row, f"{name}: no link to its docs"
+        assert row.count("|") == 6, f"{name}: not one cell per column"
+    picks = text.split("## What to pick when", 1)[1]
+    for name in ("django-llmchat", "LiteLLM", "pydantic-ai", "simonw/llm", "RubyLLM"):
+        assert name in picks
+    assert "LangGraph" in picks and "Vercel" in picks
+    assert "why.md" in (root / "mkdocs.yml").read_text()
+    assert "(docs/why.md)" in (root / "README.md").read_text()
+    assert "(why.md)" in (DOCS / "index.md").read_text()

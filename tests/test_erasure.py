@@ -183,6 +183,27 @@ def test_the_erase_command_asks_first_and_may_delete_the_account(fake_llm, alice
     assert Usage.objects.count() == 2 and not Usage.objects.exclude(user_id=None).exists()
 
 
+@pytest.mark.parametrize("stdin", ["closed", "empty"])
+def test_the_erase_command_with_no_terminal_asks_for_yes(fake_llm, alice, monkeypatch, stdin):
+    import os
+    import sys
+
+    configure(fake_llm)
+    make_chat(fake_llm, alice)
+    # what cron, CI or `... < /dev/null` give it: input() meets end of file
+    source = open(os.devnull) if stdin == "closed" else StringIO("")
+    monkeypatch.setattr(sys, "stdin", source)
+    try:
+        with pytest.raises(CommandError) as info:
+            call_command("llmchat_erase_user", "alice", stdout=StringIO())
+    finally:
+        source.close()
+    assert "Nothing was erased" in str(info.value) and "Pass --yes" in str(info.value)
+    assert not isinstance(info.value.__cause__, EOFError) and info.value.__suppress_context__
+    assert Chat.objects.filter(user=alice).exists()
+    assert Usage.objects.filter(user_id=alice.pk).count() == 2
+
+
 # -- the admin -------------------------------------------------------------------------------
 @pytest.fixture
 def staff(client, django_user_model):

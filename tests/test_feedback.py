@@ -124,6 +124,31 @@ def test_the_admin_shows_feedback_and_filters_by_rating(admin_client, reply, ann
     assert detail.status_code == 200 and b"Too short" in detail.content
 
 
+MARKDOWN = (
+    "Here is **the summary**:\n\n| city | temp |\n|---|--:|\n| Oslo | 4 |\n\n<script>x()</script>"
+)
+
+
+def test_the_feedback_admin_renders_the_reply_as_markdown(admin_client, reply, ann):
+    type(reply).objects.filter(pk=reply.pk).update(content=MARKDOWN)
+    reply.rate(1, comment="Clear", user=ann)
+    page = admin_client.get(reverse("admin:django_llmchat_feedback_changelist"))
+    page = page.content.decode()
+    # the list: the reply's words, not its markers
+    assert "Here is the summary:" in page and "**the summary**" not in page
+    assert "<script>x()" not in page
+    detail = admin_client.get(
+        reverse("admin:django_llmchat_feedback_change", args=[Feedback.objects.get().pk])
+    )
+    html = detail.content.decode()
+    assert '<div class="llmchat-content llmchat-markdown">' in html
+    assert "<strong>the summary</strong>" in html and "<td>Oslo</td>" in html
+    assert "**the summary**" not in html  # nowhere on the page as its raw text
+    assert f"#message-{reply.pk}" in html  # the reply in its chat, a click away
+    # sanitized as on the chat's page: the script is text, never a tag
+    assert "<script>x()" not in html and "&lt;script&gt;x()" in html
+
+
 def test_the_transcript_query_count_does_not_grow_with_feedback(django_assert_num_queries):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

@@ -3,11 +3,14 @@ cost (its usage rows), and the chat list's filter."""
 
 from __future__ import annotations
 
+from html import unescape
+
 from django.contrib import admin
 from django.db.models import Exists, OuterRef, Sum
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, strip_tags
 
+from ..markdown import render_markdown
 from ..models import Feedback
 from .base import _short, _Styled, _ViewOnly
 
@@ -74,12 +77,34 @@ class FeedbackAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
     def comment_short(self, obj: Feedback) -> str:
         return _short(obj.comment, 60)
 
+    def get_readonly_fields(self, request, obj=None):
+        # the reply rendered and a link to it in its chat, in place of its raw text
+        fields = [f for f in super().get_readonly_fields(request, obj) if f != "message"]
+        return [*fields, "chat_link", "reply_rendered"]
+
+    def get_fields(self, request, obj=None):
+        return [f for f in super().get_fields(request, obj) if f != "message"]
+
     @admin.display(description="reply")
     def reply(self, obj: Feedback) -> str:
-        return _short(obj.message.content, 48) or f"#{obj.message_id}"
+        # the reply's text as read, not its markdown markers (its page renders it)
+        return _short(_plain(obj.message.content), 48) or f"#{obj.message_id}"
+
+    @admin.display(description="the rated reply")
+    def reply_rendered(self, obj: Feedback) -> str:
+        """The reply as the chat's page shows it: its markdown rendered and sanitized."""
+        return format_html(
+            '<div class="llmchat-content llmchat-markdown">{}</div>',
+            render_markdown(obj.message.content),
+        )
 
     @admin.display(description="chat", ordering="message__chat_id")
     def chat_link(self, obj: Feedback) -> str:
         chat = obj.message.chat
         url = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
         return format_html('<a href="{}#message-{}">{}</a>', url, obj.message_id, _short(str(chat)))
+
+
+def _plain(text: str | None) -> str:
+    """The text a markdown reply reads as: rendered (and sanitized), its tags dropped."""
+    return unescape(strip_tags(render_markdown(text)))

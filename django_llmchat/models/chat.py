@@ -6,7 +6,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.db import connections, models, transaction
-from django.db.models import Count, OuterRef, Subquery, Sum, Value
+from django.db.models import Count, ExpressionWrapper, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
@@ -72,10 +72,19 @@ def _attachment_items(attachments) -> list[tuple]:
     return items
 
 
+def _either_or_sum(a, b, field):
+    """``a + b``; either alone when the other is NULL; NULL when both are."""
+    total = ExpressionWrapper(a + b, output_field=field)
+    return Coalesce(total, a, b, output_field=field)
+
+
 class ChatQuerySet(models.QuerySet):
     def with_totals(self):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
-        (no row multiplication, one query for any number of chats)."""
+        (no row multiplication, one query for any number of chats). The totals are
+        :attr:`Chat.tokens` and :meth:`Chat.cost`: every provider attempt, plus the counts
+        and supplied costs of hand-built messages (no usage rows); ``None`` when nothing
+        is known."""
         count = (
             Message.objects.filter(chat=OuterRef("pk"))
             .order_by()
@@ -83,21 +92,36 @@ class ChatQuerySet(models.QuerySet):
             .annotate(n=Count("pk"))
             .values("n")
         )
+        token_sum = Sum(
+            Coalesce("input_tokens", Value(0))
+            + Coalesce("output_tokens", Value(0))
+            + Coalesce("cache_read_tokens", Value(0))
+            + Coalesce("cache_write_tokens", Value(0))
+        )
         usage = Usage.objects.filter(chat=OuterRef("pk")).order_by().values("chat")
-        tokens = usage.annotate(
-            t=Sum(
-                Coalesce("input_tokens", Value(0))
-                + Coalesce("output_tokens", Value(0))
-                + Coalesce("cache_read_tokens", Value(0))
-                + Coalesce("cache_write_tokens", Value(0))
-            )
-        ).values("t")
+        tokens = usage.annotate(t=token_sum).values("t")
         cost = usage.annotate(c=Sum("total_cost")).values("c")
+        # hand-built messages: their own token columns (only the ones with a count) and
+        # their supplied cost, as Chat.tokens and Chat.cost() count them
+        manual = (
+            Message.objects.filter(chat=OuterRef("pk"), usages__isnull=True)
+            .order_by()
+            .values("chat")
+        )
+        counted = Q()
+        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            counted |= Q(**{f"{name}__isnull": False})
+        manual_tokens = manual.filter(counted).annotate(t=token_sum).values("t")
+        supplied = (
+            manual.filter(supplied_cost__isnull=False).annotate(c=Sum("supplied_cost")).values("c")
+        )
         last = Run.objects.filter(chat=OuterRef("pk")).order_by("-id")
         return self.annotate(
             message_count=Coalesce(Subquery(count), Value(0)),
-            total_tokens=Subquery(tokens),
-            total_cost=Subquery(cost),
+            total_tokens=_either_or_sum(
+                Subquery(tokens), Subquery(manual_tokens), models.BigIntegerField()
+            ),
+            total_cost=_either_or_sum(Subquery(cost), Subquery(supplied), Usage.total_cost.field),
             **{
                 f"_last_run_{name}": Subquery(last.values(name)[:1])
                 for name in ("id", "status", "error", "error_type")

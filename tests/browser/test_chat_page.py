@@ -869,3 +869,171 @@ def test_the_branch_controls_fit_a_375px_phone(browser, example_server, fake_llm
         page.screenshot(path=str(SHOTS / "chat-branches-375px.png"), full_page=True)
     finally:
         context.close()
+
+
+# -- small screens ------------------------------------------------------------------------------
+def phone(browser, example_server):
+    """A 375 px wide phone's page (is_mobile: the viewport meta tag counts)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(
+        viewport={"width": 375, "height": 740}, base_url=example_server, is_mobile=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    return context, page
+
+
+def in_view(page, locator) -> bool:
+    """Whether the element is wholly inside the viewport as the page stands (no scrolling)."""
+    box = locator.bounding_box()
+    size = page.evaluate("[window.innerWidth, window.innerHeight]")
+    return (
+        box is not None
+        and box["y"] >= 0
+        and box["y"] + box["height"] <= size[1]
+        and box["x"] >= 0
+        and box["x"] + box["width"] <= size[0]
+    )
+
+
+def test_the_approval_card_is_in_view_on_a_375px_phone(browser, example_server):
+    context, page = phone(browser, example_server)
+    try:
+        log_in(page)
+        start_chat(page)
+        # a few turns first: the transcript is longer than the screen
+        for question in ("Hello there", "Tell me a long story please", "And another one"):
+            send(page, question)
+            wait_idle(page)
+        send(page, "Book a table at Luigi for 4")
+        wait_idle(page)
+        approve = page.get_by_role("button", name="Approve demo_book_table")
+        approve.wait_for()
+        page.wait_for_timeout(300)  # any scrolling the page does has ended
+        # without the test scrolling: the card and both its buttons are on the screen
+        assert in_view(page, approve), approve.bounding_box()
+        assert in_view(page, page.get_by_role("button", name="Deny demo_book_table"))
+        page.screenshot(path=str(SHOTS / "chat-approval-375px.png"))
+        approve.click()
+        wait_idle(page)
+        page.wait_for_selector("text=Done. Booked a table for 4 at Luigi")
+    finally:
+        context.close()
+
+
+def admin_log_in(page) -> None:
+    page.goto("/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "admin")
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
+def scroll_width(page) -> tuple[int, int]:
+    """The document's width and the viewport's (a phone's layout viewport, 375 px)."""
+    root = "document.documentElement"
+    return tuple(page.evaluate(f"[{root}.scrollWidth, {root}.clientWidth]"))
+
+
+def test_the_usage_dashboard_fits_a_375px_phone(browser, example_server):
+    context, page = phone(browser, example_server)
+    try:
+        admin_log_in(page)
+        page.get_by_role("link", name="Usage dashboard").click()
+        page.wait_for_selector("html[data-llmchat-charts='4']")
+        width, viewport = scroll_width(page)
+        assert width <= viewport, (width, too_wide(page))
+        for chart in ("spend", "tokens", "models", "status"):
+            assert _canvas_pixels(page, f"#chart-{chart}") > 500, chart
+        # the user table names the sample users (the demo rows carry them)
+        assert "(no user)" not in page.locator("#by-user").inner_text()
+        page.screenshot(path=str(SHOTS / "admin-dashboard-375px.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def test_the_feedback_admin_renders_a_rated_reply_at_375px(browser, example_server, fake_llm):
+    context, page = phone(browser, example_server)
+    try:
+        log_in(page)
+        start_fake_chat(page)
+        fake_llm.script(MARKDOWN_REPLY)
+        send(page, "Show me markdown to rate")
+        wait_idle(page)
+        page.locator("#transcript li.msg.assistant").last.get_by_role(
+            "button", name="Good reply"
+        ).click()
+        page.wait_for_selector(
+            "li.msg.assistant >> button[aria-label='Good reply'][aria-pressed=true]"
+        )
+        page.goto("/admin/django_llmchat/feedback/")
+        row = page.locator("#result_list tbody tr").first
+        assert "Here is the summary:" in row.inner_text()
+        assert "**" not in row.inner_text()
+        row.locator("a").first.click()
+        page.wait_for_url("**/admin/django_llmchat/feedback/*/change/")
+        reply = page.locator(".llmchat-markdown").first
+        assert reply.locator("strong").inner_text() == "the summary"
+        assert reply.locator("table td").all_inner_texts() == ["Oslo", "4", "Rome", "18"]
+        assert "**the summary**" not in page.locator("#content").inner_text()
+        assert reply.locator("script, img, [onerror], [onclick]").count() == 0
+        assert page.evaluate("window.__xss") is None
+        page.screenshot(path=str(SHOTS / "admin-feedback-375px.png"), full_page=True)
+    finally:
+        context.close()
+
+
+CONTRAST = """(el) => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const c = [r, g, b].map((v) => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  };
+  let bg = el;
+  while (bg && (rgb(getComputedStyle(bg).backgroundColor)[3] === 0
+                || getComputedStyle(bg).backgroundColor === 'transparent')) bg = bg.parentElement;
+  const back = bg ? rgb(getComputedStyle(bg).backgroundColor) : [255, 255, 255];
+  const [a, b] = [lum(rgb(getComputedStyle(el).color)), lum(back)];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_branch_switcher_is_a_readable_tappable_control(
+    browser, example_server, fake_llm, scheme
+):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(
+        viewport={"width": 375, "height": 740},
+        base_url=example_server,
+        is_mobile=True,
+        color_scheme=scheme,
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        log_in(page)
+        start_fake_chat(page)
+        fake_llm.script("A first answer.")
+        send(page, "A question")
+        wait_idle(page)
+        fake_llm.script("A second answer.")
+        regenerate(page)
+        switcher = page.locator("#transcript .alternatives").last
+        switcher.wait_for()
+        for name in ("Previous alternative", "Next alternative"):
+            button = switcher.get_by_role("button", name=name)
+            box = button.bounding_box()
+            # a tap target of at least 44 x 44 CSS px (WCAG 2.5.5; 2.5.8's minimum is 24)
+            assert box["width"] >= 44 and box["height"] >= 44, (name, box)
+            assert button.evaluate(CONTRAST) >= 4.5, name  # AA for text
+        count = switcher.locator(".alt-count")
+        assert count.evaluate(CONTRAST) >= 4.5
+        size = float(count.evaluate("e => parseFloat(getComputedStyle(e).fontSize)"))
+        assert size >= 14, size
+        assert switcher.get_by_role("button", name="Previous alternative").is_enabled()
+        assert overflow(page) == 0, too_wide(page)
+        page.screenshot(path=str(SHOTS / f"chat-branch-switcher-375px-{scheme}.png"))
+    finally:
+        context.close()

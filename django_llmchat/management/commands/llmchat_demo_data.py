@@ -128,6 +128,7 @@ class Command(BaseCommand):
                 cached = int(prompt * cache * rnd.random())
                 row = Usage(
                     chat=chat,
+                    user_id=chat.user_id,  # the ledger's own column: the dashboard's "By user"
                     operation=SAMPLE_OPERATION,
                     provider=provider,
                     model_id=model_id,

@@ -31,11 +31,18 @@ class Command(BaseCommand):
         rows = Usage.objects.filter(user_id=found.pk).count()
         name = found.get_username()
         if not yes:
-            answer = input(
-                f"Erase {chats} chat{'s' if chats != 1 else ''} of {name} and anonymise "
-                f"{rows} usage row{'s' if rows != 1 else ''}"
-                f"{' and delete the account' if delete_user else ''}? Type 'yes': "
-            )
+            try:
+                answer = input(
+                    f"Erase {chats} chat{'s' if chats != 1 else ''} of {name} and anonymise "
+                    f"{rows} usage row{'s' if rows != 1 else ''}"
+                    f"{' and delete the account' if delete_user else ''}? Type 'yes': "
+                )
+            except EOFError:  # no terminal (stdin closed or empty): nobody to answer
+                raise CommandError(
+                    "Nothing was erased: no answer to confirm the erasure (stdin is closed or "
+                    "not a terminal). Pass --yes to erase without asking, or run the command "
+                    "in a terminal and type 'yes'."
+                ) from None
             if answer.strip().lower() != "yes":
                 raise CommandError("Nothing was erased.")
         try:

@@ -642,6 +642,14 @@
     await Promise.all([loadTotals(), loadChats()]);
     setStatus(chatStatusText(chat));
     els.prompt.focus();
+    revealDecision();
+  }
+
+  // A tool call waiting for approval is brought on screen: on a phone the transcript is
+  // part of the page, and its end (where the card is) may lie below the fold.
+  function revealDecision() {
+    const decide = els.transcript.querySelector(".decide");
+    if (decide) decide.closest(".tool-call").scrollIntoView({ block: "nearest" });
   }
 
   function chatStatusText(chat) {
@@ -966,6 +974,7 @@
       notice(text, isError);
     }
     if (els.transcript.querySelector(".decide")) setStatus("Waiting for your approval.");
+    revealDecision();
     els.transcript.setAttribute("aria-busy", "false");
   }
 
