@@ -177,7 +177,7 @@ def test_switch_bad_bodies_are_400s_naming_the_field(api, chat, body, reason):
         assert reason in response.json()[field][0]
 
 
-def test_parents_and_switch_targets_a_prompt_cannot_follow_are_400s(api, talk, owner):
+def test_parents_a_prompt_cannot_follow_are_400s_and_switch_targets_404s(api, talk, owner):
     q1, a1, _, _ = ask_twice(api, talk)
     elsewhere = Chat.objects.create(user=owner, provider="openai", model_id="m")
     stranger = elsewhere.add_message(role="user", content="hi")
@@ -198,9 +198,12 @@ def test_parents_and_switch_targets_a_prompt_cannot_follow_are_400s(api, talk, o
         refused = post(api, talk, content="Edited", parent=parent)
         assert refused.status_code == 400, (parent, refused.content)
         assert reason in refused.json()["parent"][0]
-    for target in (stranger.pk, system.pk):
+    for target in (stranger.pk, system.pk, 999_999):
+        # a message the chat's tree lacks is not found, as an unknown chat is
         refused = api.post(url("chat-switch", pk=talk.pk), {"message": target}, format="json")
-        assert refused.status_code == 400 and "message" in refused.json()
+        assert refused.status_code == 404, refused.content
+        assert refused.json()["code"] == "not_found"
+        assert f"message {target} is not a message of chat {talk.pk}" in refused.json()["detail"]
     assert talk.runs.count() == runs_before
     assert [m["id"] for m in listed(api, talk)][:2] == [q1["id"], a1["id"]]
 
