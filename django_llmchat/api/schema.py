@@ -238,7 +238,7 @@ class HistoryPolicyFieldSchema(OpenApiSerializerFieldExtension):
         text = {"type": ["string", "null"], "minLength": 1, "pattern": _NO_NUL}
         tokens = {"type": ["integer", "null"], "minimum": 0}
         options: dict[str, Any] = {
-            "strategy": {"type": ["string", "null"], "enum": [*strategies, None]},
+            "strategy": strategy,
             "margin": tokens,
             "keep": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 1},
             "summary_model": text,

@@ -262,3 +262,20 @@ def test_an_idempotent_retry_of_a_branch_replays_and_another_parent_is_refused(a
     other = post(api, talk, key, content="And Italy?", parent=q2["id"])
     assert other.status_code == 422
     assert Message.objects.filter(chat=talk, content="And Italy?").count() == 1
+
+
+@pytest.mark.parametrize("null", ["null", ""])
+def test_a_multipart_parent_null_starts_before_the_first_message(api, talk, fake_llm, null):
+    """A form field is text: ``null`` (as JSON writes it) or an empty value is null."""
+    q1, *_ = ask_twice(api, talk)
+    fake_llm.script(Reply("Madrid."))
+    body = {"content": "Capital of Spain?", "parent": null}
+    accepted = api.post(url("chat-messages", pk=talk.pk), body, format="multipart")
+    assert accepted.status_code == 202, accepted.content
+    prompt = accepted.json()["message"]
+    assert prompt["parent"] is None and prompt["siblings"] == [q1["id"], prompt["id"]]
+    assert sent(fake_llm) == [("user", "Capital of Spain?")]
+    refused = api.post(
+        url("chat-messages", pk=talk.pk), {"content": "x", "parent": "none"}, format="multipart"
+    )
+    assert refused.status_code == 400 and "parent" in refused.json()
