@@ -160,7 +160,9 @@ from .schema_settings import SCHEMA_SETTINGS  # noqa: E402 - re-exported
 # Tool names are strings both ways (a pattern and examples): they come from code and
 # ``LLMCHAT["MCP_SERVERS"]``, and a chat read back is sent again as it is (``PUT``).
 
-TOOL_NAME_PATTERN = r"^(mcp:[^/\s]+(/[A-Za-z0-9_.-]{1,128}(,[A-Za-z0-9_.-]{1,128})*)?|[^:\s]+)$"
+TOOL_NAME_PATTERN = (
+    r"^(mcp:[^/\s\x00]+(/[A-Za-z0-9_.-]{1,128}(,[A-Za-z0-9_.-]{1,128})*)?|[^:\s\x00]+)$"
+)
 
 
 def tool_name_schema() -> dict[str, Any]:
@@ -257,3 +259,18 @@ class HistoryPolicyFieldSchema(OpenApiSerializerFieldExtension):
                 {"type": "object", "properties": options, "additionalProperties": False},
             ]
         }
+
+
+class AttachmentsFieldSchema(OpenApiSerializerFieldExtension):
+    """A message's files: at most ``LLMCHAT["MAX_ATTACHMENTS"]`` (read when the schema is
+    generated)."""
+
+    target_class = "django_llmchat.api.message_serializers._AttachmentsField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from ..conf import settings
+
+        schema: dict[str, Any] = {"type": "array", "items": {"type": "string", "format": "binary"}}
+        if settings.MAX_ATTACHMENTS is not None:
+            schema["maxItems"] = settings.MAX_ATTACHMENTS
+        return schema

@@ -158,8 +158,8 @@ def typescript_client(schema: bytes) -> Path:
 
 def test_clients_generated_before_a_tool_read_the_chats_holding_it(
     server_env,
-    node_packages,
-    capsys,  # noqa: F811
+    node_packages,  # noqa: F811 - the fixture imported above
+    capsys,
 ):
     env, token = server_env
     started = time.monotonic()
