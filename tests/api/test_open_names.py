@@ -29,8 +29,9 @@ def harbour_master(harbour: str) -> str:
 
 @pytest.fixture
 def registered(monkeypatch, settings):
-    """A registered tool and a configured MCP server (``notes``)."""
-    monkeypatch.setitem(tools._registry, "harbour_master", tools.Tool(harbour_master))
+    """One registered tool (the others tests register set aside) and a configured MCP
+    server (``notes``)."""
+    monkeypatch.setattr(tools, "_registry", {"harbour_master": tools.Tool(harbour_master)})
     settings.LLMCHAT = {
         **settings.LLMCHAT,
         "MCP_SERVERS": {"notes": {"url": "http://127.0.0.1:9/mcp/"}},
@@ -124,9 +125,7 @@ def test_the_history_policy_is_stated_option_by_option(api, chat):
 def test_a_format_naming_no_renderer_of_the_route_is_a_400(api, chat, value):
     response = api.get(url("chat-list"), {"format": value})
     assert response.status_code == 400
-    assert response.json() == {
-        "format": [f"{value!r} is not a format of this route; one of: json"]
-    }
+    assert response.json() == {"format": [f"{value!r} is not a format of this route; one of: json"]}
 
 
 def test_an_empty_format_is_a_400_where_the_route_streams_too(api, chat):
