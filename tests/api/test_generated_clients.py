@@ -101,6 +101,7 @@ def serve(env: dict[str, str], **extra: str):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        process.stderr.close()
 
 
 def _key(schema: bytes, *parts: str) -> str:
@@ -183,8 +184,10 @@ def test_clients_generated_before_a_tool_read_the_chats_holding_it(
         importlib.import_module(f"{package.name}.api.chats.chats_create")
         importlib.import_module(f"{package.name}.api.chats.chats_list")
         importlib.import_module(f"{package.name}.api.chats.chats_retrieve")
-        with serve(env, LLMCHAT_API_TOOLS="2") as base:  # a release later: both added
+        with contextlib.ExitStack() as stack:
+            base = stack.enter_context(serve(env, LLMCHAT_API_TOOLS="2"))  # a release later
             client = client_module.AuthenticatedClient(base_url=base, token=token, prefix="Token")
+            stack.enter_context(client)  # its connections closed with the server
             body = models.ChatRequest(title="tides (python)", tools=NEW_TOOLS)
             created = api.chats_create.sync_detailed(client=client, body=body)
             assert created.status_code == 201, created.content
