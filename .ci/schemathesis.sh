@@ -16,6 +16,8 @@ work="$(mktemp -d)"
 export PYTHONPATH=.
 export DJANGO_SETTINGS_MODULE=tests.api.server_settings
 export LLMCHAT_API_DB="$work/db.sqlite3"
+export LLMCHAT_API_TOOLS=1  # a registered tool and an MCP server: the schema's examples
+export SCHEMATHESIS_HOOKS=.ci/schemathesis_hooks.py  # refused_only_for_rules_no_schema_states
 unset DATABASE_URL
 
 "$PY" -m django migrate --noinput >/dev/null

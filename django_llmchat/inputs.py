@@ -508,6 +508,16 @@ def check_history(
     check_json(value, field=field)
     if not isinstance(value, str | dict):
         raise InputError(field, f"must be a strategy or an object, got {type(value).__name__}")
+    if isinstance(value, dict):  # a whole number of tokens may be written 600.0 (JSON's 600)
+        value = {
+            key: int(item)
+            if key in ("margin", "summary_max_tokens")
+            and isinstance(item, float)
+            and item.is_integer()
+            and item >= 0
+            else item
+            for key, item in value.items()
+        }
     data = {"strategy": value} if isinstance(value, str) else value
     where = field if isinstance(value, str) else f"{field}.strategy"
     found = _name_problem("strategy", data.get("strategy"), STRATEGIES, processors())
@@ -576,7 +586,7 @@ def check_choice(values: dict[str, Any], chat: Any = None) -> dict[str, Any]:
     elif switched and chat is not None:
         check_max_tokens(chat.params, provider, model_id, kept=True)
     if "history" in values:
-        check_history(values["history"], provider=provider, model_id=model_id)
+        values["history"] = check_history(values["history"], provider=provider, model_id=model_id)
     elif switched and chat is not None and isinstance(chat.history, dict):
         _check_summary(chat.history, provider, model_id, "history")
     return values

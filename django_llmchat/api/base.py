@@ -12,6 +12,7 @@ from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -26,6 +27,7 @@ from .permissions import ChatAccess, chats_for, default_authenticators, default_
 from .sse import EventStreamRenderer, InlineRun, sse_response
 
 __all__ = [
+    "FormatNegotiation",
     "LLMChatView",
     "admit",
     "interrupt_current",
@@ -37,10 +39,33 @@ __all__ = [
 logger = logging.getLogger("django_llmchat.api")
 
 
+class FormatNegotiation(DefaultContentNegotiation):
+    """DRF's content negotiation, with ``?format=`` checked: a value that names no
+    renderer of the route (an empty one included) is a 400 naming ``format`` and the
+    values the route takes, where DRF would ignore an empty one and answer 404 to others."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        key = self.settings.URL_FORMAT_OVERRIDE
+        if key and not format_suffix and key in request.query_params:
+            formats = [renderer.format for renderer in renderers]
+            for value in request.query_params.getlist(key):
+                if value not in formats:
+                    raise ValidationError(
+                        {
+                            key: [
+                                f"{value[:32]!r} is not a format of this route; one of: "
+                                f"{', '.join(formats)}"
+                            ]
+                        }
+                    )
+        return super().select_renderer(request, renderers, format_suffix)
+
+
 class LLMChatView(GenericAPIView):
     """Authentication, permission, throttling and parsing shared by every endpoint."""
 
     schema = AutoSchema()
+    content_negotiation_class = FormatNegotiation
     permission_classes = [ChatAccess]
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]

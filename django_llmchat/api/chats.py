@@ -10,7 +10,7 @@ from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -29,7 +29,7 @@ from .idempotency import (
 )
 from .pagination import ChatCursorPagination, RunCursorPagination
 from .permissions import chats_for
-from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE, SWITCH_RULES
+from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE
 from .schema import document
 from .serializers import (
     BranchSwitchSerializer,
@@ -170,9 +170,11 @@ class ChatViewSet(
         "a regenerated reply, an edited prompt, one in the middle) the active path: its "
         "ancestors, itself, then the newest reply each time down to a leaf. The next "
         "message continues it; `GET messages/` lists it. Answers the new path's leaf. "
-        "409 while a run of the chat is in progress.",
+        "404 when `message` is no message of the chat's tree (unknown, another chat's, a "
+        "system message or a prompt still queued), as for an unknown chat; 409 while a run "
+        "of the chat is in progress.",
         request=BranchSwitchSerializer,
-        responses={200: MessageSerializer, 400: SWITCH_RULES, 404: ERROR, 409: ERROR},
+        responses={200: MessageSerializer, 404: ERROR, 409: ERROR},
     )
     def switch(self, request, pk=None):
         chat = self.get_chat(pk)
@@ -185,8 +187,8 @@ class ChatViewSet(
                 "The chat has a run in progress; wait for it to end (or cancel it) before "
                 "switching branches."
             ) from None
-        except ArgumentError as exc:
-            raise ValidationError({"message": [str(exc)]}) from None
+        except ArgumentError as exc:  # no such message in the chat's tree
+            raise NotFound(str(exc)) from None
         message = Message.objects.filter(pk=leaf).select_related("parent_tool_call").get()
         load_messages([message])
         return Response(MessageSerializer(message, context=self.get_serializer_context()).data)

@@ -22,6 +22,7 @@ __all__ = [
     "BlankIsNullCharField",
     "CompiledRepresentation",
     "CostSerializer",
+    "HistoryPolicyField",
     "JSONObjectField",
     "ProviderField",
     "StrictCharField",
@@ -78,7 +79,13 @@ class ProviderField(StrictCharField):
 
 
 class ToolNameField(StrictCharField):
-    """The name of a registered tool (the schema lists them)."""
+    """The name of a registered tool or of a configured MCP server's tools (``mcp:...``):
+    an open string in the schema (a pattern and the names known as examples)."""
+
+
+class HistoryPolicyField(serializers.JSONField):
+    """A chat's history policy (:func:`inputs.check_history`): ``null``, a strategy's
+    name, or an object of history options; the schema states each option."""
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {}})

@@ -239,15 +239,28 @@ class MessageContentSerializer(StrictFieldsMixin, serializers.Serializer):
     )
 
 
+class _FormParentField(serializers.IntegerField):
+    """``parent`` of a multipart body: a form field is text, so null is ``null`` (as a
+    JSON value is written) or empty."""
+
+    def get_value(self, dictionary):
+        value = super().get_value(dictionary)
+        return None if value == "null" and hasattr(dictionary, "getlist") else value
+
+
+class _AttachmentsField(serializers.ListField):
+    """Files of a multipart body; the schema states ``LLMCHAT["MAX_ATTACHMENTS"]``."""
+
+
 class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     """A user message: ``content``, an optional ``parent`` and, in a multipart body,
     ``attachments`` files."""
 
     content = StrictCharField(trim_whitespace=False, help_text="The prompt (not empty).")
-    parent = serializers.IntegerField(
+    parent = _FormParentField(
         required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
     )
-    attachments = serializers.ListField(
+    attachments = _AttachmentsField(
         child=serializers.FileField(allow_empty_file=True),  # emptiness: the input rule
         required=False,
         help_text="Files (multipart/form-data only); types are sniffed from the content.",

@@ -9,7 +9,12 @@ from contextlib import contextmanager
 
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
@@ -41,6 +46,12 @@ from .serializers import (
     RunSerializer,
 )
 from .sse import EventStreamRenderer
+
+STREAM_RETRIED = OpenApiResponse(
+    response=inline_serializer("StreamedRetry", fields={"run": RunSerializer()}),
+    description="A streamed request retried with its `Idempotency-Key` when the run cannot "
+    'be replayed (no `LLMCHAT["EVENTS_URL"]`): the run as JSON, once it ended.',
+)
 
 __all__ = ["MessageListCreateView", "ToolCallDecisionView"]
 
@@ -115,6 +126,7 @@ class MessageListCreateView(LLMChatView):
         responses={
             (202, "application/json"): MessageAcceptedSerializer,
             (200, "text/event-stream"): SSE_RESPONSE,
+            (200, "application/json"): STREAM_RETRIED,
             400: MESSAGE_RULES,
             404: ERROR,
             409: IDEMPOTENCY_CONFLICT,
@@ -244,6 +256,7 @@ class ToolCallDecisionView(LLMChatView):
                 },
             ),
             (200, "text/event-stream"): SSE_RESPONSE,
+            (200, "application/json"): STREAM_RETRIED,
             400: KEY_REFUSED,
             404: ERROR,
             409: IDEMPOTENCY_CONFLICT,

@@ -35,7 +35,16 @@ class LLMModelViewSet(LLMChatView, viewsets.ReadOnlyModelViewSet):
                 description="A capability the model has (tools, vision, streaming...); "
                 "repeat the parameter to require several.",
                 pattern=CAPABILITY_PATTERN,
-            )
+            ),
+            # Django refuses a NUL in a query's text filter: the schema says so
+            *(
+                OpenApiParameter(name, str, description=text, pattern=r"^[^\x00]*$")
+                for name, text in (
+                    ("provider", "Provider name."),
+                    ("family", "Model family."),
+                    ("search", "Part of the model id or name (case-insensitive)."),
+                )
+            ),
         ],
         responses={200: LLMModelSerializer(many=True), 400: ERROR},
     )

@@ -13,7 +13,6 @@ __all__ = [
     "KEY_REFUSED",
     "MESSAGE_RULES",
     "SSE_RESPONSE",
-    "SWITCH_RULES",
     "TOKEN_RULES",
     "TOKEN_THROTTLED",
     "UI_RULES",
@@ -78,10 +77,6 @@ MESSAGE_RULES = refused(
     'more files than `LLMCHAT["MAX_ATTACHMENTS"]`, an empty file, one over '
     '`LLMCHAT["MAX_ATTACHMENT_SIZE"]`, or one whose type sniffed from its bytes is not in '
     '`LLMCHAT["ALLOWED_ATTACHMENT_TYPES"]` (or is not the type it claims)'
-)
-SWITCH_RULES = refused(
-    "a `message` that is no message of this chat's tree (unknown, another chat's, a "
-    "system message or a prompt still queued)"
 )
 TOKEN_RULES = refused("a username and password that do not log in")
 TOKEN_THROTTLED = OpenApiResponse(

@@ -152,9 +152,45 @@ def document_refusals(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 
 from .schema_settings import SCHEMA_SETTINGS  # noqa: E402 - re-exported
 
+# Names a project registers or configures (tools, providers, history processors) are
+# open strings in answers: a name added after a client was generated (a new tool, an
+# ``mcp:`` server, a provider) must not make that client refuse the chat holding it.
+# Request bodies list the names a setting fixes (providers, strategies, estimators) as
+# enums: adding one breaks no client, which simply cannot send it before regenerating.
+# Tool names are strings both ways (a pattern and examples): they come from code and
+# ``LLMCHAT["MCP_SERVERS"]``, and a chat read back is sent again as it is (``PUT``).
+
+TOOL_NAME_PATTERN = (
+    r"^(mcp:[^/\s\x00]+(/[A-Za-z0-9_.-]{1,128}(,[A-Za-z0-9_.-]{1,128})*)?|[^:\s\x00]+)$"
+)
+
+
+def tool_name_schema() -> dict[str, Any]:
+    """A tool name: a registered tool's, or ``mcp:<server>`` (``mcp:<server>/<tool>,...``)
+    of a configured MCP server; the names known now are the examples."""
+    from ..conf import settings
+    from ..tools import registered_tools
+
+    examples = sorted(registered_tools())[:8]
+    examples += [f"mcp:{name}" for name in sorted(settings.MCP_SERVERS or {})[:4]]
+    schema: dict[str, Any] = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": TOOL_NAME_PATTERN,
+        "description": "A registered tool's name, or `mcp:<server>` (`mcp:<server>/<tool>,"
+        '<tool>`) of a server in `LLMCHAT["MCP_SERVERS"]`. An open string: a tool '
+        "registered later is no change of the schema.",
+    }
+    if examples:
+        schema["examples"] = examples
+    return schema
+
 
 class ProviderFieldSchema(OpenApiSerializerFieldExtension):
-    """The configured providers' names as an enum, read when the schema is generated."""
+    """A provider's name: in a request, one of the configured providers (an enum read when
+    the schema is generated); in an answer, a string (a chat keeps its provider when the
+    settings drop it, and a provider added later must not break a client)."""
 
     target_class = "django_llmchat.api.fields.ProviderField"
 
@@ -162,17 +198,79 @@ class ProviderFieldSchema(OpenApiSerializerFieldExtension):
         from ..inputs import configured_providers
 
         names = configured_providers()
+        if direction == "response":
+            out: dict[str, Any] = {"type": "string"}
+            if names:
+                out["examples"] = names[:8]
+            return out
         # an empty enum is not valid OpenAPI: with nothing configured, no chat validates
         return {"type": "string", "enum": names} if names else {"type": "string"}
 
 
 class ToolNameFieldSchema(OpenApiSerializerFieldExtension):
-    """Registered tool names as an enum (a plain string when none is registered)."""
+    """A tool name, in requests and answers alike: :func:`tool_name_schema`."""
 
     target_class = "django_llmchat.api.fields.ToolNameField"
 
     def map_serializer_field(self, auto_schema, direction):
-        from ..tools import registered_tools
+        return tool_name_schema()
 
-        names = sorted(registered_tools())
-        return {"type": "string", "enum": names} if names else {"type": "string"}
+
+_NO_NUL = "^[^\\u0000]*$"  # JSON columns store no NUL (PostgreSQL)
+
+
+class HistoryPolicyFieldSchema(OpenApiSerializerFieldExtension):
+    """A chat's history policy. In a request: ``null``, a strategy (the built-in ones and
+    ``LLMCHAT["HISTORY_PROCESSORS"]``'s names) or an object of the options
+    (:data:`django_llmchat.history_policy.OPTION_KEYS`), each with its type, range and
+    enum (a summary provider is a configured one, an estimator a name of
+    ``LLMCHAT["TOKEN_ESTIMATORS"]``). In an answer: what the chat holds (code may set any
+    policy)."""
+
+    target_class = "django_llmchat.api.fields.HistoryPolicyField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        if direction == "response":
+            return {}
+        from ..history_policy import STRATEGIES, registered_estimators, registered_processors
+        from ..inputs import configured_providers
+
+        strategies = [*STRATEGIES, *sorted(registered_processors())]
+        strategy = {"type": "string", "enum": strategies}
+        text = {"type": ["string", "null"], "minLength": 1, "pattern": _NO_NUL}
+        tokens = {"type": ["integer", "null"], "minimum": 0}
+        options: dict[str, Any] = {
+            "strategy": strategy,
+            "margin": tokens,
+            "keep": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "summary_model": text,
+            "summary_prompt": text,
+            "summary_max_tokens": tokens,
+        }
+        providers = configured_providers()
+        if providers:
+            options["summary_provider"] = {"type": ["string", "null"], "enum": [*providers, None]}
+        estimators = sorted(registered_estimators())
+        if estimators:
+            options["estimator"] = {"type": ["string", "null"], "enum": [*estimators, None]}
+        return {
+            "anyOf": [  # null is added by the field's allow_null
+                strategy,
+                {"type": "object", "properties": options, "additionalProperties": False},
+            ]
+        }
+
+
+class AttachmentsFieldSchema(OpenApiSerializerFieldExtension):
+    """A message's files: at most ``LLMCHAT["MAX_ATTACHMENTS"]`` (read when the schema is
+    generated)."""
+
+    target_class = "django_llmchat.api.message_serializers._AttachmentsField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from ..conf import settings
+
+        schema: dict[str, Any] = {"type": "array", "items": {"type": "string", "format": "binary"}}
+        if settings.MAX_ATTACHMENTS is not None:
+            schema["maxItems"] = settings.MAX_ATTACHMENTS
+        return schema

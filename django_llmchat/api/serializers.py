@@ -19,6 +19,7 @@ from ..registry import SYNCED_FIELDS
 from .errors import invalid
 from .fields import (
     CostSerializer,
+    HistoryPolicyField,
     JSONObjectField,
     ProviderField,
     StrictCharField,
@@ -164,12 +165,13 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     tools = serializers.ListField(
         child=ToolNameField(max_length=255),
         required=False,
+        max_length=inputs.MAX_TOOLS,
         help_text="Names of registered tools.",
     )
     context = JSONObjectField(
         required=False, help_text="Context keys the chat's tools and agent can read."
     )
-    history = serializers.JSONField(
+    history = HistoryPolicyField(
         required=False,
         allow_null=True,
         help_text='What of the transcript each request sends: "window", "summarize", "all", '

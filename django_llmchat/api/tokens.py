@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import inline_serializer
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -12,6 +12,12 @@ from .responses import TOKEN_RULES, TOKEN_THROTTLED
 from .schema import document
 
 __all__ = ["TokenView"]
+
+
+# DRF refuses a NUL in a string field: the schema says so
+_CREDENTIAL = extend_schema_field({"type": "string", "minLength": 1, "pattern": "^[^\\x00]*$"})(
+    type("CredentialField", (serializers.CharField,), {})
+)
 
 
 class TokenView(LLMChatView):
@@ -40,7 +46,7 @@ class TokenView(LLMChatView):
         summary="Get an API token",
         request=inline_serializer(
             "Credentials",
-            {"username": serializers.CharField(), "password": serializers.CharField()},
+            {"username": _CREDENTIAL(), "password": _CREDENTIAL()},
         ),
         responses={
             200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),

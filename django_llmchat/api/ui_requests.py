@@ -8,6 +8,7 @@ import base64
 import binascii
 import re
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
@@ -23,8 +24,26 @@ _CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,")
 
 
+_C = r"[A-Za-z0-9_\-:~]"  # a character of a client-made id but the dot
+# CLIENT_ID_PATTERN but "." and ".." (a URL's path segments), without a lookahead
+CLIENT_ID_SCHEMA_PATTERN = (
+    rf"^({_C}[A-Za-z0-9_\-.:~]{{0,254}}|\.{_C}[A-Za-z0-9_\-.:~]{{0,253}}"
+    rf"|\.\.[A-Za-z0-9_\-.:~]{{1,253}})$"
+)
+
+
+@extend_schema_field({"type": "string", "pattern": CLIENT_ID_SCHEMA_PATTERN})
+class _ClientIdField(StrictCharField):
+    """A chat id or the id a client made for it."""
+
+
+@extend_schema_field({"type": "string", "pattern": r"^[^\x00]*$"})
+class _MessageIdField(serializers.CharField):
+    """A UI message's id: any text but a NUL (which DRF refuses)."""
+
+
 class UIMessageSerializer(serializers.Serializer):
-    id = serializers.CharField(allow_blank=True, required=False)
+    id = _MessageIdField(allow_blank=True, required=False)
     role = serializers.ChoiceField(["user", "assistant", "system"])
     parts = serializers.ListField(child=serializers.DictField(), allow_empty=True)
     metadata = serializers.JSONField(required=False, allow_null=True)
@@ -34,7 +53,7 @@ class UIChatSerializer(serializers.Serializer):
     """The body ``DefaultChatTransport`` posts (other fields, from its ``body`` option,
     are ignored)."""
 
-    id = StrictCharField(
+    id = _ClientIdField(
         max_length=255,
         help_text="The chat: a chat id of yours, or an id the client made up (the chat is "
         "created, owned by you, on first use).",

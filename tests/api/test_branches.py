@@ -177,7 +177,7 @@ def test_switch_bad_bodies_are_400s_naming_the_field(api, chat, body, reason):
         assert reason in response.json()[field][0]
 
 
-def test_parents_and_switch_targets_a_prompt_cannot_follow_are_400s(api, talk, owner):
+def test_parents_a_prompt_cannot_follow_are_400s_and_switch_targets_404s(api, talk, owner):
     q1, a1, _, _ = ask_twice(api, talk)
     elsewhere = Chat.objects.create(user=owner, provider="openai", model_id="m")
     stranger = elsewhere.add_message(role="user", content="hi")
@@ -198,9 +198,12 @@ def test_parents_and_switch_targets_a_prompt_cannot_follow_are_400s(api, talk, o
         refused = post(api, talk, content="Edited", parent=parent)
         assert refused.status_code == 400, (parent, refused.content)
         assert reason in refused.json()["parent"][0]
-    for target in (stranger.pk, system.pk):
+    for target in (stranger.pk, system.pk, 999_999):
+        # a message the chat's tree lacks is not found, as an unknown chat is
         refused = api.post(url("chat-switch", pk=talk.pk), {"message": target}, format="json")
-        assert refused.status_code == 400 and "message" in refused.json()
+        assert refused.status_code == 404, refused.content
+        assert refused.json()["code"] == "not_found"
+        assert f"message {target} is not a message of chat {talk.pk}" in refused.json()["detail"]
     assert talk.runs.count() == runs_before
     assert [m["id"] for m in listed(api, talk)][:2] == [q1["id"], a1["id"]]
 
@@ -259,3 +262,20 @@ def test_an_idempotent_retry_of_a_branch_replays_and_another_parent_is_refused(a
     other = post(api, talk, key, content="And Italy?", parent=q2["id"])
     assert other.status_code == 422
     assert Message.objects.filter(chat=talk, content="And Italy?").count() == 1
+
+
+@pytest.mark.parametrize("null", ["null", ""])
+def test_a_multipart_parent_null_starts_before_the_first_message(api, talk, fake_llm, null):
+    """A form field is text: ``null`` (as JSON writes it) or an empty value is null."""
+    q1, *_ = ask_twice(api, talk)
+    fake_llm.script(Reply("Madrid."))
+    body = {"content": "Capital of Spain?", "parent": null}
+    accepted = api.post(url("chat-messages", pk=talk.pk), body, format="multipart")
+    assert accepted.status_code == 202, accepted.content
+    prompt = accepted.json()["message"]
+    assert prompt["parent"] is None and prompt["siblings"] == [q1["id"], prompt["id"]]
+    assert sent(fake_llm) == [("user", "Capital of Spain?")]
+    refused = api.post(
+        url("chat-messages", pk=talk.pk), {"content": "x", "parent": "none"}, format="multipart"
+    )
+    assert refused.status_code == 400 and "parent" in refused.json()
