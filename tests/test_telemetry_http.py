@@ -161,7 +161,9 @@ def test_a_stream_is_read_in_its_attempts_context_and_only_then(spans):
         {**chunk, "choices": [{"index": 0, "delta": {"content": " there"}}]},
         {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     ]
-    body = Recording([f"data: {json.dumps(f)}\n\n".encode() for f in frames] + [b"data: [DONE]\n\n"])
+    body = Recording(
+        [f"data: {json.dumps(f)}\n\n".encode() for f in frames] + [b"data: [DONE]\n\n"]
+    )
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)

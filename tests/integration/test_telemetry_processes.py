@@ -143,9 +143,7 @@ def test_one_trace_from_the_request_through_the_worker_to_the_provider(
     }
     user = django_user_model.objects.create_user("traced", password="pw")
     token = Token.objects.create(user=user).key
-    chat = Chat.objects.create(user=user, provider="openai", model_id=MODEL).with_tools(
-        "slow_step"
-    )
+    chat = Chat.objects.create(user=user, provider="openai", model_id=MODEL).with_tools("slow_step")
     llm.script(
         Reply(tool_calls=[Call("slow_step", {"n": 1}, call_id="c1")], response_id="resp_call"),
         Reply("Answered by the worker.", response_id="resp_answer"),
