@@ -31,8 +31,7 @@ class ResponseBuilder:
 
     The base feeds it every event; vendor parsers set what events do not carry
     (``citations``, ``server_tool_calls``, ``raw``, ``model_id``, ``response_id``,
-    ``reasoning_items``,
-    tool-call extras such as Gemini thought signatures) directly.
+    ``reasoning_items``, tool-call extras such as Gemini thought signatures) directly.
     """
 
     def __init__(self) -> None:

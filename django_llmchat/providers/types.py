@@ -139,11 +139,11 @@ class ProviderResponse:
     raw_finish_reason: str | None = None
     tokens: Tokens = field(default_factory=Tokens)
     model_id: str | None = None
+    raw: dict[str, Any] | None = None
+    """The provider's response body (non-streaming) or a summary of the stream."""
     response_id: str | None = None
     """The vendor's id of the response (``chatcmpl-...``, ``resp_...``, ``msg_...``,
     Gemini's ``responseId``), when it sends one."""
-    raw: dict[str, Any] | None = None
-    """The provider's response body (non-streaming) or a summary of the stream."""
 
     @property
     def message_finish_reason(self) -> str:
