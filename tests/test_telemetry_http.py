@@ -57,7 +57,7 @@ def status_of(http) -> int:
 
 
 @tool
-def lookup(city: str) -> str:
+def traced_lookup(city: str) -> str:
     """Looks a city up"""
     return f"{city}: 21 C"
 
@@ -115,19 +115,23 @@ def test_each_retried_attempt_has_its_own_http_span(fake_llm, spans, mode):
 def test_the_tools_offered_are_recorded_with_content_only(fake_llm, spans):
     model = MODELS["openai"]
     fake_llm.configure("openai", model, OPENTELEMETRY=True)
-    fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Oslo"}, call_id="c1")]), "Warm.")
-    Chat.objects.create(provider="openai", model_id=model).with_tools(lookup).ask("Weather?")
+    fake_llm.script(
+        Reply(tool_calls=[Call("traced_lookup", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
+    Chat.objects.create(provider="openai", model_id=model).with_tools(traced_lookup).ask("Weather?")
     calls = [s for s in spans.get_finished_spans() if s.name == f"chat {model}"]
     assert len(calls) == 2
     assert all("gen_ai.tool.definitions" not in c.attributes for c in calls)
 
     spans.clear()
     fake_llm.configure("openai", model, OPENTELEMETRY=True, OPENTELEMETRY_CONTENT=True)
-    fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Oslo"}, call_id="c1")]), "Warm.")
-    Chat.objects.create(provider="openai", model_id=model).with_tools(lookup).ask("Weather?")
+    fake_llm.script(
+        Reply(tool_calls=[Call("traced_lookup", {"city": "Oslo"}, call_id="c1")]), "Warm."
+    )
+    Chat.objects.create(provider="openai", model_id=model).with_tools(traced_lookup).ask("Weather?")
     call = [s for s in spans.get_finished_spans() if s.name == f"chat {model}"][0]
     (definition,) = json.loads(dict(call.attributes)["gen_ai.tool.definitions"])
-    assert definition["type"] == "function" and definition["name"] == "lookup"
+    assert definition["type"] == "function" and definition["name"] == "traced_lookup"
     assert definition["description"] == "Looks a city up"
     assert definition["parameters"]["properties"]["city"]["type"] == "string"
 
