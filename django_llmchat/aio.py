@@ -9,6 +9,8 @@ from typing import Any
 
 from django.db import connections
 
+from .conf import settings
+
 _END = object()
 
 
@@ -20,6 +22,13 @@ async def stream_in_thread(
     it iterate to the end with nobody listening (a run that must finish)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue(maxsize=256)
+    # a run started in the thread joins the caller's trace (telemetry.current_context(),
+    # read here: that module's imports would close a circle)
+    trace_context = None
+    if settings.OPENTELEMETRY:
+        from opentelemetry import context
+
+        trace_context = context.get_current()
     stop = threading.Event()
 
     def put(item: Any) -> None:
@@ -36,6 +45,17 @@ async def stream_in_thread(
                     return
 
     def work() -> None:
+        if trace_context is None:
+            return produce()
+        from opentelemetry import context
+
+        token = context.attach(trace_context)
+        try:
+            produce()
+        finally:
+            context.detach(token)
+
+    def produce() -> None:
         try:
             iterator = make()
             try:

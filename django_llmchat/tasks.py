@@ -324,7 +324,7 @@ def complete_chat(
     close_old_connections()
     try:
         chat_id, run_id = _call_args(chat_id, run_id, reply_to)
-        with telemetry.with_context(telemetry.extract(self.request)):
+        with telemetry.with_context(telemetry.task_context(self.request)):
             outcome = run_chat(
                 chat_id, run_id, attempt=attempt, task_id=self.request.id or "", drain=False
             )

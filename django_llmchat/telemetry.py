@@ -11,7 +11,12 @@ run. Message content and tool arguments and results are recorded only with
 and ``gen_ai.client.operation.duration`` go to the global meter provider.
 
 The Celery task carries the trace context of the code that queued the run in its headers
-(W3C ``traceparent``), so a worker's run continues the request's trace.
+(W3C ``traceparent``), so a worker's run continues the request's trace: a child of the
+task's span when ``opentelemetry-instrumentation-celery`` makes one, else of the sender's.
+A provider's HTTP requests are sent and read with the attempt's span current, so an
+instrumented HTTP client's spans (``opentelemetry-instrumentation-httpx``) are its
+children. ``gen_ai.response.id`` is the vendor's id of the answer; with content on,
+``gen_ai.tool.definitions`` lists the tools offered.
 
 When it is off every function here returns at once: no spans, no cost.
 """
@@ -31,6 +36,7 @@ __all__ = [
     "enabled",
     "extract",
     "inject",
+    "task_context",
     "with_context",
 ]
 
@@ -116,6 +122,20 @@ def extract(carrier: Any) -> Any:
     return propagate.extract(carrier)
 
 
+def task_context(request: Any) -> Any:
+    """The trace context a worker's task runs its run in (``None``: the current one).
+
+    With ``opentelemetry-instrumentation-celery`` the task's own span is current, itself
+    a child of the span that sent the message: the run is its child. Without it, the
+    context the message's headers carry (:func:`inject`), so the run still continues the
+    sender's trace."""
+    if not enabled():
+        return None
+    if _trace().get_current_span().get_span_context().is_valid:
+        return None
+    return extract(request)
+
+
 @contextmanager
 def with_context(ctx: Any) -> Iterator[None]:
     """Make ``ctx`` (from :func:`extract` or :func:`current_context`) current inside."""
@@ -198,26 +218,39 @@ def start_attempt(runner, request, provider: str, model_id: str, operation: str)
         attributes["gen_ai.input.messages"] = json.dumps(
             [_message(m) for m in request.messages], ensure_ascii=False
         )
+        tools = getattr(request, "tools", None)
+        if tools:
+            attributes["gen_ai.tool.definitions"] = json.dumps(
+                [_tool_definition(tool) for tool in tools], ensure_ascii=False
+            )
+    parent = getattr(runner, "trace_context", None)
     span = _tracer().start_span(
-        f"{name} {model_id}",
-        context=getattr(runner, "trace_context", None),
-        kind=trace.SpanKind.CLIENT,
-        attributes=attributes,
+        f"{name} {model_id}", context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes
     )
-    return _Attempt(span, time.monotonic())
+    attempt = _Attempt(span, time.monotonic(), request)
+    # the provider sends (and reads) its HTTP requests in this context: an instrumented
+    # client's spans (opentelemetry-instrumentation-httpx) are children of this one
+    attempt.context = trace.set_span_in_context(span, parent)
+    if hasattr(request, "trace_context"):
+        request.trace_context = attempt.context
+    return attempt
 
 
 class _Attempt:
-    __slots__ = ("span", "started")
+    __slots__ = ("context", "request", "span", "started")
 
-    def __init__(self, span: Any, started: float):
-        self.span, self.started = span, started
+    def __init__(self, span: Any, started: float, request: Any = None):
+        self.span, self.started, self.request = span, started, request
+        self.context: Any = None
 
 
 def end_attempt(attempt: _Attempt | None, row, response=None) -> None:
     """End an attempt's span with what its usage row says (status, tokens, error)."""
     if attempt is None:
         return
+    request = attempt.request
+    if getattr(request, "trace_context", None) is attempt.context:
+        request.trace_context = None  # the next attempt (a retry) sets its own
     trace = _trace()
     span = attempt.span
     tokens = row.tokens
@@ -235,6 +268,9 @@ def end_attempt(attempt: _Attempt | None, row, response=None) -> None:
         span.set_attribute("gen_ai.response.model", row.model_id)
     if response is not None:
         span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+        response_id = getattr(response, "response_id", None)
+        if response_id:
+            span.set_attribute("gen_ai.response.id", response_id)
         if _content():
             span.set_attribute(
                 "gen_ai.output.messages",
@@ -310,6 +346,16 @@ def tool_span(runner, call, result_of) -> Iterator[None]:
 
             span.set_attribute("gen_ai.tool.call.result", checked_result(call.name, result).text)
     span.end()
+
+
+def _tool_definition(tool) -> dict[str, Any]:
+    """A tool as ``gen_ai.tool.definitions`` lists it (the conventions' shape)."""
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    }
 
 
 def _message(m) -> dict[str, Any]:

@@ -43,6 +43,11 @@ app = Celery("tests")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+if os.environ.get("LLMCHAT_TEST_OTEL_SETUP"):  # a file of OpenTelemetry set-up, run at start
+    import runpy
+
+    runpy.run_path(os.environ["LLMCHAT_TEST_OTEL_SETUP"])
+
 
 @worker_ready.connect
 def _announce_ready(**kwargs):

@@ -176,3 +176,23 @@ def test_the_setting_is_checked():
     with override_settings(LLMCHAT={"OPENTELEMETRY": "yes"}):
         ids = {e.id for e in run_checks()}
     assert "llmchat.E031" in ids
+
+
+def test_a_task_runs_under_the_task_span_when_one_is_current_else_the_senders(otel):
+    from types import SimpleNamespace
+
+    from django_llmchat import telemetry
+
+    tracer = trace.get_tracer("tests")
+    headers: dict = {}
+    with tracer.start_as_current_span("enqueue") as enqueue:
+        telemetry.inject(headers)
+    request = SimpleNamespace(**headers)  # a Celery task request: its headers as attributes
+    # no task span (no Celery instrumentation): the context the message carries
+    sent = trace.get_current_span(telemetry.task_context(request)).get_span_context()
+    assert (sent.trace_id, sent.span_id) == (enqueue.context.trace_id, enqueue.context.span_id)
+    # the instrumentation's task span is current: the run stays in it
+    with tracer.start_as_current_span("run/complete_chat"):
+        assert telemetry.task_context(request) is None
+    with override_settings(LLMCHAT={"OPENTELEMETRY": False}):
+        assert telemetry.task_context(request) is None

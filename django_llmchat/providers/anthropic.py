@@ -30,6 +30,7 @@ from .types import (
     ProviderRequest,
     ProviderResponse,
     ToolCallData,
+    vendor_id,
 )
 
 __all__ = ["AnthropicProvider", "FINISH_REASONS"]
@@ -330,5 +331,6 @@ class AnthropicProvider(Provider):
             raw_finish_reason=raw_reason,
             tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
+            response_id=vendor_id(data.get("id")),
             raw=data,
         )

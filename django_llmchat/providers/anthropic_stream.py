@@ -16,6 +16,7 @@ from .base import Provider, StreamParser, parse_arguments
 from .types import (
     ProviderRequest,
     ProviderResponse,
+    vendor_id,
 )
 
 __all__ = ["AnthropicStreamParser"]
@@ -71,6 +72,7 @@ class AnthropicStreamParser(StreamParser):
         self.message = dict(payload.get("message") or {})
         self.merge_usage(self.message.get("usage"))
         self.builder.model_id = self.message.get("model")
+        self.builder.response_id = vendor_id(self.message.get("id"))
         return []
 
     def on_message_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:

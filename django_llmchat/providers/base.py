@@ -52,7 +52,7 @@ from .framing import NDJSONDecoder, SSEDecoder, iter_ndjson, iter_sse
 from .parsing import ResponseBuilder, StreamParser, parse_arguments
 from .redact import redact_request
 from .retry import OnRetry, backoff_delay, parse_duration, parse_retry_after
-from .stream import ProviderStream
+from .stream import ProviderStream, call_in
 from .types import Capabilities, ProviderRequest, ProviderResponse
 
 __all__ = [
@@ -593,7 +593,13 @@ class Provider:
         while True:
             try:
                 try:
-                    response = self.client.post(url, content=body, headers=self.headers())
+                    response = call_in(
+                        getattr(request, "trace_context", None),
+                        self.client.post,
+                        url,
+                        content=body,
+                        headers=self.headers(),
+                    )
                 except httpx.HTTPError as exc:
                     raise self.transport_error(exc) from None
                 return self.read_response(response, request)

@@ -30,6 +30,7 @@ from .types import (
     ProviderResponse,
     ToolCallData,
     ToolSpec,
+    vendor_id,
 )
 
 __all__ = ["FINISH_REASONS", "GeminiProvider", "gemini_schema"]
@@ -348,6 +349,7 @@ class GeminiProvider(Provider):
             raw_finish_reason=raw,
             tokens=wire.usage_tokens(data.get("usageMetadata")),
             model_id=data.get("modelVersion"),
+            response_id=vendor_id(data.get("responseId")),
             raw=data,
         )
 

@@ -16,6 +16,7 @@ from .base import Provider, StreamParser
 from .types import (
     ProviderRequest,
     ProviderResponse,
+    vendor_id,
 )
 
 __all__ = ["GeminiStreamParser"]
@@ -58,6 +59,7 @@ class GeminiStreamParser(StreamParser):
             raise self.provider.error_from_payload(payload)
         if self.ids is None:
             self.ids = wire.CallIds(payload.get("responseId"))
+            self.builder.response_id = vendor_id(payload.get("responseId"))
         version = payload.get("modelVersion")
         if version:
             self.builder.model_id = version

@@ -24,6 +24,7 @@ from .types import (
     ProviderRequest,
     ProviderResponse,
     ToolCallData,
+    vendor_id,
 )
 
 __all__ = [
@@ -223,6 +224,7 @@ class ChatCompletionsProvider(Provider):
             raw_finish_reason=raw,
             tokens=usage_tokens(data.get("usage")),
             model_id=data.get("model"),
+            response_id=vendor_id(data.get("id")),
             raw=data,
         )
 

@@ -12,7 +12,7 @@ from .. import events as ev
 from . import openai_chat_wire as wire
 from ._json import loads
 from .base import StreamParser
-from .types import ProviderRequest
+from .types import ProviderRequest, vendor_id
 
 if TYPE_CHECKING:
     from .openai_chat import ChatCompletionsProvider
@@ -82,6 +82,8 @@ class ChatCompletionsStreamParser(StreamParser):
         builder = self.builder
         if builder.model_id is None:
             builder.model_id = chunk.get("model")
+        if builder.response_id is None:
+            builder.response_id = vendor_id(chunk.get("id"))
         if self.cites and (chunk.get("search_results") or chunk.get("citations")):
             builder.citations = wire.citations_of(chunk)  # each chunk repeats the full list
         choices = chunk.get("choices")

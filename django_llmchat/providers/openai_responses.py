@@ -35,6 +35,7 @@ from .types import (
     ProviderRequest,
     ProviderResponse,
     ToolCallData,
+    vendor_id,
 )
 
 __all__ = [
@@ -319,6 +320,7 @@ class OpenAIResponsesProvider(Provider):
             raw_finish_reason=raw,
             tokens=wire.usage_tokens(data.get("usage")),
             model_id=data.get("model"),
+            response_id=vendor_id(data.get("id")),
             raw=data,
         )
 

@@ -11,7 +11,7 @@ from .. import events as ev
 from . import openai_responses_wire as wire
 from ._json import loads
 from .base import Provider, StreamParser
-from .types import ProviderRequest
+from .types import ProviderRequest, vendor_id
 
 if TYPE_CHECKING:
     from .openai_responses import OpenAIResponsesProvider
@@ -52,7 +52,9 @@ class ResponsesStreamParser(StreamParser):
 
     # -- text ------------------------------------------------------------------------
     def on_response_created(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
-        self.builder.model_id = (payload.get("response") or {}).get("model")
+        response = payload.get("response") or {}
+        self.builder.model_id = response.get("model")
+        self.builder.response_id = vendor_id(response.get("id"))
         return []
 
     def on_response_output_text_delta(self, payload: dict[str, Any]) -> list[ev.StreamEvent]:
@@ -226,6 +228,7 @@ class ResponsesStreamParser(StreamParser):
         self.done = True
         self.builder.raw = response
         self.builder.model_id = response.get("model") or self.builder.model_id
+        self.builder.response_id = vendor_id(response.get("id")) or self.builder.response_id
         reason, raw = wire.finish_reason(
             response.get("status"),
             (response.get("incomplete_details") or {}).get("reason"),

@@ -30,8 +30,8 @@ class ResponseBuilder:
     """Accumulates one streamed response from the events a parser yields.
 
     The base feeds it every event; vendor parsers set what events do not carry
-    (``citations``, ``server_tool_calls``, ``raw``, ``model_id``, ``reasoning_items``,
-    tool-call extras such as Gemini thought signatures) directly.
+    (``citations``, ``server_tool_calls``, ``raw``, ``model_id``, ``response_id``,
+    ``reasoning_items``, tool-call extras such as Gemini thought signatures) directly.
     """
 
     def __init__(self) -> None:
@@ -47,6 +47,7 @@ class ResponseBuilder:
         self.raw_finish_reason: str | None = None
         self.tokens = Tokens()
         self.model_id: str | None = None
+        self.response_id: str | None = None
         self.raw: dict[str, Any] = {}
         self.tool_call_extras: dict[int, dict[str, Any]] = {}
         """Extra fields of tool calls (Gemini's ``thought_signature``) by the call's position
@@ -101,6 +102,7 @@ class ResponseBuilder:
             raw_finish_reason=self.raw_finish_reason,
             tokens=self.tokens,
             model_id=self.model_id,
+            response_id=self.response_id,
             raw=self.raw or None,
         )
 

@@ -25,6 +25,37 @@ _END = object()
 _Frame = tuple[str | None, str]  # (event name, data)
 
 
+def call_in(trace_context, function: Callable, *args, **kwargs):
+    """``function(*args, **kwargs)`` with ``trace_context`` (an OpenTelemetry context: the
+    attempt's span) current, so spans made inside (an instrumented HTTP client's) are its
+    children; a plain call when it is ``None`` (telemetry off)."""
+    if trace_context is None:
+        return function(*args, **kwargs)
+    from opentelemetry import context
+
+    token = context.attach(trace_context)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        context.detach(token)
+
+
+def _read_in(trace_context, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` with ``trace_context`` current while each one is read (and only then:
+    the caller's own context is current between them)."""
+    from opentelemetry import context
+
+    while True:
+        token = context.attach(trace_context)
+        try:
+            chunk = next(chunks, None)
+        finally:
+            context.detach(token)
+        if chunk is None:
+            return
+        yield chunk
+
+
 def _later(produce: Callable[[], Iterable[_Frame]]) -> Iterator[_Frame]:
     """What ``produce()`` returns, called only once the first item is asked for."""
     yield from produce()
@@ -120,7 +151,7 @@ class ProviderStream:
     def _whole(self, http: httpx.Response) -> Iterator[ev.StreamEvent]:
         """The events a whole JSON answer stands for, and the response."""
         try:
-            http.read()
+            call_in(getattr(self.request, "trace_context", None), http.read)
         except httpx.HTTPError as exc:
             raise self.provider.midstream_error(exc) from None
         response = self.provider.read_response(http, self.request)
@@ -131,7 +162,11 @@ class ProviderStream:
         """The body's frames as its bytes arrive, then any the decoder held back (chained
         in C: no Python frame per frame)."""
         decoder = self._decoder()
-        arriving = chain.from_iterable(map(decoder.feed, http.iter_bytes()))
+        chunks = http.iter_bytes()
+        trace_context = getattr(self.request, "trace_context", None)
+        if trace_context is not None:
+            chunks = _read_in(trace_context, chunks)
+        arriving = chain.from_iterable(map(decoder.feed, chunks))
         return chain(arriving, _later(decoder.flush))
 
     def __iter__(self) -> Iterator[ev.StreamEvent]:
@@ -146,7 +181,9 @@ class ProviderStream:
                 parser = provider.new_stream_parser(self.request)
                 add = parser.builder.add
                 try:
-                    http = client.send(
+                    http = call_in(
+                        getattr(self.request, "trace_context", None),
+                        client.send,
                         client.build_request("POST", url, content=body, headers=provider.headers()),
                         stream=True,
                     )

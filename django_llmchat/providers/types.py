@@ -98,6 +98,11 @@ class ToolSpec:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+def vendor_id(value: Any) -> str | None:
+    """A response id as the vendor sent it (a non-empty string), else ``None``."""
+    return value if isinstance(value, str) and value else None
+
+
 @dataclass(slots=True)
 class ProviderRequest:
     """Everything one provider call needs."""
@@ -114,6 +119,9 @@ class ProviderRequest:
     chat: Any = field(default=None, repr=False, compare=False)
     """The chat the request is for, handed to hooks such as ``LLMCHAT["REDACT"]``
     (``None`` for a request outside a chat)."""
+    trace_context: Any = field(default=None, repr=False, compare=False)
+    """The OpenTelemetry context the HTTP requests of the call are sent and read in (its
+    current attempt's ``chat`` span), ``None`` when telemetry is off."""
 
 
 @dataclass(slots=True)
@@ -133,6 +141,9 @@ class ProviderResponse:
     model_id: str | None = None
     raw: dict[str, Any] | None = None
     """The provider's response body (non-streaming) or a summary of the stream."""
+    response_id: str | None = None
+    """The vendor's id of the response (``chatcmpl-...``, ``resp_...``, ``msg_...``,
+    Gemini's ``responseId``), when it sends one."""
 
     @property
     def message_finish_reason(self) -> str:

@@ -41,9 +41,10 @@ def _free_port() -> int:
 
 class WebProcess:
     """``manage.py runserver`` of the test settings in its own process, on the test
-    database, its providers pointed at the fake server."""
+    database, its providers pointed at the fake server (``script``: a manage.py of its
+    own, given the command's arguments)."""
 
-    def __init__(self, services, llmchat: dict, **extra_env: str):
+    def __init__(self, services, llmchat: dict, *, script: str | None = None, **extra_env: str):
         self.port = _free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llmchat-web-", suffix=".log", delete=False)
         env = {
@@ -58,7 +59,12 @@ class WebProcess:
         }
         env.pop("CI", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+            [
+                *([sys.executable, script] if script else [sys.executable, "-m", "django"]),
+                "runserver",
+                "--noreload",
+                f"127.0.0.1:{self.port}",
+            ],
             cwd=REPO,
             env=env,
             stdout=self.log,

@@ -76,7 +76,7 @@ class AnthropicRenderer(Renderer):
     def body(self, reply: Reply, request: RecordedRequest) -> dict[str, Any]:
         return {
             "model": self.model(reply, request),
-            "id": f"msg_01{_rand(22)}",
+            "id": reply.response_id or f"msg_01{_rand(22)}",
             "type": "message",
             "role": "assistant",
             "content": self.blocks(reply),
@@ -98,7 +98,7 @@ class AnthropicRenderer(Renderer):
         tokens = reply.tokens
         message = {
             "model": self.model(reply, request),
-            "id": f"msg_01{_rand(22)}",
+            "id": reply.response_id or f"msg_01{_rand(22)}",
             "type": "message",
             "role": "assistant",
             "content": [],

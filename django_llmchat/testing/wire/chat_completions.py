@@ -66,7 +66,7 @@ class ChatCompletionsRenderer(Renderer):
                 for tc, call_id in zip(reply.tool_calls, self.call_ids(reply), strict=True)
             ]
         return {
-            "id": f"chatcmpl-{_rand()}",
+            "id": reply.response_id or f"chatcmpl-{_rand()}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model(reply, request),
@@ -87,7 +87,7 @@ class ChatCompletionsRenderer(Renderer):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         include_usage = include_usage and reply.reports_usage  # else a server ignoring it
         base = {
-            "id": f"chatcmpl-{_rand()}",
+            "id": reply.response_id or f"chatcmpl-{_rand()}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": self.model(reply, request),

@@ -110,7 +110,9 @@ class GeminiRenderer(Renderer):
         if reply.text or not reply.tool_calls:
             parts.append({"text": reply.text})
         parts.extend(self.call_parts(reply))
-        return self.response(reply, request, parts, self.usage(reply.tokens), _rand(22), True)
+        return self.response(
+            reply, request, parts, self.usage(reply.tokens), reply.response_id or _rand(22), True
+        )
 
     def encode_body(self, reply: Reply, request: RecordedRequest) -> bytes:
         return (json.dumps(self.body(reply, request), indent=2, ensure_ascii=False) + "\n").encode()
@@ -129,7 +131,7 @@ class GeminiRenderer(Renderer):
             groups.append([{"text": ""}])
         tokens = reply.tokens
         final = self.usage(tokens)
-        rid = _rand(22)
+        rid = reply.response_id or _rand(22)
         out = []
         for i, parts in enumerate(groups):
             last = i == len(groups) - 1

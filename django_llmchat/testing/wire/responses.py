@@ -132,7 +132,7 @@ class ResponsesRenderer(Renderer):
     def body(self, reply: Reply, request: RecordedRequest) -> dict[str, Any]:
         status, incomplete = self.status(reply)
         return self.response(
-            f"resp_{_rand(40)}",
+            reply.response_id or f"resp_{_rand(40)}",
             self.model(reply, request),
             int(time.time()),
             status,
@@ -149,7 +149,8 @@ class ResponsesRenderer(Renderer):
             payload = {"type": kind, **data, "sequence_number": next(seq)}
             frames.append(sse(_dumps(payload), kind))
 
-        rid, model, created = f"resp_{_rand(40)}", self.model(reply, request), int(time.time())
+        rid = reply.response_id or f"resp_{_rand(40)}"
+        model, created = self.model(reply, request), int(time.time())
         status, incomplete = self.status(reply)
         pending = self.response(rid, model, created, "in_progress", [], None)
         emit("response.created", response=pending)

@@ -61,6 +61,9 @@ class Reply:
     ``"stop"``. Text, thinking and tool-call arguments stream in pieces of ``chunk_size``
     characters (``0`` sends each in one piece). ``model`` overrides the model name echoed
     back (default: the requested one); ``headers`` are added to the HTTP response.
+    ``response_id`` is the answer's id on the wire (default: a new random one in the
+    vendor's shape, ``resp_...``, ``chatcmpl-...``, ``msg_01...``, Gemini's
+    ``responseId``).
     """
 
     text: str = ""
@@ -72,6 +75,7 @@ class Reply:
     chunk_size: int = 8
     model: str | None = None
     headers: Mapping[str, str] | None = None
+    response_id: str | None = None
 
     def __post_init__(self) -> None:
         self.tool_calls = [
