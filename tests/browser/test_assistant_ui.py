@@ -48,10 +48,10 @@ def _npm(*args: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.fixture(scope="module")
-def bundle() -> Path:
-    """The docs' page as one ES module: ``npm ci`` when node_modules does not match the
-    lock file, esbuild when the lock or the docs' block changed."""
+def _build(name: str, source: str) -> Path:
+    """``source`` bundled into ``build/<name>.js`` (one ES module), kept while the lock
+    file and the source are unchanged; ``npm ci`` first when node_modules does not match
+    the lock file."""
     if not shutil.which("node") or not shutil.which("npm"):
         _unavailable("node and npm are not installed")
     lock = (APP / "package-lock.json").read_bytes()
@@ -59,26 +59,23 @@ def bundle() -> Path:
     if not installed.exists() or installed.read_bytes() != lock:
         _npm("ci")
         installed.write_bytes(lock)
-    found = BLOCK.findall(DOC.read_text())
-    assert len(found) == 1, "docs/assistant-ui.md has one block marked <!-- pasted: assistant-ui -->"
-    source = found[0]
     key = hashlib.sha256(lock + source.encode()).hexdigest()
     build = APP / "build"
-    out = build / "app.js"
-    stamp = build / ".llmchat-key"
+    out = build / f"{name}.js"
+    stamp = build / f".{name}-key"
     if not (out.exists() and stamp.exists() and stamp.read_text() == key):
         build.mkdir(exist_ok=True)
-        (build / "app.jsx").write_text(source)
+        (build / f"{name}.jsx").write_text(source)
         done = subprocess.run(
             [
                 str(APP / "node_modules" / ".bin" / "esbuild"),
-                "build/app.jsx",
+                f"build/{name}.jsx",
                 "--bundle",
                 "--format=esm",
                 "--jsx=automatic",
-                "--define:process.env.NODE_ENV=\"production\"",
+                '--define:process.env.NODE_ENV="production"',
                 "--log-level=warning",
-                f"--outfile={out.relative_to(APP)}",
+                f"--outfile=build/{name}.js",
             ],
             cwd=APP,
             capture_output=True,
@@ -89,6 +86,39 @@ def bundle() -> Path:
         assert done.returncode == 0, done.stdout + done.stderr
         stamp.write_text(key)
     return out
+
+
+@pytest.fixture(scope="module")
+def bundle() -> Path:
+    """docs/assistant-ui.md's page, as pasted."""
+    found = BLOCK.findall(DOC.read_text())
+    assert len(found) == 1, "docs/assistant-ui.md has one block marked <!-- pasted: assistant-ui -->"
+    return _build("assistant-ui", found[0])
+
+
+FENCE = re.compile(r"^```(?P<lang>javascript|jsx)\n(?P<body>.*?)^```", re.S | re.M)
+USE_CHAT_BLOCKS = ("export function ChatLoader", "async function wholeStreams",
+                   "async function editMessage", "function MessageTools")
+USE_CHAT_PAGE = """
+import { createRoot } from "react-dom/client";
+const query = new URLSearchParams(location.search);
+createRoot(document.getElementById("app")).render(
+  <ChatLoader chatId={query.get("chat")} token={query.get("token")} />,
+);
+"""
+
+
+@pytest.fixture(scope="module")
+def use_chat_bundle() -> Path:
+    """docs/frontends.md's ``useChat`` page: ``ChatLoader`` and ``ChatPage``, their
+    ``wholeStreams``, the branch recipes and ``MessageTools``, as pasted, mounted."""
+    blocks = [m["body"] for m in FENCE.finditer((ROOT / "docs" / "frontends.md").read_text())]
+    parts = []
+    for marker in USE_CHAT_BLOCKS:
+        found = [block for block in blocks if marker in block]
+        assert len(found) == 1, f"docs/frontends.md has one block with {marker}"
+        parts.append(found[0])
+    return _build("use-chat", "\n".join(parts) + USE_CHAT_PAGE)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +157,7 @@ window.fetch = (url, init = {}) => {
   return pageFetch(url, { ...init, headers });
 };
 </script></head><body><div id="app"></div>
-<script type="module" src="/app/app.js"></script></body></html>"""
+<script type="module" src="/app/%(script)s"></script></body></html>"""
 
 
 class Api:
@@ -152,6 +182,10 @@ class Api:
         return self(f"chats/{chat_id}/messages/")["results"]
 
 
+def ids(rows: list[dict]) -> list[int]:
+    return [row["id"] for row in rows]
+
+
 def _provider_requests(work: Path) -> list[dict]:
     log = work / "provider-requests.jsonl"
     if not log.exists():
@@ -169,7 +203,7 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     context = browser.new_context()
     context.route(
         f"{url}/app/",
-        lambda route: route.fulfill(content_type="text/html", body=PAGE % {"token": token}),
+        lambda route: route.fulfill(content_type="text/html", body=PAGE % {"token": token, "script": "app.js"}),
     )
     context.route(
         f"{url}/app/app.js",
@@ -243,7 +277,7 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     # the BranchPicker switches on the server, then shows its path
     reply.first.get_by_role("button", name="Previous").click()
     deadline = time.monotonic() + SECONDS / 1000
-    while api.transcript(chat_id) != first:
+    while ids(api.transcript(chat_id)) != ids(first):
         assert time.monotonic() < deadline, "the server did not switch"
         time.sleep(0.1)
     page.wait_for_function(
@@ -284,7 +318,7 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
         """The server's path once a switch moved it from ``away_from``, as the page shows
         it after the switch (its first prompt's BranchPicker at ``number``)."""
         deadline = time.monotonic() + SECONDS / 1000
-        while (path := api.transcript(chat_id)) == away_from:
+        while ids(path := api.transcript(chat_id)) == ids(away_from):
             assert time.monotonic() < deadline, "the server did not switch"
             time.sleep(0.1)
         page.wait_for_function(
@@ -312,7 +346,100 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     page.reload()
     switched(edited, "1/2")
     user.first.get_by_role("button", name="Next").click()
-    assert switched(path, "2/2") == edited
+    assert ids(switched(path, "2/2")) == ids(edited)
     assert [c["id"] for c in api.chats()] == [chat_id]
+    assert errors == []
+    context.close()
+
+
+USE_CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>chat</title></head>
+<body><div id="app"></div><script type="module" src="/app/use-chat.js"></script></body></html>"""
+
+
+def _until(condition, what: str):
+    deadline = time.monotonic() + SECONDS / 1000
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def test_the_use_chat_recipes_run_as_pasted(use_chat_bundle, server, browser):
+    """docs/frontends.md's ``ChatLoader``/``ChatPage`` with ``MessageTools``: regenerate
+    and edit show "2/2" at once (the edited prompt's from its reply's ``promptBranch``),
+    feedback and switching go to the server."""
+    url, token, _env, _work = server
+    api = Api(url, token)
+    chat_id = api("chats/", {"title": "useChat"})["id"]
+    context = browser.new_context()
+    context.route(
+        f"{url}/app/use-chat/*",
+        lambda route: route.fulfill(content_type="text/html", body=USE_CHAT_HTML),
+    )
+    context.route(
+        f"{url}/app/use-chat.js",
+        lambda route: route.fulfill(
+            content_type="text/javascript", body=use_chat_bundle.read_bytes()
+        ),
+    )
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_default_timeout(SECONDS)
+    page.goto(f"{url}/app/use-chat/?chat={chat_id}&token={token}")
+    user = page.locator(".message.user")
+    reply = page.locator(".message.assistant")
+
+    def shows(path: list[dict]) -> None:  # the page shows the server's path, whole
+        page.wait_for_function(
+            "texts => { const shown = [...document.querySelectorAll('.message')];"
+            " return shown.length === texts.length"
+            " && texts.every((t, i) => shown[i].innerText.includes(t)); }",
+            arg=[m["content"].strip().splitlines()[-1] for m in path],
+        )
+
+    page.locator("input[name=q]").fill("Tell me about apples")
+    page.locator("input[name=q]").press("Enter")
+    first = _until(lambda: (rows := api.transcript(chat_id)) and len(rows) == 2 and rows, "a reply")
+    shows(first)
+    assert reply.first.locator(".branch").count() == 0
+
+    # regenerate: the old reply is the new one's alternative, "2/2" with no reload
+    page.get_by_role("button", name="Regenerate").click()
+    second = _until(
+        lambda: len(rows := api.transcript(chat_id)) == 2
+        and rows[-1]["id"] != first[1]["id"]
+        and rows,
+        "the regenerated reply",
+    )
+    shows(second)
+    page.wait_for_function("() => document.querySelector('.assistant .branch')?.innerText === '2/2'")
+
+    # feedback on the shown reply
+    reply.first.get_by_role("button", name="👍").click()
+    _until(
+        lambda: api(f"ui/chat/{chat_id}/messages")[1]["metadata"].get("feedback"), "feedback"
+    )
+
+    # the previous alternative: the server switches, the page shows its path
+    reply.first.get_by_role("button", name="‹").click()
+    _until(lambda: ids(api.transcript(chat_id)) == ids(first), "the switch")
+    page.wait_for_function("() => document.querySelector('.assistant .branch')?.innerText === '1/2'")
+
+    # edit the question: its alternative shows at once, from the reply's promptBranch
+    page.once("dialog", lambda dialog: dialog.accept("Tell me about plums"))
+    user.first.get_by_role("button", name="Edit").click()
+    edited = _until(
+        lambda: (rows := api.transcript(chat_id))[0]["content"] == "Tell me about plums"
+        and len(rows) == 2
+        and rows,
+        "the edited question's reply",
+    )
+    shows(edited)
+    page.wait_for_function("() => document.querySelector('.user .branch')?.innerText === '2/2'")
+    user.first.get_by_role("button", name="‹").click()
+    _until(lambda: api.transcript(chat_id)[0]["id"] == first[0]["id"], "the switch back")
+    page.wait_for_function("() => document.querySelector('.user .branch')?.innerText === '1/2'")
+    assert "apples" in user.first.inner_text()
     assert errors == []
     context.close()
