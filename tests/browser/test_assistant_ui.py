@@ -92,13 +92,17 @@ def _build(name: str, source: str) -> Path:
 def bundle() -> Path:
     """docs/assistant-ui.md's page, as pasted."""
     found = BLOCK.findall(DOC.read_text())
-    assert len(found) == 1, "docs/assistant-ui.md has one block marked <!-- pasted: assistant-ui -->"
+    assert len(found) == 1, "docs/assistant-ui.md: one block after <!-- pasted: assistant-ui -->"
     return _build("assistant-ui", found[0])
 
 
 FENCE = re.compile(r"^```(?P<lang>javascript|jsx)\n(?P<body>.*?)^```", re.S | re.M)
-USE_CHAT_BLOCKS = ("export function ChatLoader", "async function wholeStreams",
-                   "async function editMessage", "function MessageTools")
+USE_CHAT_BLOCKS = (
+    "export function ChatLoader",
+    "async function wholeStreams",
+    "async function editMessage",
+    "function MessageTools",
+)
 USE_CHAT_PAGE = """
 import { createRoot } from "react-dom/client";
 const query = new URLSearchParams(location.search);
@@ -157,7 +161,7 @@ window.fetch = (url, init = {}) => {
   return pageFetch(url, { ...init, headers });
 };
 </script></head><body><div id="app"></div>
-<script type="module" src="/app/%(script)s"></script></body></html>"""
+<script type="module" src="/app/app.js"></script></body></html>"""
 
 
 class Api:
@@ -203,7 +207,7 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     context = browser.new_context()
     context.route(
         f"{url}/app/",
-        lambda route: route.fulfill(content_type="text/html", body=PAGE % {"token": token, "script": "app.js"}),
+        lambda route: route.fulfill(content_type="text/html", body=PAGE % {"token": token}),
     )
     context.route(
         f"{url}/app/app.js",
@@ -356,6 +360,10 @@ USE_CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>chat<
 <body><div id="app"></div><script type="module" src="/app/use-chat.js"></script></body></html>"""
 
 
+# the first message of a role shows this "index/count" of its alternatives
+BRANCH = "([role, shown]) => document.querySelector(`${role} .branch`)?.innerText === shown"
+
+
 def _until(condition, what: str):
     deadline = time.monotonic() + SECONDS / 1000
     while not (value := condition()):
@@ -407,39 +415,39 @@ def test_the_use_chat_recipes_run_as_pasted(use_chat_bundle, server, browser):
     # regenerate: the old reply is the new one's alternative, "2/2" with no reload
     page.get_by_role("button", name="Regenerate").click()
     second = _until(
-        lambda: len(rows := api.transcript(chat_id)) == 2
-        and rows[-1]["id"] != first[1]["id"]
-        and rows,
+        lambda: (
+            len(rows := api.transcript(chat_id)) == 2 and rows[-1]["id"] != first[1]["id"] and rows
+        ),
         "the regenerated reply",
     )
     shows(second)
-    page.wait_for_function("() => document.querySelector('.assistant .branch')?.innerText === '2/2'")
+    page.wait_for_function(BRANCH, arg=[".assistant", "2/2"])
 
     # feedback on the shown reply
     reply.first.get_by_role("button", name="👍").click()
-    _until(
-        lambda: api(f"ui/chat/{chat_id}/messages")[1]["metadata"].get("feedback"), "feedback"
-    )
+    _until(lambda: api(f"ui/chat/{chat_id}/messages")[1]["metadata"].get("feedback"), "feedback")
 
     # the previous alternative: the server switches, the page shows its path
     reply.first.get_by_role("button", name="‹").click()
     _until(lambda: ids(api.transcript(chat_id)) == ids(first), "the switch")
-    page.wait_for_function("() => document.querySelector('.assistant .branch')?.innerText === '1/2'")
+    page.wait_for_function(BRANCH, arg=[".assistant", "1/2"])
 
     # edit the question: its alternative shows at once, from the reply's promptBranch
     page.once("dialog", lambda dialog: dialog.accept("Tell me about plums"))
     user.first.get_by_role("button", name="Edit").click()
     edited = _until(
-        lambda: (rows := api.transcript(chat_id))[0]["content"] == "Tell me about plums"
-        and len(rows) == 2
-        and rows,
+        lambda: (
+            (rows := api.transcript(chat_id))[0]["content"] == "Tell me about plums"
+            and len(rows) == 2
+            and rows
+        ),
         "the edited question's reply",
     )
     shows(edited)
-    page.wait_for_function("() => document.querySelector('.user .branch')?.innerText === '2/2'")
+    page.wait_for_function(BRANCH, arg=[".user", "2/2"])
     user.first.get_by_role("button", name="‹").click()
     _until(lambda: api.transcript(chat_id)[0]["id"] == first[0]["id"], "the switch back")
-    page.wait_for_function("() => document.querySelector('.user .branch')?.innerText === '1/2'")
+    page.wait_for_function(BRANCH, arg=[".user", "1/2"])
     assert "apples" in user.first.inner_text()
     assert errors == []
     context.close()
