@@ -218,6 +218,13 @@ def test_branches_through_the_ai_sdk(live_api):
     _node("branches.test.mjs", url, token, work)
 
 
+def test_the_token_recipes_run_as_pasted(live_api):
+    """``tests/js/signing-in.test.mjs``: docs/frontends.md's token recipes (the token from
+    the credentials, the chat list, ``follow`` reading a chat's events) as written."""
+    url, token, env, work = live_api
+    _node("signing-in.test.mjs", url, token, work)
+
+
 def test_generated_typescript_types_compile_against_a_client(live_api):
     url, token, env, work = live_api
     schema = urllib.request.urlopen(f"{url}/api/schema/?format=json", timeout=10).read()

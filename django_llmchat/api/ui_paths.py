@@ -132,17 +132,29 @@ def branch_of(tree: Tree, node: UINode) -> dict[str, Any] | None:
 
 
 def reply_branch(chat_id: int, run_id: Any) -> dict[str, Any]:
-    """``{"branch": ...}`` for the reply of run ``run_id`` when it has alternatives (a
-    regenerated reply), else ``{}``: what a streamed reply's ``finish`` chunk adds to its
-    metadata, so the client draws "< 2/2 >" without a reload. Two queries."""
+    """What a streamed reply's ``finish`` chunk adds to its metadata, so the client draws
+    "< 2/2 >" without a reload: ``branch`` when the reply of run ``run_id`` has
+    alternatives (a regenerated reply), ``promptBranch`` when the prompt it answers has
+    (an edited prompt: the client's own copy of it has no metadata to carry it). ``{}``
+    when neither has. Two queries."""
+    out: dict[str, Any] = {}
     try:
         tree = Tree(chat_id)
         node = tree.by_id(f"run-{run_id}")
-        branch = branch_of(tree, node) if node is not None else None
+        if node is None:
+            return out
+        branch = branch_of(tree, node)
+        if branch is not None:
+            out["branch"] = branch
+        prompt = tree.node_of.get(node.parent) if node.parent is not None else None
+        if prompt is not None and prompt.role == "user":
+            prompt_branch = branch_of(tree, prompt)
+            if prompt_branch is not None:
+                out["promptBranch"] = prompt_branch
     except Exception:  # the reply is whole without it: never fail the stream's end
         logger.exception("the alternatives of run %s of chat %s", run_id, chat_id)
         return {}
-    return {"branch": branch} if branch is not None else {}
+    return out
 
 
 @dataclass

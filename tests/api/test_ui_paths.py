@@ -111,6 +111,15 @@ def test_a_shorter_prefix_branches_after_its_last_message(api, chat, fake_llm, t
     }
     assert "branch" not in reloaded[3]["metadata"]
     assert "metadata" not in reloaded[0]
+    # the reply's stream ended with its prompt's alternatives: the client's own copy of
+    # the edited prompt shows "< 2/2 >" without a reload
+    end = got[-1]["messageMetadata"]
+    assert end["promptBranch"] == reloaded[2]["metadata"]["branch"]
+    assert "branch" not in end
+    # a reply to a prompt without alternatives says none
+    fake_llm.script("Figs are sweet.")
+    more = chunks(post(api, chat.pk, *reloaded, user("And figs?")))
+    assert "promptBranch" not in more[-1]["messageMetadata"]
 
 
 def test_the_old_branch_comes_back_by_switching(api, chat, fake_llm, two_turns):
@@ -227,6 +236,7 @@ def test_regenerate_keeps_the_old_reply_as_an_alternative(api, chat, fake_llm):
         "siblings": [first["id"], second["id"]],
         "storedMessageIds": [old_id, new_id],
     }
+    assert "promptBranch" not in got[-1]["messageMetadata"]  # one question
     assert (
         "branch"
         not in chunks(post(api, chat.pk, u1, sent_as(second), user("More?")))[-1]["messageMetadata"]

@@ -54,8 +54,9 @@ const helpersOf = (chat) => ({
   get messages() {
     return chat.messages;
   },
+  // as useChat's: the messages, or a function of the current ones
   setMessages: (messages) => {
-    chat.messages = messages;
+    chat.messages = typeof messages === "function" ? messages(chat.messages) : messages;
   },
   sendMessage: (message) => chat.sendMessage(message),
 });
@@ -89,6 +90,7 @@ test("regenerate keeps the old reply as an alternative; switching restores it", 
   assert.equal(reloaded[0].metadata?.branch, undefined, "one question, no alternatives");
   // the streamed reply said so at its end already: no reload needed to draw "< 2/2 >"
   assert.deepEqual(second.metadata.branch, reloaded[1].metadata.branch);
+  assert.equal(second.metadata.promptBranch, undefined, "its question has no alternatives");
 
   // thumbs down on the new reply: the reload carries the user's feedback
   await api(`chats/${id}/messages/${second.metadata.storedMessageId}/feedback/`, {
@@ -146,9 +148,21 @@ test("the SDK's edit flow branches: the provider gets only the edited path", asy
   assert.ok(!JSON.stringify(sent[0].body).includes("pears"), "the old branch stays out");
   assert.match(text(chat.messages.at(-1)), /plums/);
 
-  // reloaded: the new path; the old question is the edited one's alternative
+  // the edited question shows its alternative before any reload: the reply's
+  // promptBranch, moved onto it by the recipe
   const edited = chat.messages[2];
+  const shown = edited.metadata.branch;
+  assert.deepEqual(shown, {
+    index: 1,
+    count: 2,
+    siblings: [old[2].id, edited.id],
+    storedMessageIds: shown.storedMessageIds,
+  });
+  assert.equal(chat.messages[0].metadata?.branch, undefined, "the first question has none");
+
+  // reloaded: the new path; the old question is the edited one's alternative
   let reloaded = await uiMessages(id);
+  assert.deepEqual(reloaded[2].metadata.branch, shown, "as a reload gives it");
   assert.deepEqual(reloaded.map((m) => m.id), chat.messages.map((m) => m.id));
   assert.deepEqual(reloaded.map(text).slice(0, 3), ["Tell me about apples", text(old[1]), "Tell me about plums"]);
   const branch = reloaded[2].metadata.branch;
@@ -188,6 +202,7 @@ test("editing the first message branches at the root", async () => {
   assert.deepEqual(conversation(sent[0]), [["user", "Tell me about grapes"]]);
   const reloaded = await uiMessages(id);
   assert.deepEqual(reloaded[0].metadata.branch.siblings, [old[0].id, chat.messages[0].id]);
+  assert.deepEqual(chat.messages[0].metadata.branch, reloaded[0].metadata.branch);
   const rows = await stored(id);
   assert.deepEqual(rows.map((m) => m.role), ["user", "assistant"]);
   assert.equal(rows[0].content, "Tell me about grapes");
