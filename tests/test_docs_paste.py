@@ -176,7 +176,8 @@ def test_every_settings_block_pastes_after_the_quickstart(
 
 def pages_in_reading_order() -> list[str]:
     """The docs' pages as mkdocs.yml's nav lists them, then any page it does not list."""
-    nav = re.findall(r"^\s*- (?:[^:\n]+: )?([\w/.-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    nav = re.findall(r"^\s*- (?:[^:\n]+: )?([\w/.-]+\.md)$", mkdocs, re.M)
     rest = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
     return nav + [page for page in rest if page not in nav]
 
