@@ -40,9 +40,25 @@ class Agent:
 
     @classmethod
     def start_chat(cls, **fields: Any):
-        """Create a Chat run by this agent (model, provider and schema from the agent)."""
+        """Create a Chat run by this agent (model, provider and schema from the agent).
+
+        The chat stores the agent's dotted path, so the class must import from it: one
+        defined in ``manage.py shell``, a script's ``__main__`` or a function is refused
+        (``ArgumentError``) before any row is written."""
         from .models import Chat
         from .models.chat import schema_dict
+
+        path = cls.path()
+        try:
+            found = import_string(path)
+        except ImportError:
+            found = None
+        if found is not cls:
+            raise ArgumentError(
+                f"agent {cls.__qualname__} does not import from {path!r}: a chat names its "
+                "agent by dotted path, so define the class in a module of your project "
+                "(myproject/agents.py), not in a shell, a script or a function"
+            )
 
         if cls.model:
             fields.setdefault("model_id", cls.model)
@@ -52,7 +68,7 @@ class Agent:
             fields.setdefault("schema", schema_dict(cls.schema))
         if cls.params:
             fields.setdefault("params", dict(cls.params))
-        return Chat.objects.create(agent=cls.path(), **fields)
+        return Chat.objects.create(agent=path, **fields)
 
     def render_instructions(self, context: Any) -> str | None:
         value = self.instructions

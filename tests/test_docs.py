@@ -1,7 +1,14 @@
 """Every ```python block in the docs runs: the examples of a page in one namespace, and
 each settings example (first line ``# settings.py``) on its own, its ``LLMCHAT`` then
 passing the system checks. The JavaScript of docs/rest.md and docs/events.md runs in
-the browser tests (tests/browser/)."""
+the browser tests (tests/browser/).
+
+A page's examples run as they would pasted into ``manage.py shell`` of a new project, and
+pasted twice: the hosts are those a ``startproject`` in debug mode answers (not the test
+client's ``testserver``), and the second run finds the rows of the first in the database
+(so an example that creates a fixed username or looks a row up by a fixed id fails). A
+block after ``<!-- pasted: manage_py_shell -->`` needs its page's settings: it runs in a
+real ``manage.py shell`` (tests/test_docs_paste.py)."""
 
 import re
 import sys
@@ -12,13 +19,21 @@ import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+SHELL_BLOCK = re.compile(r"^<!-- pasted: manage_py_shell -->\n```python\n(.*?)^```", re.S | re.M)
+# the hosts a `manage.py shell` of a new startproject (DEBUG = True, ALLOWED_HOSTS = [])
+# answers
+SHELL_HOSTS = [".localhost", "127.0.0.1", "[::1]"]
 # Settings examples are marked by their first line and checked apart (below).
 SKIP_MARKERS = ("# settings.py",)
 
 
 def pages():
     for path in sorted(DOCS.rglob("*.md")):
-        blocks = [b for b in BLOCK.findall(path.read_text()) if not b.startswith(SKIP_MARKERS)]
+        text = path.read_text()
+        shell = set(SHELL_BLOCK.findall(text))
+        blocks = [
+            b for b in BLOCK.findall(text) if not b.startswith(SKIP_MARKERS) and b not in shell
+        ]
         if blocks:
             yield pytest.param(path, blocks, id=str(path.relative_to(DOCS)))
 
@@ -26,15 +41,23 @@ def pages():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path, blocks", list(pages()))
 def test_docs_examples_run(path, blocks):
-    # a real module, so classes defined in the examples (agents) import by dotted path
+    from django.test import override_settings
+
+    # a real module, so classes defined in the examples (agents) import by dotted path: a
+    # page's agents are a module of the project (the pages say so)
     name = "docs_" + re.sub(r"\W", "_", str(path.relative_to(DOCS).with_suffix("")))
-    module = types.ModuleType(name)
-    sys.modules[name] = module
-    try:
-        for code in blocks:
-            exec(compile(code, str(path), "exec"), module.__dict__)
-    finally:
-        sys.modules.pop(name, None)
+    for paste in ("first", "second"):
+        module = types.ModuleType(name)
+        sys.modules[name] = module
+        try:
+            with override_settings(ALLOWED_HOSTS=SHELL_HOSTS):
+                for code in blocks:
+                    try:
+                        exec(compile(code, str(path), "exec"), module.__dict__)
+                    except Exception as exc:
+                        raise AssertionError(f"the {paste} paste of {path.name}: {exc!r}") from exc
+        finally:
+            sys.modules.pop(name, None)
 
 
 SETTINGS_MARKER = "# settings.py"
@@ -70,8 +93,10 @@ def test_docs_settings_examples_pass_the_system_checks(path, block, monkeypatch)
         "__name__": "docs_settings",
         "INSTALLED_APPS": ["django.contrib.admin", "django.contrib.auth"],
         "MIDDLEWARE": ["django.middleware.common.CommonMiddleware"],
-        "LLMCHAT": {},  # the quickstart's, which a block may add to
     }
+    # the quickstart's settings first, which a block adds to
+    quickstart = next(b for b in BLOCK.findall((DOCS / "quickstart.md").read_text()))
+    exec(compile(quickstart, "quickstart.md", "exec"), namespace)
     exec(compile(block, str(path), "exec"), namespace)
     if "LLMCHAT" in namespace:
         with override_settings(LLMCHAT=namespace["LLMCHAT"]):

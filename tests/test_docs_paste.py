@@ -1,8 +1,13 @@
 """The docs' blocks meant to be pasted run as pasted, in a project nobody prepared.
 
 * A fresh ``django-admin startproject`` (in a temporary folder) gets docs/quickstart.md's
-  ``# settings.py`` block pasted at the end of its settings; every other ``# settings.py``
-  block of the docs is then pasted after it (each on its own) and must run.
+  first ``# settings.py`` block (the offline model) pasted at the end of its settings;
+  every other ``# settings.py`` block of the docs is then pasted after it (each on its
+  own) and must run; and all of them pasted one after the other, in the order of the
+  pages in mkdocs.yml, into one settings file: each adds to the settings before it, none
+  erases what an earlier one set.
+* A ``python`` block after ``<!-- pasted: manage_py_shell -->`` runs in
+  ``python manage.py shell -c`` of the project (a plain shell, no test runner), twice.
 * A block whose first line names a file (``# conftest.py``, ``# pytest.ini``) is written
   to that file of the project; a ``bash`` block after ``<!-- pasted: shell -->`` runs there
   (``python`` being this interpreter): docs/quickstart.md's ``migrate``, docs/testing.md's
@@ -45,8 +50,8 @@ def blocks(page: str) -> list[tuple[str | None, str, str]]:
 
 
 def quickstart_settings() -> str:
-    (block,) = [b for _m, lang, b in blocks("quickstart.md") if b.startswith("# settings.py")]
-    return block
+    """The quickstart's first settings block: the offline model."""
+    return next(b for _m, _lang, b in blocks("quickstart.md") if b.startswith("# settings.py"))
 
 
 def environment(project: Path) -> dict[str, str]:
@@ -98,6 +103,11 @@ def paste(page: str, project: Path) -> list[str]:
         elif mark == "shell":
             assert lang == "bash"
             outputs.append(run(text, project).stdout)
+        elif mark == "manage_py_shell":
+            assert lang == "python"
+            for _ in range(2):  # pasted twice: no fixed name or id gets in the way
+                shell = [sys.executable, "manage.py", "shell", "-v", "0", "-c", text]
+                outputs.append(run(shell, project).stdout)
     return outputs
 
 
@@ -107,9 +117,14 @@ def project(tmp_path_factory) -> Path:
 
 
 def test_quickstart_settings_and_commands_in_a_fresh_project(project):
+    """The quickstart as a newcomer follows it: its settings, migrate, and an offline ask
+    in ``manage.py shell`` that answers (no key, no network but the loopback)."""
     outputs = paste("quickstart.md", project)
     assert outputs, "docs/quickstart.md has no block marked <!-- pasted: shell -->"
     assert "django_llmchat" in outputs[0]  # migrate applied the app's migrations
+    asked = [m for m, lang, _t in blocks("quickstart.md") if m == "manage_py_shell"]
+    assert asked, "docs/quickstart.md has no offline ask (<!-- pasted: manage_py_shell -->)"
+    assert "offline demo model" in outputs[-1], outputs[-1]  # the demo model answered
     run([sys.executable, "manage.py", "check", "--fail-level", "WARNING"], project)
 
 
@@ -157,6 +172,64 @@ def test_every_settings_block_pastes_after_the_quickstart(
     assert {"django.contrib.admin", "django.contrib.auth", "django_llmchat"} <= set(apps)
     assert len(set(apps)) == len(apps), apps  # an app listed twice stops Django
     assert isinstance(namespace["LLMCHAT"], dict)
+
+
+def pages_in_reading_order() -> list[str]:
+    """The docs' pages as mkdocs.yml's nav lists them, then any page it does not list."""
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    nav = re.findall(r"^\s*- (?:[^:\n]+: )?([\w/.-]+\.md)$", mkdocs, re.M)
+    rest = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    return nav + [page for page in rest if page not in nav]
+
+
+def kept(namespace: dict) -> set[tuple]:
+    """What the settings hold so far: each dict setting's keys (two levels deep: the names
+    in ``LLMCHAT["PROVIDERS"]`` among them), each list setting's items."""
+    held = set()
+    for name, value in namespace.items():
+        if not name.isupper():
+            continue
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                held.add((name, key))
+                if isinstance(inner, dict):
+                    held.update((name, key, k) for k in inner)
+        elif isinstance(value, list | tuple):
+            held.update((name, "item", item) for item in value if isinstance(item, str))
+    return held
+
+
+def test_all_settings_blocks_pasted_in_order_keep_what_came_before(
+    startproject_settings, monkeypatch
+):
+    """Every settings block of the docs, pasted one after the other at the end of one
+    settings.py (the quickstart's first), adds its keys: none erases a setting, an
+    ``LLMCHAT`` key or a provider an earlier block set."""
+
+    class Environment(dict):
+        def __missing__(self, key):
+            return "set-in-the-environment"
+
+    monkeypatch.setattr(os, "environ", Environment(os.environ))
+    namespace: dict = {"__file__": "/srv/mysite/mysite/settings.py", "__name__": "settings"}
+    exec(compile(startproject_settings, "settings.py", "exec"), namespace)
+    pasted = [("quickstart.md", quickstart_settings())]
+    for page in pages_in_reading_order():
+        pasted += [
+            (page, text)
+            for _m, lang, text in blocks(page)
+            if lang == "python" and text.startswith("# settings.py") and text not in pasted[0]
+        ]
+    assert len(pasted) > 20, pasted
+    lost = []
+    for page, text in pasted:
+        before = kept(namespace)
+        exec(compile(text, f"docs/{page}", "exec"), namespace)
+        gone = before - kept(namespace)
+        lost += [f"docs/{page} erases {'/'.join(map(str, key))}" for key in sorted(gone, key=str)]
+    assert not lost, "\n".join(lost)
+    llmchat = namespace["LLMCHAT"]
+    assert "demo" in llmchat["PROVIDERS"] and "OPENTELEMETRY" in llmchat, llmchat
 
 
 def test_the_plain_javascript_recipe_runs_in_node(live_api):

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from django_llmchat.agents import Agent, interrupt
 from django_llmchat.context import Context
-from django_llmchat.errors import StructuredOutputError
+from django_llmchat.errors import ArgumentError, StructuredOutputError
 from django_llmchat.events import (
     GuardrailModification,
     GuardrailTripwire,
@@ -422,3 +422,25 @@ def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
     assert not Chat.objects.get(pk=chat.pk).interrupt("nothing is running")
     fake_llm.script(Reply("resumed"))
     assert chat.complete().content == "resumed"
+
+
+@pytest.mark.django_db
+def test_an_agent_defined_in_a_shell_is_refused_naming_where_it_must_live():
+    """A class pasted into ``manage.py shell`` (or defined in a function) has a dotted
+    path nothing can import: ``start_chat`` says so before a chat is stored, instead of
+    a worker failing later with "cannot import agent"."""
+    shell: dict = {"__name__": "__main__"}
+    exec(
+        "from django_llmchat.agents import Agent\n"
+        "class Pasted(Agent):\n"
+        "    model = 'gpt-4.1-mini'\n",
+        shell,
+    )
+
+    class Local(Agent):
+        model = "gpt-4.1-mini"
+
+    for agent in (shell["Pasted"], Local):
+        with pytest.raises(ArgumentError, match=r"define the class in a module of your project"):
+            agent.start_chat()
+    assert not Chat.objects.exists()
