@@ -1017,6 +1017,8 @@ def test_the_branch_switcher_is_a_readable_tappable_control(
         start_fake_chat(page)
         fake_llm.script("A first answer.")
         send(page, "A question")
+        # the reply drawn (not only the page idle before the send), then regenerated
+        page.locator("#transcript").get_by_text("A first answer.").wait_for(timeout=30_000)
         wait_idle(page)
         fake_llm.script("A second answer.")
         regenerate(page)
