@@ -447,6 +447,21 @@ def measure(sides: dict[str, int], n: int) -> dict[str, dict[str, list[float]]]:
     return times
 
 
+def range_rows(name: str) -> tuple[int, int]:
+    """How many usage rows the dashboard's day and month read on database ``name``."""
+    from django.utils import timezone
+
+    from django_llmchat.models import Usage
+
+    use(name)
+    day = timezone.localdate() - timedelta(days=30)
+    rows = Usage.objects.filter(created_at__date__lte=day)
+    return (
+        rows.filter(created_at__date__gte=day).count(),
+        rows.filter(created_at__date__gte=day - timedelta(days=29)).count(),
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -467,8 +482,7 @@ def main() -> None:
                 continue
             figures = build(database, name, chats, mpc)
             print(
-                f"{name}: built in {figures['seconds']:.0f} s, "
-                f"{figures['bytes'] / 2**30:.2f} GiB",
+                f"{name}: built in {figures['seconds']:.0f} s, {figures['bytes'] / 2**30:.2f} GiB",
                 file=sys.stderr,
             )
         for name in sides:
@@ -479,15 +493,21 @@ def main() -> None:
                 f"{found['bytes'] / 2**30:.2f} GiB"
             )
         times = measure(sides, args.n)
-        print(f"\n{'operation':18s} {'p50 small':>10s} {'p95 small':>10s} "
-              f"{'p50 large':>10s} {'p95 large':>10s} {'ratio p50':>9s}  (ms)")
+        print(
+            f"\n{'operation':18s} {'p50 small':>10s} {'p95 small':>10s} "
+            f"{'p50 large':>10s} {'p95 large':>10s} {'ratio p50':>9s} {'ratio p95':>9s}  (ms)"
+        )
         for label, by_side in times.items():
             a, b = by_side[small], by_side[large]
             p50a, p50b = statistics.median(a), statistics.median(b)
             print(
                 f"{label:18s} {p50a:10.2f} {percentile(a, 0.95):10.2f} "
-                f"{p50b:10.2f} {percentile(b, 0.95):10.2f} {p50b / p50a:9.2f}"
+                f"{p50b:10.2f} {percentile(b, 0.95):10.2f} {p50b / p50a:9.2f} "
+                f"{percentile(b, 0.95) / percentile(a, 0.95):9.2f}"
             )
+        for name in sides:
+            day, month = range_rows(name)
+            print(f"{name}: usage rows in the dashboard's day {day:,}, month {month:,}")
         if not has_search():
             print("search: not measured (the API has no chat search)")
         print(f"load: {os.getloadavg()}")

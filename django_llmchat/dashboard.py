@@ -5,8 +5,8 @@ status and chat, aggregated in the database.
 models, the users, the chats: each a ``GROUP BY`` over the rows of the date range, the
 ``llmchat_usage_created_idx`` index, the names of the top users and chats read for those
 rows alone; and the ratings given in the range, by the rated reply's model): their time
-follows the rows of the range, not the size of the tables. Everything else (provider and status totals, cache savings, empty
-periods) is worked out from those few grouped rows.
+follows the rows of the range, not the size of the tables. Everything else (provider and
+status totals, cache savings, empty periods) is worked out from those few grouped rows.
 """
 
 from __future__ import annotations
