@@ -3,9 +3,10 @@ status and chat, aggregated in the database.
 
 :func:`usage_summary` runs FIVE queries whatever the number of usage rows (the periods, the
 models, the users, the chats: each a ``GROUP BY`` over the rows of the date range, the
-``llmchat_usage_created_idx`` index; and the ratings given in the range, by the rated
-reply's model). Everything else (provider and status totals, cache savings, empty
-periods) is worked out from those few grouped rows.
+``llmchat_usage_created_idx`` index, the names of the top users and chats read for those
+rows alone; and the ratings given in the range, by the rated reply's model): their time
+follows the rows of the range, not the size of the tables. Everything else (provider and
+status totals, cache savings, empty periods) is worked out from those few grouped rows.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
-from .models import Feedback, Usage
+from .models import Chat, Feedback, Usage
 from .pricing import model_pricing
 
 __all__ = ["PERIODS", "DashboardFilters", "UsageSummary", "usage_summary"]
@@ -218,29 +219,29 @@ def usage_summary(
         by_status.append({"status": "pending", "attempts": pending})
 
     # 3. by user: the rows' own user id (the ledger's), whether the user is still there
-    username = f"user__{get_user_model().USERNAME_FIELD}"
+    # the names are subqueries: PostgreSQL reads them for the ``top`` rows alone, after the
+    # sort, not by joining every user (or, below, every chat) to the rows of the range
+    users = get_user_model()._default_manager.filter(pk=OuterRef("user")).order_by()
     by_user = [
-        {"user_id": row["user"], "username": row[username], **_clean(row)}
-        for row in rows.values("user", username)
+        {"user_id": row["user"], "username": row["username"], **_clean(row)}
+        for row in rows.values("user")
         .annotate(**_sums())
+        .annotate(username=Subquery(users.values(get_user_model().USERNAME_FIELD)[:1]))
         .order_by(F("cost").desc(nulls_last=True), "user")[:top]
     ]
 
     # 4. the most expensive chats, deleted ones with the title their rows kept
+    chats = Chat.objects.filter(pk=OuterRef("chat")).order_by()
     top_chats = [
         {
             "chat_id": row["chat"],
-            "title": row["live_title"] if row["live"] is not None else row["kept_title"],
-            "deleted": row["live"] is None,
+            "title": row["live_title"] if row["live_title"] is not None else row["kept_title"],
+            "deleted": row["live_title"] is None,
             **_clean(row),
         }
         for row in rows.values("chat")
-        .annotate(
-            live=Max("chat__created_at"),
-            live_title=Max("chat__title"),
-            kept_title=Max("chat_title"),
-        )
-        .annotate(**_sums())
+        .annotate(kept_title=Max("chat_title"), **_sums())
+        .annotate(live_title=Subquery(chats.values("title")[:1]))
         .order_by(F("cost").desc(nulls_last=True), "-chat")[:top]
     ]
     # 5. ratings given in the range, by the model of the rated reply

@@ -89,14 +89,15 @@ def policy_for(user: Any) -> Policy | None:
     return _policy(resolver(user), base)
 
 
-def _policies(base: Policy) -> dict[Policy, list[Any]]:
-    """The users of chats by their policy (``None`` in the default's list: no user)."""
+def _policies(base: Policy) -> dict[Policy, list[Any] | None]:
+    """The users of chats by their policy (``None`` in the default's list: no user; the
+    list ``None``: every chat, there being no ``RETENTION_FOR``)."""
     resolver = _resolver()
+    if resolver is None:  # one policy for all: no list of users (its time follows them)
+        return {base: None}
     user_ids = list(
         Chat.objects.order_by().values_list("user_id", flat=True).distinct()
     )  # llmchat_chat_user_idx
-    if resolver is None:
-        return {base: user_ids}
     found: dict[Policy, list[Any]] = defaultdict(list)
     found[base]  # noqa: B018 (chats without a user follow the default)
     users = get_user_model()._default_manager
@@ -109,6 +110,15 @@ def _policies(base: Policy) -> dict[Policy, list[Any]]:
     return found
 
 
+def _user_chunks(user_ids: list[Any] | None):
+    """The users' ids in chunks (``None``: one pass over every chat)."""
+    if user_ids is None:
+        yield None
+        return
+    for start in range(0, max(len(user_ids), 1), _CHUNK):
+        yield user_ids[start : start + _CHUNK]
+
+
 def due(now: datetime | None = None) -> list[Due]:
     """The chats the retention would delete or anonymise now, oldest first."""
     base = default_policy()
@@ -118,15 +128,18 @@ def due(now: datetime | None = None) -> list[Due]:
     found: list[Due] = []
     columns = ("pk", "user_id", "title", "updated_at", "retention_days")
     for policy, user_ids in _policies(base).items():
-        for start in range(0, max(len(user_ids), 1), _CHUNK):
-            chunk = user_ids[start : start + _CHUNK]
-            of_users = Chat.objects.filter(user_id__in=[pk for pk in chunk if pk is not None])
-            if None in chunk:
-                of_users = of_users | Chat.objects.filter(user__isnull=True)
+        for chunk in _user_chunks(user_ids):
+            if chunk is None:
+                of_users = Chat.objects.all()
+            else:
+                of_users = Chat.objects.filter(user_id__in=[pk for pk in chunk if pk is not None])
+                if None in chunk:
+                    of_users = of_users | Chat.objects.filter(user__isnull=True)
             if policy.action == ANONYMISE:
                 of_users = of_users.filter(anonymised_at__isnull=True)
             of_users = idle(of_users).order_by()
-            # chats with days of their own (few), then the others by the policy's days
+            # chats with days of their own (few: llmchat_chat_own_days_idx), then the
+            # others by the policy's days (llmchat_chat_updated_idx)
             candidates = list(of_users.filter(retention_days__isnull=False).values_list(*columns))
             if policy.days is not None:
                 candidates += of_users.filter(

@@ -4,6 +4,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -103,6 +104,40 @@ def test_the_query_count_is_the_same_for_100_and_100000_rows(admin_client):
     large, html = dashboard_queries(admin_client)
     assert small == large
     assert "100,000" in html  # the attempts card
+
+
+def test_the_top_users_and_chats_read_names_for_the_top_rows_alone():
+    """The users' and chats' queries join no table: a name is a subquery PostgreSQL runs
+    for the ``top`` rows after the sort, so their time follows the rows of the range, not
+    the size of the chat and user tables (a join hashed every chat: see the Scale figures
+    of docs/benchmarks.md)."""
+    make_usage(300)
+    for chat in Chat.objects.all():  # the rows of each chat are its user's
+        Usage.objects.filter(chat=chat).update(user_id=chat.user_id)
+    today = timezone.localdate()
+    with CaptureQueriesContext(connection) as ctx:
+        summary = usage_summary(today - timedelta(days=29), today, "day", top=3)
+    user_sql, chat_sql = ctx.captured_queries[2]["sql"], ctx.captured_queries[3]["sql"]
+    for sql, table in ((user_sql, "auth_user"), (chat_sql, Chat._meta.db_table)):
+        assert table in sql and "JOIN" not in sql.upper(), sql
+    assert {r["username"] for r in summary.by_user} == {
+        u.username for u in get_user_model().objects.all()
+    }
+    assert len(summary.top_chats) == 3
+    assert {c["title"] for c in summary.top_chats} <= {f"chat {i}" for i in range(4)}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + chat_sql)
+            plan = cursor.fetchone()[0][0]["Plan"]
+
+        def subplans(node):
+            if node.get("Parent Relationship") == "SubPlan":
+                yield node
+            for child in node.get("Plans", []):
+                yield from subplans(child)
+
+        # the title subquery ran once per listed chat, after the LIMIT
+        assert [node["Actual Loops"] for node in subplans(plan)] == [3]
 
 
 def test_usage_summary_runs_five_queries_and_adds_up():

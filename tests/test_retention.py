@@ -233,3 +233,56 @@ def test_a_chat_with_days_of_its_own_is_listed_by_them(fake_llm, alice):
     assert retention.due(now - timedelta(days=2)) == []
     assert [d.days for d in retention.due(now)] == [2]
     assert Chat.objects.filter(pk=chat.pk).exists()
+
+
+def test_one_policy_for_all_finds_the_due_chats_in_two_indexed_queries(fake_llm, django_user_model):
+    """Without ``RETENTION_FOR`` the pass lists no users: two queries whatever their
+    number (the chats with days of their own, the others by the policy's days), each on an
+    index of its own, so its time follows the chats due, not the table (see the Scale
+    figures of docs/benchmarks.md)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    configure(fake_llm, {}, RETENTION={"days": 30})
+    now = timezone.now()
+
+    def chats_of(users):
+        for user in users:
+            old = Chat.objects.create(user=user, title="old")
+            Chat.objects.create(user=user, title="new")
+            Chat.objects.filter(pk=old.pk).update(updated_at=now - timedelta(days=31))
+        return [c for c in Chat.objects.filter(title="old").values_list("pk", flat=True)]
+
+    def counted():
+        with CaptureQueriesContext(connection) as ctx:
+            found = retention.due(now)
+        return {d.chat_id for d in found}, ctx.captured_queries
+
+    few = django_user_model.objects.bulk_create(
+        django_user_model(username=f"few{i}") for i in range(3)
+    )
+    old = chats_of(few)
+    own = Chat.objects.create(user=None, title="own days", retention_days=1)
+    Chat.objects.filter(pk=own.pk).update(updated_at=now - timedelta(days=2))
+    found, small = counted()
+    assert found == {*old, own.pk} and len(small) == 2
+    many = django_user_model.objects.bulk_create(
+        django_user_model(username=f"many{i}")
+        for i in range(600)  # more than a chunk
+    )
+    old = chats_of(many)
+    found, large = counted()
+    assert found == {*old, own.pk} and len(large) == 2
+    assert all("DISTINCT" not in q["sql"] and 'user_id" IN' not in q["sql"] for q in large)
+    if connection.vendor == "postgresql":  # the indexes serve the two queries
+        used = []
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_seqscan = off")
+            try:
+                for query in large:
+                    cursor.execute("EXPLAIN " + query["sql"])
+                    used.append(" ".join(row[0] for row in cursor.fetchall()))
+            finally:
+                cursor.execute("RESET enable_seqscan")
+        assert "llmchat_chat_own_days_idx" in used[0], used[0]
+        assert "llmchat_chat_updated_idx" in used[1], used[1]

@@ -575,6 +575,13 @@ class Chat(AbstractChat):
         indexes = [
             models.Index(fields=["user", "-updated_at"], name="llmchat_chat_user_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_chat_model_idx"),
+            # the retention pass: chats idle for longer than the days, those with their own
+            models.Index(fields=["updated_at"], name="llmchat_chat_updated_idx"),
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(retention_days__isnull=False),
+                name="llmchat_chat_own_days_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
