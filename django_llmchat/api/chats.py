@@ -31,7 +31,7 @@ from .pagination import ChatCursorPagination, RunCursorPagination
 from .permissions import chats_for
 from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE, SWITCH_RULES
 from .schema import document
-from .search import SEARCH_PARAMETER, ChatSearchSerializer, search_page
+from .search import PAGE_PARAMETER, SEARCH_PARAMETER, ChatSearchSerializer, search_page
 from .serializers import (
     BranchSwitchSerializer,
     ChatSerializer,
@@ -81,7 +81,7 @@ class ChatViewSet(
         summary="List your chats",
         description="Most recently updated first; with `search`, the chats matching its "
         "words, best first, each with `match`.",
-        parameters=[SEARCH_PARAMETER],
+        parameters=[SEARCH_PARAMETER, PAGE_PARAMETER],
         responses={200: ChatSearchSerializer(many=True), 400: ERROR},
     )
     def list(self, request, *args, **kwargs):
@@ -111,6 +111,10 @@ class ChatViewSet(
     @document(summary="Delete a chat", responses={204: None, 404: ERROR, 409: ERROR})
     def destroy(self, request, *args, **kwargs):
         return super().destroy(request, *args, **kwargs)
+
+    def get_serializer_class(self):
+        # the list's items carry ``match`` (null without ``search``)
+        return ChatSearchSerializer if self.action == "list" else ChatSerializer
 
     def perform_create(self, serializer):
         serializer.save(user=self.request.user)

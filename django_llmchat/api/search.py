@@ -18,7 +18,13 @@ from ..search import SearchUnavailable, search_chats, snippet, words_of
 from .pagination import page_size
 from .serializers import ChatSerializer
 
-__all__ = ["SEARCH_PARAMETER", "ChatSearchSerializer", "SearchPagination", "search_page"]
+__all__ = [
+    "PAGE_PARAMETER",
+    "SEARCH_PARAMETER",
+    "ChatSearchSerializer",
+    "SearchPagination",
+    "search_page",
+]
 
 SEARCH_PARAMETER = OpenApiParameter(
     "search",
@@ -29,6 +35,13 @@ SEARCH_PARAMETER = OpenApiParameter(
     "`match` (the message that matched and a plain-text snippet of it). PostgreSQL "
     "stems the words in `LLMCHAT['SEARCH']['language']`; pages with `page`. A 400 when "
     "message content is encrypted at rest (`LLMCHAT['ENCRYPTION_KEYS']`).",
+)
+
+PAGE_PARAMETER = OpenApiParameter(
+    "page",
+    int,
+    OpenApiParameter.QUERY,
+    description="With `search`: the page of results (from 1; `next`/`previous` link them).",
 )
 
 
@@ -69,7 +82,8 @@ class SearchPagination(BasePagination):
 MATCH_SCHEMA = {
     "type": "object",
     "nullable": True,
-    "description": "Present in search results: the best matching message (null when only "
+    "description": "In search results (null in the list without `search`): the best "
+    "matching message (null when only "
     "the title matched) and a plain-text snippet of it, and the rank (higher is better).",
     "properties": {
         "message": {"type": "integer", "nullable": True},
@@ -89,6 +103,8 @@ class ChatSearchSerializer(ChatSerializer):
 
     @extend_schema_field(MATCH_SCHEMA)
     def get_match(self, obj) -> dict | None:
+        if not hasattr(obj, "search_rank"):  # the list without a search
+            return None
         found = getattr(obj, "search_message_id", None)
         contents = self.context.get("search_contents", {})
         words = self.context.get("search_words", [])
