@@ -94,21 +94,19 @@ def _fts_available(alias: str) -> bool:
         return cursor.fetchone() is not None
 
 
-def search_chats(queryset, text: str):
+def search_chats(queryset, text: str, *, messages, encrypted: bool):
     """``queryset`` (chats) narrowed to those matching ``text``, best first, annotated with
-    ``search_rank`` (higher is better) and ``search_message_id``."""
-    from .models.protected import configured_keys
-
+    ``search_rank`` (higher is better) and ``search_message_id``. ``messages`` is the
+    message model; ``encrypted``: whether content is encrypted at rest (search is off)."""
+    Message = messages
     words = words_of(text)
     if not words:
         raise ArgumentError("a search needs at least one word (letters or digits)")
-    if configured_keys():
+    if encrypted:
         raise SearchUnavailable(
             "Search is off: LLMCHAT['ENCRYPTION_KEYS'] encrypts message content at rest, "
             "and no index holds the words of encrypted text."
         )
-    from .models import Message
-
     alias = queryset.db
     vendor = connections[alias].vendor
     chat_table = connections[alias].ops.quote_name(queryset.model._meta.db_table)

@@ -14,7 +14,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from ..errors import ArgumentError
 from ..models import Message
-from ..search import SearchUnavailable, search_chats, snippet, words_of
+from ..search import SearchUnavailable, snippet, words_of
 from .pagination import page_size
 from .serializers import ChatSerializer
 
@@ -118,7 +118,7 @@ class ChatSearchSerializer(ChatSerializer):
 def search_page(view, request, queryset, text: str) -> Response:
     """The response of ``chats/?search=text`` over ``queryset`` (the user's chats)."""
     try:
-        found = search_chats(queryset, text)
+        found = queryset.search(text)
     except SearchUnavailable as exc:
         raise ValidationError({"search": [str(exc)]}) from None
     except ArgumentError as exc:

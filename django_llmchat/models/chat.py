@@ -118,9 +118,10 @@ class ChatQuerySet(models.QuerySet):
         search without a word and :class:`~django_llmchat.search.SearchUnavailable` when
         message content is encrypted at rest."""
         from ..search import search_chats
+        from .protected import configured_keys
 
         queryset = self if user is _ANY_USER else self.filter(user=user)
-        return search_chats(queryset, words)
+        return search_chats(queryset, words, messages=Message, encrypted=bool(configured_keys()))
 
 
 class AbstractChat(models.Model):
