@@ -213,6 +213,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
         )
     errors.extend(_check_limits(merged))
     errors.extend(_check_retention(merged))
+    errors.extend(_check_search(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -503,6 +504,20 @@ def _check_limits(merged: dict[str, Any]) -> list:
             )
         )
     return errors
+
+
+def _check_search(merged: dict[str, Any]) -> list:
+    from .search import setting_errors
+
+    return [
+        Error(
+            f"LLMCHAT['SEARCH']: {problem}.",
+            hint="Set LLMCHAT['SEARCH'] = {'language': 'english'} (a PostgreSQL text "
+            "search configuration: SELECT cfgname FROM pg_ts_config), or None.",
+            id="llmchat.E063",
+        )
+        for problem in setting_errors(merged["SEARCH"])
+    ]
 
 
 def _check_retention(merged: dict[str, Any]) -> list:

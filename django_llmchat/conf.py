@@ -111,6 +111,10 @@ DEFAULTS: dict[str, Any] = {
     # REDACT_STORED also applies it before messages and tool calls are stored.
     "REDACT": None,
     "REDACT_STORED": False,
+    # Full-text search (django_llmchat.search): {"language": "english"}, the PostgreSQL
+    # text search configuration the message index is built with (read when migration 0018
+    # runs) and searches are parsed with. None: the default, "english".
+    "SEARCH": None,
     # Encryption at rest (needs the extra [encryption]): Fernet keys, the first encrypts,
     # every one decrypts (rotation; ``manage.py llmchat_rotate_keys`` re-encrypts with the
     # first). Message content, reasoning and raw vendor bodies and tool call arguments are

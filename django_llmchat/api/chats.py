@@ -31,6 +31,7 @@ from .pagination import ChatCursorPagination, RunCursorPagination
 from .permissions import chats_for
 from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE
 from .schema import document
+from .search import PAGE_PARAMETER, SEARCH_PARAMETER, ChatSearchSerializer, search_page
 from .serializers import (
     BranchSwitchSerializer,
     ChatSerializer,
@@ -76,8 +77,16 @@ class ChatViewSet(
     def get_queryset(self):
         return chats_for(self.request.user).with_totals()
 
-    @document(summary="List your chats", responses={200: ChatSerializer(many=True), 400: ERROR})
+    @document(
+        summary="List your chats",
+        description="Most recently updated first; with `search`, the chats matching its "
+        "words, best first, each with `match`.",
+        parameters=[SEARCH_PARAMETER, PAGE_PARAMETER],
+        responses={200: ChatSearchSerializer(many=True), 400: ERROR},
+    )
     def list(self, request, *args, **kwargs):
+        if "search" in request.query_params:
+            return search_page(self, request, self.get_queryset(), request.query_params["search"])
         return super().list(request, *args, **kwargs)
 
     @document(summary="Create a chat", responses={201: ChatSerializer, 400: CHAT_RULES})
@@ -102,6 +111,10 @@ class ChatViewSet(
     @document(summary="Delete a chat", responses={204: None, 404: ERROR, 409: ERROR})
     def destroy(self, request, *args, **kwargs):
         return super().destroy(request, *args, **kwargs)
+
+    def get_serializer_class(self):
+        # the list's items carry ``match`` (null without ``search``)
+        return ChatSearchSerializer if self.action == "list" else ChatSerializer
 
     def perform_create(self, serializer):
         serializer.save(user=self.request.user)

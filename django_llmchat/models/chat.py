@@ -78,6 +78,9 @@ def _either_or_sum(a, b, field):
     return Coalesce(total, a, b, output_field=field)
 
 
+_ANY_USER = object()
+
+
 class ChatQuerySet(models.QuerySet):
     def with_totals(self):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
@@ -130,6 +133,19 @@ class ChatQuerySet(models.QuerySet):
 
     def for_user(self, user):
         return self.filter(user=user)
+
+    def search(self, words: str, user: Any = _ANY_USER):
+        """The chats whose title or one message (of any branch) holds every word of
+        ``words``, best first, with ``search_rank`` and ``search_message_id`` (the best
+        matching message, ``None`` when only the title matched). ``user=`` narrows them to
+        that user's chats. Raises :class:`~django_llmchat.errors.ArgumentError` for a
+        search without a word and :class:`~django_llmchat.search.SearchUnavailable` when
+        message content is encrypted at rest."""
+        from ..search import search_chats
+        from .protected import configured_keys
+
+        queryset = self if user is _ANY_USER else self.filter(user=user)
+        return search_chats(queryset, words, messages=Message, encrypted=bool(configured_keys()))
 
 
 class AbstractChat(models.Model):

@@ -194,7 +194,7 @@ def test_clients_generated_before_a_tool_read_the_chats_holding_it(
             assert isinstance(created.parsed, models.Chat)
             assert created.parsed.tools == NEW_TOOLS
             page = api.chats_list.sync(client=client, page_size=100)
-            assert isinstance(page, models.PaginatedChatList)
+            assert isinstance(page, models.PaginatedChatSearchList)
             listed = {chat.id: chat.tools for chat in page.results}
             assert listed[created.parsed.id] == NEW_TOOLS
             one = api.chats_retrieve.sync(client=client, id=created.parsed.id)

@@ -66,7 +66,10 @@ def test_chats_runs_usage_and_models_match_the_schema(api, chat, schema, fake_ll
     fake_llm.configure("openai", "gpt-4.1-mini")
     fake_llm.script("Hello!")
     chat.ask("Hi")
-    check(schema, "PaginatedChatList", api.get(url("chat-list")).json())
+    check(schema, "PaginatedChatSearchList", api.get(url("chat-list")).json())
+    found = api.get(url("chat-list"), {"search": "hello"}).json()
+    assert found["results"] and found["results"][0]["match"]["message"]
+    check(schema, "PaginatedChatSearchList", found)
     check(schema, "Chat", api.get(url("chat-detail", pk=chat.pk)).json())
     check(schema, "PaginatedRunList", api.get(url("chat-runs", pk=chat.pk)).json())
     check(schema, "Usage", api.get(url("chat-usage", pk=chat.pk)).json())
