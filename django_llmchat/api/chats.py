@@ -31,7 +31,13 @@ from .pagination import ChatCursorPagination, RunCursorPagination
 from .permissions import chats_for
 from .responses import CHAT_RULES, ERROR, KEY_REFUSED, SSE_RESPONSE
 from .schema import document
-from .search import PAGE_PARAMETER, SEARCH_PARAMETER, ChatSearchSerializer, search_page
+from .search import (
+    PAGE_PARAMETER,
+    SEARCH_PARAMETER,
+    ChatSearchSerializer,
+    checked_page,
+    search_page,
+)
 from .serializers import (
     BranchSwitchSerializer,
     ChatSerializer,
@@ -86,7 +92,14 @@ class ChatViewSet(
     )
     def list(self, request, *args, **kwargs):
         if "search" in request.query_params:
+            # the plain list's paging parameters are checked there too (a search pages
+            # with ``page``)
+            if request.query_params.get("from") not in (None, "start", "end"):
+                raise ValidationError({"from": ["must be 'start' or 'end'"]})
+            if "cursor" in request.query_params:
+                self.paginator.decode_cursor(request.query_params["cursor"])
             return search_page(self, request, self.get_queryset(), request.query_params["search"])
+        checked_page(request)  # a page only numbers a search's results, but is checked
         return super().list(request, *args, **kwargs)
 
     @document(summary="Create a chat", responses={201: ChatSerializer, 400: CHAT_RULES})

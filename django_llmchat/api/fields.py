@@ -63,6 +63,13 @@ class StrictCharField(serializers.CharField):
 
     default_error_messages = {"invalid": "must be a string"}
 
+    def run_validation(self, data=serializers.empty):
+        # the schema's maxLength is of the value sent, before surrounding whitespace is
+        # trimmed: a longer one is refused whatever it trims to
+        if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().run_validation(data)
+
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")

@@ -28,7 +28,8 @@ __all__ = [
 
 SEARCH_PARAMETER = OpenApiParameter(
     "search",
-    str,
+    # at least one word character (a search without a word is a 400)
+    {"type": "string", "pattern": r"\w"},
     OpenApiParameter.QUERY,
     description="Words (up to 16) that the chat's title or one of its messages (of any "
     "branch) holds, all of them: the chats found come best match first, each with "
@@ -39,10 +40,19 @@ SEARCH_PARAMETER = OpenApiParameter(
 
 PAGE_PARAMETER = OpenApiParameter(
     "page",
-    int,
+    {"type": "integer", "minimum": 1, "maximum": 999999},
     OpenApiParameter.QUERY,
     description="With `search`: the page of results (from 1; `next`/`previous` link them).",
 )
+
+
+def checked_page(request) -> int:
+    """The ``page`` of a search (1 when not given); a 400 naming ``page`` for anything but
+    a whole number from 1 to 999999."""
+    raw = request.query_params.get("page", "1")
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1):
+        raise ValidationError({"page": ["must be a whole number from 1 to 999999"]})
+    return int(raw)
 
 
 class SearchPagination(BasePagination):
@@ -55,10 +65,7 @@ class SearchPagination(BasePagination):
 
     def paginate_queryset(self, queryset, request, view=None):
         size = page_size(self, request)
-        raw = request.query_params.get(self.page_query_param, "1")
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1):
-            raise ValidationError({self.page_query_param: ["must be a whole number from 1"]})
-        number = int(raw)
+        number = checked_page(request)
         rows = list(queryset[(number - 1) * size : number * size + 1])
         url = request.build_absolute_uri()
         self._next = (

@@ -50,7 +50,7 @@ def test_search_pages(clients, users):
     seen = [r["id"] for r in first["results"] + second["results"]]
     assert sorted(seen) == sorted(c.pk for c in chats)
     assert clients.owner.get(url("chat-list"), {"search": "kumquat", "page": "0"}).json() == {
-        "page": ["must be a whole number from 1"]
+        "page": ["must be a whole number from 1 to 999999"]
     }
 
 
@@ -83,3 +83,11 @@ def test_the_schema_documents_search_and_match(clients):
     assert "page" in [p["name"] for p in operation["parameters"]]
     properties = schema["components"]["schemas"]["ChatSearch"]["properties"]
     assert set(properties["match"]["properties"]) == {"message", "snippet", "rank"}
+
+
+def test_the_plain_lists_paging_parameters_are_checked_beside_a_search(clients):
+    api = clients.owner
+    bad_from = api.get(url("chat-list"), {"search": "paris", "from": "middle"})
+    assert bad_from.status_code == 400 and "from" in bad_from.json()
+    bad_page = api.get(url("chat-list"), {"page": "0"})  # checked without a search too
+    assert bad_page.status_code == 400 and "page" in bad_page.json()
