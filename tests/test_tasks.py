@@ -3,6 +3,8 @@ worker died, task retries, cancellation and where the task runs (no broker neede
 
 from __future__ import annotations
 
+import sys
+import traceback
 from datetime import timedelta
 
 import pytest
@@ -356,6 +358,16 @@ def test_cancel_before_the_worker_starts(inline, monkeypatch):
     assert transcript(chat) == [("user", "Never mind")]
 
 
+def stacks_of_background_runs() -> str:
+    """Where each background run still going is, for a failure's message."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"{thread.name}:\n{''.join(traceback.format_stack(frames[thread.ident]))}"
+        for thread in list(tasks._threads)
+        if thread.ident in frames
+    )
+
+
 class Strict(Guardrail):
     id = "strict"
 
@@ -381,7 +393,7 @@ def test_background_thread_without_a_broker(fake_llm):
     assert in_process_mode() == "thread"
     chat = Chat.objects.create()
     chat.ask_later("Hi")
-    assert tasks.wait_for_background_runs(timeout=10)
+    assert tasks.wait_for_background_runs(timeout=60), stacks_of_background_runs()
     assert transcript(chat) == [("user", "Hi"), ("assistant", "From a thread.")]
 
 
