@@ -130,7 +130,7 @@ def results() -> dict[str, tuple[str, str]]:
     found = {}
     for module in MODULES:
         meta = ROOT / "mutants" / "django_llmchat" / f"{module.replace('.', '/')}.py.meta"
-        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        codes = _exit_codes(meta)
         for mutant, code in codes.items():
             status = status_by_exit_code[code]
             if status in ("not checked", "skipped", "check was interrupted by user"):
@@ -141,6 +141,15 @@ def results() -> dict[str, tuple[str, str]]:
                 status = "killed"  # the tests failed (or the process crashed)
             found[mutant] = (function_of(mutant), status)
     return found
+
+
+def _exit_codes(meta: Path) -> dict[str, int]:
+    """A module's results; none when the file is missing or was cut off mid-write (mutmut
+    killed at the budget's end while writing it): its mutants then count as not run."""
+    try:
+        return json.loads(meta.read_text())["exit_code_by_key"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return {}
 
 
 def change(mutant: str) -> tuple[str, str]:
