@@ -50,6 +50,19 @@ def closed_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, An
     return result
 
 
+def ui_chat_request_rules(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """``POST ui/chat`` needs the new message: ``message``, or ``messages`` holding at least
+    it, unless the request regenerates (:class:`~django_llmchat.api.ui_requests.UIChatSerializer`)."""
+    component = result.get("components", {}).get("schemas", {}).get("UIChatRequest")
+    if component is not None:
+        component["anyOf"] = [
+            {"required": ["message"]},
+            {"required": ["messages"], "properties": {"messages": {"minItems": 1}}},
+            {"required": ["trigger"], "properties": {"trigger": {"const": "regenerate-message"}}},
+        ]
+    return result
+
+
 _PATH_PARAMETERS = {
     ("chats", "id"): "The chat's id.",
     ("chats", "call_id"): "The tool call's id, as the provider gave it.",

@@ -27,6 +27,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "django_llmchat.api.schema.closed_request_bodies",
+        "django_llmchat.api.schema.ui_chat_request_rules",
         "django_llmchat.api.schema.describe_path_parameters",
         "django_llmchat.api.event_schemas.describe_event_streams",
         "django_llmchat.api.schema.document_refusals",

@@ -44,7 +44,13 @@ class _MessageIdField(serializers.CharField):
 
 class UIMessageSerializer(serializers.Serializer):
     id = _MessageIdField(allow_blank=True, required=False)
-    role = serializers.ChoiceField(["user", "assistant", "system"])
+    role = serializers.ChoiceField(
+        ["user", "assistant"],
+        error_messages={
+            "invalid_choice": '"{input}" is not a role a client sends: "user" or "assistant" '
+            "(a client cannot send system messages)"
+        },
+    )
     parts = serializers.ListField(child=serializers.DictField(), allow_empty=True)
     metadata = serializers.JSONField(required=False, allow_null=True)
 

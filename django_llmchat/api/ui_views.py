@@ -146,7 +146,7 @@ class UIChatView(TransportView):
                 place = placement_of(chat, sent[:-1])
                 if not place.append:
                     parent = branches.ROOT if place.parent is None else place.parent
-        elif last["role"] == "assistant":
+        else:  # an assistant message: the answers to approval requests
             decisions = approvals_of(last)
             if not decisions:
                 raise ValidationError(
@@ -171,8 +171,6 @@ class UIChatView(TransportView):
                 run_calls=ui_messages.stored_calls(resumed.pk),
             )
             run["resume"] = resumed
-        else:
-            raise ValidationError({"messages": ["a client cannot send system messages"]})
         inline = UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
         if parent is None:
             admit(inline)

@@ -149,6 +149,17 @@ def test_schema_states_the_rules_it_can(clients):
     assert set(schema["components"]["schemas"][json_body]["properties"]) == {"content", "parent"}
     multipart = body["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert "attachments" in schema["components"]["schemas"][multipart]["properties"]
+    # ui/chat: the new message is required unless regenerating; no system messages
+    ui_chat = schema["components"]["schemas"]["UIChatRequest"]
+    assert {"required": ["message"]} in ui_chat["anyOf"]
+    assert {"required": ["messages"], "properties": {"messages": {"minItems": 1}}} in (
+        ui_chat["anyOf"]
+    )
+    role = schema["components"]["schemas"]["UIMessageRequest"]["properties"]["role"]
+    assert schema["components"]["schemas"][role["$ref"].rsplit("/", 1)[1]]["enum"] == [
+        "user",
+        "assistant",
+    ]
     # a 400 for requests the schema allows is said on the route
     for path, method in [
         ("/api/chats/", "post"),

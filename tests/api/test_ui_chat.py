@@ -288,6 +288,18 @@ def test_bad_bodies_are_400s_naming_the_field(api, chat, settings):
             },
             "messages",
         ),
+        (  # nor anywhere before the new message: the schema's role enum says so
+            {
+                "id": "ok",
+                "messages": [
+                    {"role": "system", "parts": [{"type": "text", "text": "x"}]},
+                    user("x"),
+                ],
+            },
+            "messages",
+        ),
+        ({"id": "ok", "message": {"role": "system", "parts": []}}, "message"),
+        ({"id": "ok"}, "messages"),
         ({"id": "ok", "messages": [{"role": "assistant", "parts": []}]}, "messages"),
         (
             {
@@ -314,6 +326,8 @@ def test_bad_bodies_are_400s_naming_the_field(api, chat, settings):
         # "<field>: <reason>", nested fields dotted ("messages.0.role: ...")
         named = response.content.decode().split(":")[0].split(".")[0]
         assert named == field, (body, response.content)
+        if "system" in str(body):
+            assert "a client cannot send system messages" in response.content.decode()
     assert Chat.objects.filter(client_id="ok").count() <= 1
 
 

@@ -587,6 +587,64 @@ def test_the_events_docs_javascript_receives_text(page):
     page.wait_for_function("window.__output.textContent.length > 10", timeout=20_000)
 
 
+def _section_javascript(page_name: str, heading: str) -> list[str]:
+    """The ``javascript`` blocks of one section (``### heading``) of a docs page."""
+    text = (ROOT / "docs" / page_name).read_text()
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n#", 1)[0]
+    return re.findall(r"^```javascript\n(.*?)^```", section, re.S | re.M)
+
+
+def test_the_frontends_docs_session_recipes_run_as_pasted(page):
+    """docs/frontends.md's same-origin recipes in a page signed in with Django's login: the
+    CSRF token from the ``csrftoken`` cookie lets a POST through (without it, ``403``), and
+    ``EventSource`` on ``events/`` follows the chat with the session cookie alone."""
+    if not os.environ.get("REDIS_URL"):
+        if IN_CI:
+            pytest.fail("REDIS_URL is not set but CI=true requires it")
+        pytest.skip("REDIS_URL not set: the events endpoint needs Redis")
+    create, follow = _section_javascript(
+        "frontends.md", "### Same origin: the session cookie and CSRF"
+    )
+    assert 'document.cookie.match(/csrftoken=' in create
+    assert "new EventSource(" in follow
+    log_in(page)
+    before = api_get(page, "/api/chats/?page_size=100")["results"]
+    # the same POST without the token is refused: the recipe's header is what lets it in
+    refused = page.evaluate(
+        "async () => (await fetch('/api/chats/', {method: 'POST',"
+        "  headers: {'Content-Type': 'application/json'},"
+        "  body: JSON.stringify({title: 'Trip'})})).status"
+    )
+    assert refused == 403
+    page.evaluate("(source) => new Function('return (async () => {' + source + '})();')()", create)
+    after = api_get(page, "/api/chats/?page_size=100")["results"]
+    made = [c for c in after if c["id"] not in {b["id"] for b in before}]
+    assert [c["title"] for c in made] == ["Trip"]
+    chat_id = made[0]["id"]
+    page.evaluate(
+        "([source, chatId]) => {"
+        "  window.__out = document.createElement('output');"
+        "  window.__source = new Function('chatId', 'out', source + '; return source;')("
+        "    chatId, window.__out);"
+        "}",
+        [follow, chat_id],
+    )
+    page.wait_for_function("window.__source.readyState === 1")  # following, before the run
+    status = page.evaluate(
+        "async (chatId) => {"
+        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  const r = await fetch(`/api/chats/${chatId}/messages/`, {method: 'POST',"
+        "    headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
+        "    body: JSON.stringify({content: 'Plan a trip'})});"
+        "  return r.status;"
+        "}",
+        chat_id,
+    )
+    assert status == 202
+    page.wait_for_function("window.__out.textContent.length > 10", timeout=20_000)
+    page.evaluate("window.__source.close()")
+
+
 def overflow(page) -> int:
     """How far the page is wider than the viewport, in CSS pixels (0: no side scroll)."""
     return page.evaluate(
