@@ -52,7 +52,7 @@ def closed_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, An
 
 def ui_chat_request_rules(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """``POST ui/chat`` needs the new message: ``message``, or ``messages`` holding at least
-    it, unless the request regenerates (:class:`~django_llmchat.api.ui_requests.UIChatSerializer`)."""
+    it, unless the request regenerates (``UIChatSerializer.validate``)."""
     component = result.get("components", {}).get("schemas", {}).get("UIChatRequest")
     if component is not None:
         component["anyOf"] = [
