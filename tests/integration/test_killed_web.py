@@ -71,10 +71,11 @@ class WebProcess:
             stderr=subprocess.STDOUT,
         )
         self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
+        # a loaded machine: its first answer (the URLconf and the app imported) can take seconds
+        deadline = time.monotonic() + 90
         while True:
             try:
-                httpx.get(f"{self.url}/api/models/", timeout=1)
+                httpx.get(f"{self.url}/api/models/", timeout=10)
                 break
             except httpx.HTTPError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
