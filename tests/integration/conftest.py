@@ -2,7 +2,8 @@
 
 Every test here needs ``REDIS_URL`` (the event streams, in its own database; the broker is
 its database 14 unless ``LLMCHAT_TEST_BROKER_URL`` names another, such as RabbitMQ's
-``amqp://guest:guest@127.0.0.1:5672//`` in CI's rabbitmq cell) and a database a worker process can share: PostgreSQL (``DATABASE_URL``).
+``amqp://guest:guest@127.0.0.1:5672//`` in CI's rabbitmq cell) and a database a worker
+process can share: PostgreSQL (``DATABASE_URL``).
 On the default in-memory SQLite the tests are skipped with that reason (a worker process
 cannot open another process's in-memory database); CI's PostgreSQL pass runs them all.
 
