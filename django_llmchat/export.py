@@ -20,6 +20,12 @@ chat's settings and totals and, per message of its path, its ``id`` and ``parent
 tree's links), ``created_at``, the fields of ``Message.to_dict()`` (role, content, tool
 calls with their arguments, the ``tool_call_id`` a result answers, thinking, tokens...),
 its ``cost`` in USD (from its usage rows) and the ``feedback`` ratings it got.
+
+A queryset is read 100 chats at a time. On PostgreSQL that is a server-side cursor, which
+lives in one server session: outside a transaction, a pooler in transaction mode
+(PgBouncer) may send each fetch to another server, where the cursor does not exist. The
+export therefore reads inside one transaction there, unless the database's
+``DISABLE_SERVER_SIDE_CURSORS`` is set (then each chunk is an ordinary query).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections, transaction
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from .models import Chat, Feedback, Message
@@ -202,10 +209,28 @@ def finetune_example(
     return example
 
 
+def _each_chat(chats: Iterable[Chat] | QuerySet) -> Iterator[Chat]:
+    """The chats of ``chats``; a queryset in chunks of 100, its server-side cursor (on
+    PostgreSQL) inside a transaction, so that a pooler cannot part it from its session."""
+    if not isinstance(chats, QuerySet):
+        yield from chats
+        return
+    connection = connections[chats.db]
+    if (
+        connection.vendor == "postgresql"
+        and not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        and not connection.in_atomic_block
+    ):
+        with transaction.atomic(using=chats.db):
+            yield from chats.iterator(chunk_size=100)
+    else:
+        yield from chats.iterator(chunk_size=100)
+
+
 def finetune_lines(chats: Iterable[Chat] | QuerySet, *, path=chat_path) -> Iterator[str]:
     """One JSON line (no newline) per chat of ``chats`` that holds a reply: its path
     (``path(chat)``, by default :func:`chat_path`) as a fine-tuning example."""
-    for chat in chats.iterator(chunk_size=100) if isinstance(chats, QuerySet) else chats:
+    for chat in _each_chat(chats):
         example = finetune_example(
             path(chat), tools=tool_definitions(chat), instructions=_instructions(chat)
         )
@@ -251,9 +276,7 @@ def transcripts_json(chats: Iterable[Chat] | QuerySet, *, path=chat_path) -> Ite
     """One JSON array of :func:`transcript_dict` per chat of ``chats``, in pieces to write
     or stream as they come (``"".join(...)`` is the whole document)."""
     yield "["
-    for index, chat in enumerate(
-        chats.iterator(chunk_size=100) if isinstance(chats, QuerySet) else chats
-    ):
+    for index, chat in enumerate(_each_chat(chats)):
         yield (
             ("," if index else "")
             + "\n"

@@ -64,6 +64,10 @@ DATABASES = {
         os.environ.get("DATABASE_URL") or "sqlite:///:memory:", conn_max_age=0
     )
 }
+# Behind PgBouncer in transaction mode (CI's pgbouncer cell, PGBOUNCER=1): each transaction
+# may run on another server session, so no server-side cursors (docs/deployment.md).
+if os.environ.get("PGBOUNCER"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 STATIC_URL = "/static/"
 MEDIA_ROOT = os.path.join(os.path.dirname(__file__), ".media")

@@ -282,3 +282,43 @@ def test_plain_json_from_the_command_and_the_admin(admin_client, tmp_path):
     assert "llmchat-transcripts.json" in response["Content-Disposition"]
     [data] = json.loads(b"".join(response.streaming_content))
     assert [m["content"] for m in data["messages"]] == ["Yo", "Hey"]
+
+
+@pytest.mark.parametrize("cursors_disabled", [False, True])
+def test_an_export_of_more_than_a_chunk_outside_a_transaction_keeps_its_cursor(
+    transactional_db, monkeypatch, cursors_disabled
+):
+    """Read 100 chats at a time with autocommit on, a second connection taking a server
+    session between two chunks: behind PgBouncer in transaction mode (CI's pgbouncer
+    cell) a server-side cursor opened outside a transaction is then lost ("cursor does
+    not exist"). The export reads in one transaction, or with ordinary queries where the
+    database's DISABLE_SERVER_SIDE_CURSORS is set."""
+    import psycopg
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("server-side cursors are PostgreSQL's")
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", cursors_disabled)
+    Chat.objects.bulk_create([Chat(title=f"export {i}") for i in range(130)])
+    assert not connection.in_atomic_block
+    seen = []
+
+    def path(chat):
+        # a chunked read here is either inside a transaction or not server-side at all
+        seen.append((chat.title, connection.in_atomic_block))
+        return []
+
+    other = psycopg.connect(**connection.get_connection_params())
+    try:
+        pieces = transcripts_json(Chat.objects.order_by("pk"), path=path)
+        head = [next(pieces), next(pieces)]  # "[" and the first chat: a chunk read
+        assert '"export 0"' in head[1]
+        # another client in a transaction: a pooler hands it the idle server session
+        other.execute("SELECT 1")
+        exported = json.loads("".join(head) + "".join(pieces))
+    finally:
+        other.close()
+    assert [chat["title"] for chat in exported] == [f"export {i}" for i in range(130)]
+    assert [title for title, _ in seen] == [f"export {i}" for i in range(130)]
+    assert {in_transaction for _, in_transaction in seen} == {not cursors_disabled}
+    assert not connection.in_atomic_block

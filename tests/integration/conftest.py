@@ -1,7 +1,9 @@
 """Real Celery workers in other processes, on Redis, against the test database.
 
-Every test here needs ``REDIS_URL`` (the broker is its database 14, the event streams its
-own database) and a database a worker process can share: PostgreSQL (``DATABASE_URL``).
+Every test here needs ``REDIS_URL`` (the event streams, in its own database; the broker is
+its database 14 unless ``LLMCHAT_TEST_BROKER_URL`` names another, such as RabbitMQ's
+``amqp://guest:guest@127.0.0.1:5672//`` in CI's rabbitmq cell) and a database a worker
+process can share: PostgreSQL (``DATABASE_URL``).
 On the default in-memory SQLite the tests are skipped with that reason (a worker process
 cannot open another process's in-memory database); CI's PostgreSQL pass runs them all.
 
@@ -36,7 +38,7 @@ from tests.conftest import require_service
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER_START_TIMEOUT = 30.0
+WORKER_START_TIMEOUT = 60.0  # a loaded 2-core CI machine has taken over 30 s
 
 
 def redis_db_url(url: str, db: int) -> str:
@@ -210,7 +212,7 @@ def services(fake_llm_server, django_db_setup, django_db_blocker):
         TOOL_MODULES=["tests.integration.tools"],
     )
     found = Services(
-        broker_url=redis_db_url(url, 14),
+        broker_url=os.environ.get("LLMCHAT_TEST_BROKER_URL") or redis_db_url(url, 14),
         events_url=url,
         queue=f"llmchat-test-{session}",
         prefix=prefix,
@@ -233,11 +235,24 @@ def _cleanup_redis(found: Services) -> None:
     keys = list(events.scan_iter(match=f"{found.prefix}:*", count=1000))
     if keys:
         events.delete(*keys)
+    if not found.broker_url.startswith(("redis://", "rediss://")):
+        _cleanup_queues(found)
+        return
     broker = redis.Redis.from_url(found.broker_url)
     # this session's queues (all named after found.queue) and kombu's bindings of them
     keys = list(broker.scan_iter(match=f"*{found.queue}*", count=1000))
     if keys:
         broker.delete(*keys)
+
+
+def _cleanup_queues(found: Services) -> None:
+    """Delete this session's queues on an AMQP broker (every one is named after
+    ``found.queue``; a test may add a suffix)."""
+    names = {found.queue, *(worker.queue for worker in found.workers)}
+    with found.sender().connection_for_write() as conn:
+        channel = conn.default_channel
+        for name in names:
+            channel.queue_delete(name)
 
 
 @pytest.fixture(scope="session")
