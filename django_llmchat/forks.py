@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Prefetch
 
 from .errors import ArgumentError
 from .models import Attachment, Chat, Message, ToolCall
@@ -105,6 +106,14 @@ def path_to(chat: Chat, message: Any) -> list[int]:
     return path
 
 
+def _with_parts(messages):
+    """``messages`` with what a copy takes: tool calls (with their results), attachments."""
+    return messages.prefetch_related(
+        Prefetch("tool_calls", queryset=ToolCall.objects.select_related("result")),
+        "attachments",
+    )
+
+
 def _answered_prefix(messages: list[Message]) -> list[Message]:
     """``messages`` up to (not including) the first assistant message with a tool call
     whose result is not among them."""
@@ -124,7 +133,7 @@ def fork_chat(chat: Chat, message: Any) -> Chat:
 
     with transaction.atomic():
         wanted = path_to(chat, message)
-        loaded = {m.pk: m for m in Message.objects.filter(pk__in=wanted).transcript()}
+        loaded = {m.pk: m for m in _with_parts(Message.objects.filter(pk__in=wanted))}
         path = _answered_prefix([loaded[pk] for pk in wanted])
         if not path:
             raise ArgumentError(
@@ -133,9 +142,9 @@ def fork_chat(chat: Chat, message: Any) -> Chat:
             )
         copied = {m.pk for m in path}
         system = list(
-            Message.objects.filter(chat_id=chat.pk, role="system")
-            .transcript()
-            .order_by("position", "id")
+            _with_parts(Message.objects.filter(chat_id=chat.pk, role="system")).order_by(
+                "position", "id"
+            )
         )
         instructions = [m for m in system if m.summary_until_id is None]
         summaries = [m for m in system if m.summary_until_id in copied]
