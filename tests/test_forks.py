@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from cryptography.fernet import Fernet
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import connection
@@ -19,7 +20,7 @@ from django_llmchat.models import Attachment, Chat, Message, ToolCall, Usage
 
 pytestmark = pytest.mark.django_db
 
-K1 = "3Cm3ZQ8y0lsnNPdOVOIHo9nx2C9VgKW2_RUcR5QXIPU="
+K1 = Fernet.generate_key().decode()
 
 
 @pytest.fixture
