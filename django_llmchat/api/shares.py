@@ -218,8 +218,14 @@ class SharedView(LLMChatView):
         auth=[],
         responses={
             (200, "application/json"): SharedSnapshot,
-            (200, "text/html"): OpenApiResponse(response=OpenApiTypes.STR),
-            404: ERROR,
+            (200, "text/html"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="The snapshot as a page."
+            ),
+            (400, "application/json"): ERROR,
+            (404, "application/json"): ERROR,
+            (404, "text/html"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="A page saying the link is not valid."
+            ),
         },
     )
     def get(self, request, token: str):
@@ -230,6 +236,10 @@ class SharedView(LLMChatView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code not in (200, 404):
+            # a refusal (a bad ``format``, a throttle) is JSON, as every route's
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = "application/json"
         response["Cache-Control"] = "private, no-store"
         response["X-Robots-Tag"] = "noindex, nofollow"
         response["Referrer-Policy"] = "no-referrer"  # the link is the key: never sent on
