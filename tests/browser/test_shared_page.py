@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from .test_chat_page import (  # noqa: F401 (fixtures)
     SHOTS,
     browser,
@@ -17,8 +15,6 @@ from .test_chat_page import (  # noqa: F401 (fixtures)
     log_in,
     page,
 )
-
-pytestmark = pytest.mark.django_db(transaction=True)
 
 CALL = (
     "async ([method, path, body]) => {"
@@ -30,8 +26,8 @@ CALL = (
 )
 
 
-def call(page, method: str, path: str, body=None) -> dict:
-    return page.evaluate(CALL, [method, path, body])
+def call(tab, method: str, path: str, body=None) -> dict:
+    return tab.evaluate(CALL, [method, path, body])
 
 
 def test_an_anonymous_visitor_reads_a_shared_chat(page, browser):  # noqa: F811
