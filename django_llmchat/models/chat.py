@@ -274,9 +274,8 @@ class AbstractChat(models.Model):
         the new chat (``forked_from``, ``forked_from_message`` say where it came from);
         :class:`~django_llmchat.errors.ArgumentError` for a message of no branch of this
         chat."""
-        from ..forks import fork_chat
-
-        return fork_chat(self, message)
+        # named, not imported: django_llmchat.forks is built on the models
+        return import_string("django_llmchat.forks.fork_chat")(self, message)
 
     def regenerate(self, *, context=None):
         """Answer the active path's last prompt again: the reply it had (with its tool
