@@ -29,6 +29,9 @@ RULES: dict[str, dict[str, str]] = {
     "message": {
         "POST /api/chats/{id}/messages/{message_id}/feedback/": r"must be an assistant reply",
         "POST /api/ui/chat": _UI,
+        "POST /api/chats/{id}/fork/": (
+            r"is no message of a branch of chat \d+$|there is nothing to fork$"
+        ),
     },
     "messages": {"POST /api/ui/chat": _UI},
     "trigger": {"POST /api/ui/chat": r"^the chat has no reply to regenerate"},

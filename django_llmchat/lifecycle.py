@@ -2,13 +2,13 @@
 user left here (the access and erasure requests of the GDPR).
 
 * :func:`purge_chats` deletes chats with everything of theirs: messages, tool calls,
-  runs, idempotency keys (by cascade), the attachments' files in their storage and the
-  chats' Redis event streams (with ``LLMCHAT["EVENTS_URL"]``). Their usage rows stay:
-  the ledger keeps each row's chat id, chat title and user id.
+  runs, idempotency keys and share links (by cascade), the attachments' files in their
+  storage and the chats' Redis event streams (with ``LLMCHAT["EVENTS_URL"]``). Their
+  usage rows stay: the ledger keeps each row's chat id, chat title and user id.
 * :func:`anonymise_chats` empties transcripts and keeps their shape: the messages and
   tool calls stay with their roles, names, models, token counts and times, their
-  contents go (text, thinking, arguments, raw provider output, attachments), and so do
-  the chat's title, context and user.
+  contents go (text, thinking, arguments, raw provider output, attachments, share
+  links), and so do the chat's title, context and user.
 * :func:`export_user` is a user's chats (messages, tool calls, attachments, runs) and
   usage rows as a JSON-ready dict; :func:`erase_user` purges the user's chats and
   anonymises the user's usage rows (no user id, no chat title, the amounts kept).
@@ -32,7 +32,17 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .errors import LLMChatError
-from .models import Attachment, Chat, Feedback, IdempotencyKey, Message, Run, ToolCall, Usage
+from .models import (
+    Attachment,
+    Chat,
+    ChatShare,
+    Feedback,
+    IdempotencyKey,
+    Message,
+    Run,
+    ToolCall,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +200,8 @@ def anonymise_chats(chats: QuerySet) -> Removed:
         ToolCall.objects.filter(chat_id__in=chunk).update(arguments={}, thought_signature="")
         # the ratings stay (as the token counts do), without their words and users
         Feedback.objects.filter(message__chat_id__in=chunk).update(comment="", user=None)
+        # a share link's snapshot is the transcript too
+        ChatShare.objects.filter(chat_id__in=chunk).delete()
         # a key's stored answer holds the messages it answered with
         keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
         removed.idempotency_keys += keys

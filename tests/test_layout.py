@@ -72,6 +72,7 @@ EXEMPT = {
     "models/llm_model.py": "the model registry's rows: tests/test_registry.py",
     "models/protected.py": "encryption, redaction: tests/test_encryption.py, test_redaction.py",
     "models/run.py": "the runs' rows: tests/runs/",
+    "models/share.py": "share links: tests/test_shares.py, tests/api/test_shares_and_forks.py",
     "models/tool_call.py": "tool calls: tests/loop/test_toolrun.py and tests/api/test_runs.py",
     "models/usage.py": "the ledger: tests/test_ledger.py",
     "providers/parsing.py": "the providers' response builders: tests/providers/test_base.py",

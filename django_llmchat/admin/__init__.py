@@ -1,5 +1,5 @@
 """Admin: chats with their whole transcript, feedback on replies, runs, usage rows and
-the dashboard, the model registry and the spending limits, each in its own module;
+the dashboard, share links, the model registry and the spending limits, each in its own module;
 importing this package registers them all."""
 
 from .chats import LEDGER_NOTE, ChatAdmin, ChatForm
@@ -11,6 +11,7 @@ from .lifecycle import (
     export_users_response,
 )
 from .registry import LimitAdmin, LLMModelAdmin, LLMModelForm
+from .shares import ChatShareAdmin
 from .transcripts import TRANSCRIPT_PAGE_SIZE, build_transcript, transcript_page
 from .usage import RunAdmin, UsageAdmin, UsageDashboardAdmin
 
@@ -19,6 +20,7 @@ __all__ = [
     "TRANSCRIPT_PAGE_SIZE",
     "ChatAdmin",
     "ChatForm",
+    "ChatShareAdmin",
     "FeedbackAdmin",
     "FeedbackFilter",
     "LLMModelAdmin",

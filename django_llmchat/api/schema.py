@@ -67,6 +67,7 @@ _PATH_PARAMETERS = {
     ("chats", "id"): "The chat's id.",
     ("chats", "call_id"): "The tool call's id, as the provider gave it.",
     ("chats", "message_id"): "The message's id (an assistant reply of the chat).",
+    ("chats", "token"): "The share link's token (the last part of its `url`).",
     ("models", "id"): "The registry row's id.",
     ("runs", "id"): "The run's id.",
     ("ui", "id"): "The chat's id, or the id its client made for it (`POST ui/chat`).",

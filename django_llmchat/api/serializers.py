@@ -195,6 +195,18 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     last_run = serializers.SerializerMethodField(
         help_text="The chat's latest run: its id, status and safe error (null before the first)."
     )
+    forked_from = serializers.IntegerField(
+        source="forked_from_id",
+        read_only=True,
+        allow_null=True,
+        help_text="The chat this one was forked from (`POST chats/{id}/fork/`), while it exists.",
+    )
+    forked_from_message = serializers.IntegerField(
+        source="forked_from_message_id",
+        read_only=True,
+        allow_null=True,
+        help_text="The source chat's message the fork's transcript ends with.",
+    )
 
     class Meta:
         model = Chat
@@ -212,6 +224,8 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "history",
             "status",
             "last_run",
+            "forked_from",
+            "forked_from_message",
             "message_count",
             "total_tokens",
             "total_cost",

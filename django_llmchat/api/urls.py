@@ -11,6 +11,7 @@ from .ids import CallIdConverter, ClientIdConverter
 from .messages import MessageListCreateView, ToolCallDecisionView
 from .registry import LLMModelViewSet
 from .schema_views import SchemaRedocView, SchemaSwaggerView, SchemaView
+from .shares import ForkView, SharedView, ShareView
 from .tokens import TokenView
 from .ui_views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
 
@@ -38,6 +39,9 @@ urlpatterns = [
     path("chats/<int:pk>/cancel/", ChatViewSet.as_view({"post": "cancel"}), name="chat-cancel"),
     path("chats/<int:pk>/switch/", ChatViewSet.as_view({"post": "switch"}), name="chat-switch"),
     path("chats/<int:pk>/usage/", ChatViewSet.as_view({"get": "usage"}), name="chat-usage"),
+    path("chats/<int:pk>/fork/", ForkView.as_view(), name="chat-fork"),
+    path("chats/<int:pk>/share/", ShareView.as_view(), name="chat-share"),
+    path("shared/<str:token>/", SharedView.as_view(), name="shared"),
     path("chats/<int:pk>/runs/", RunViewSet.as_view({"get": "list"}), name="chat-runs"),
     path("runs/<int:pk>/", RunViewSet.as_view({"get": "retrieve"}), name="run-detail"),
     path(

@@ -6,12 +6,14 @@ from .limit import AbstractLimit, Limit
 from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
 from .run import AbstractRun, Run
+from .share import AbstractChatShare, ChatShare
 from .tool_call import AbstractToolCall, ToolCall
 from .usage import AbstractUsage, Usage, UsageDashboard
 
 __all__ = [
     "AbstractAttachment",
     "AbstractChat",
+    "AbstractChatShare",
     "AbstractFeedback",
     "AbstractIdempotencyKey",
     "AbstractLimit",
@@ -22,6 +24,7 @@ __all__ = [
     "AbstractUsage",
     "Attachment",
     "Chat",
+    "ChatShare",
     "Feedback",
     "IdempotencyKey",
     "LLMModel",

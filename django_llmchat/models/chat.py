@@ -265,6 +265,18 @@ class AbstractChat(models.Model):
         the new path alone. ``chat.ask(prompt, parent=parent)``."""
         return self.ask(prompt, attachments, context=context, parent=parent)
 
+    def fork(self, message):
+        """A new chat of the same user holding this chat's path from its first message to
+        ``message`` (a Message of any branch of this chat, or its id): the messages copied
+        with their tool calls, results and reasoning, the attachments sharing the stored
+        files, the settings and instructions copied, no usage. When ``message`` leaves
+        tool calls unanswered, the copy ends before the message that made them. Returns
+        the new chat (``forked_from``, ``forked_from_message`` say where it came from);
+        :class:`~django_llmchat.errors.ArgumentError` for a message of no branch of this
+        chat."""
+        # named, not imported: django_llmchat.forks is built on the models
+        return import_string("django_llmchat.forks.fork_chat")(self, message)
+
     def regenerate(self, *, context=None):
         """Answer the active path's last prompt again: the reply it had (with its tool
         calls and results) leaves the path, kept as a sibling of the new one (see
@@ -585,6 +597,25 @@ class Chat(AbstractChat):
         related_name="+",
         help_text="The run working on the chat now (kept by django_llmchat.runs).",
     )
+    forked_from = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="forks",
+        db_index=False,  # llmchat_chat_fork_idx
+        help_text="The chat this one was forked from (chat.fork()), while it exists.",
+    )
+    forked_from_message = models.ForeignKey(
+        "django_llmchat.Message",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        help_text="The source chat's message the fork's transcript ends with.",
+    )
 
     class Meta(AbstractChat.Meta):
         db_table = "llmchat_chat"
@@ -597,6 +628,11 @@ class Chat(AbstractChat):
                 fields=["updated_at"],
                 condition=models.Q(retention_days__isnull=False),
                 name="llmchat_chat_own_days_idx",
+            ),
+            models.Index(
+                fields=["forked_from"],
+                condition=models.Q(forked_from__isnull=False),
+                name="llmchat_chat_fork_idx",
             ),
         ]
         constraints = [

@@ -2,8 +2,8 @@
 
 After a new key was put first in ``LLMCHAT["ENCRYPTION_KEYS"]`` (the old ones kept after
 it), this re-encrypts every message's content, reasoning and raw body, every tool call's
-arguments, every feedback comment and every stored ``Idempotency-Key`` answer with the new
-key; then the old keys can be removed.
+arguments, every feedback comment, every stored ``Idempotency-Key`` answer and every share link's
+snapshot with the new key; then the old keys can be removed.
 Rows stored in plain text (before encryption was turned on) are encrypted on the way. Rows
 are read and written in batches by primary key, each batch in its own transaction.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from ...models import Feedback, IdempotencyKey, Message, ToolCall
+from ...models import ChatShare, Feedback, IdempotencyKey, Message, ToolCall
 from ...models.protected import configured_keys, fernet
 
 TABLES = (
@@ -21,6 +21,7 @@ TABLES = (
     (ToolCall, ("arguments",)),
     (Feedback, ("comment",)),
     (IdempotencyKey, ("response_body",)),
+    (ChatShare, ("snapshot",)),
 )
 
 
