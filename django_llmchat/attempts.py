@@ -30,7 +30,6 @@ from .errors import (
     StructuredOutputError,
 )
 from .estimates import estimate_tokens
-from .fallbacks import Target, falls_back, fallbacks_for
 from .events import (
     FinishReasonDone,
     ReasoningDelta,
@@ -42,6 +41,7 @@ from .events import (
     ToolCallDelta,
     ToolCallDone,
 )
+from .fallbacks import Target, fallbacks_for, falls_back
 from .guardrails import AFTER, screen
 from .history import History, check_summary_response, summary_request
 from .inputs import model_allowed
