@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from . import dbconn, runs, telemetry
 from .errors import (
+    ConfigurationError,
     ContextLengthExceededError,
     IncompleteStreamError,
     ProviderError,
@@ -40,8 +41,10 @@ from .events import (
     ToolCallDelta,
     ToolCallDone,
 )
+from .fallbacks import Target, fallbacks_for, falls_back
 from .guardrails import AFTER, screen
 from .history import History, check_summary_response, summary_request
+from .inputs import model_allowed
 from .models import Usage
 from .providers import get_provider
 from .providers.types import ProviderMessage, ProviderRequest, ProviderResponse
@@ -143,15 +146,25 @@ class ProviderAttempts:
             history.observed(request, self.last_tokens)
         return response
 
-    def _save(self, response, content: str, usages: list[Usage], *, final: bool = False):
+    def _save(
+        self,
+        response,
+        content: str,
+        usages: list[Usage],
+        *,
+        final: bool = False,
+        target: Target | None = None,
+    ):
         """Store one step (its message, tool calls and usage rows), fenced by the run; its
-        calls are the run's unanswered ones until their results are stored."""
+        calls are the run's unanswered ones until their results are stored. ``target``:
+        the model that answered (a fallback), else the chat's."""
         chat = self.chat
+        target = target or Target(chat.provider, chat.model_id)
         message, calls = save_step(
             chat,
             response,
-            provider=chat.provider,
-            model_id=chat.model_id,
+            provider=target.provider,
+            model_id=target.model_id,
             content=content,
             usages=usages,
             execution=self.execution,
@@ -161,20 +174,24 @@ class ProviderAttempts:
         self.unanswered = list(calls)
         return message, calls
 
-    def _store_stopped(self, text: str, usages: list[Usage]) -> StepFinished | None:
+    def _store_stopped(
+        self, text: str, usages: list[Usage], target: Target | None = None
+    ) -> StepFinished | None:
         """A step stopped mid-stream (a stop, a cancel, the client gone): the text shown
         so far is stored as its reply, finish reason ``cancelled``, with the attempt's
         usage rows; its tool calls, unfinished, are not. ``None`` when the run is no
-        longer this process's (nothing is stored)."""
+        longer this process's (nothing is stored). ``target``: the model that was
+        answering."""
         chat, execution = self.chat, self.execution
+        target = target or Target(chat.provider, chat.model_id)
         response = ProviderResponse(
             content=text,
             finish_reason="other",
             raw_finish_reason="cancelled",
-            model_id=chat.model_id,
+            model_id=target.model_id,
         )
         try:
-            message, _ = self._save(response, text, usages)
+            message, _ = self._save(response, text, usages, target=target)
         except RunLostError:
             return None
         self.result.message = message
@@ -185,6 +202,8 @@ class ProviderAttempts:
             token_usage=sum((row.tokens for row in usages), Tokens()),
             cost=usd_text(sum((row.cost for row in usages), Cost()).total),
             estimated=True if any(row.estimated for row in usages) else None,
+            provider=target.provider,
+            model_id=message.model_id or target.model_id,
         )
 
     def _open_attempt(
@@ -351,6 +370,40 @@ class ProviderAttempts:
             execution=execution,
         )
 
+    def _next_fallback(self, candidates: list[Target], error: ProviderError):
+        """The next of ``candidates`` (``LLMCHAT["FALLBACKS"]`` of the failing model,
+        consumed) a call may move on to after ``error``, as ``(target, provider)``, or
+        ``None``: a model ``ALLOWED_MODELS`` leaves out or whose provider is not
+        configured is skipped (the reason logged); over a spending limit
+        (:meth:`_check_budget`, the check before every provider call) nothing is tried."""
+        chat = self.chat
+        while candidates:
+            target = candidates.pop(0)
+            if not model_allowed(target.provider, target.model_id):
+                logger.warning(
+                    "chat %s: fallback %s skipped: not in LLMCHAT['ALLOWED_MODELS']",
+                    chat.pk,
+                    target,
+                )
+                continue
+            try:
+                provider = (
+                    self.provider
+                    if target.provider == chat.provider
+                    else get_provider(target.provider)
+                )
+            except ConfigurationError as exc:
+                logger.warning("chat %s: fallback %s skipped: %s", chat.pk, target, exc)
+                continue
+            exceeded = yield from self._check_budget()
+            if exceeded is not None:
+                logger.warning(
+                    "chat %s: no fallback after %s: %s", chat.pk, error, exceeded.message
+                )
+                return None
+            return target, provider
+        return None
+
     def _call(self, request: ProviderRequest, *, stream: bool):
         chat, provider, execution = self.chat, self.provider, self.execution
         assert execution is not None
@@ -360,8 +413,13 @@ class ProviderAttempts:
         # never leaves (to the caller, to Redis, to the database)
         held: list[StreamEvent] | None = [] if self.holds_text else None
         shown: list[str] = []  # the text the caller has seen of this step
+        yielded = False  # whether the caller has seen anything of this step
+        # the model answering: the chat's, then, once its retries are used up on a
+        # retryable error, each of its fallbacks (LLMCHAT["FALLBACKS"]) in turn
+        target = Target(chat.provider, chat.model_id)
+        candidates: list[Target] | None = None
 
-        pending = [self._open_attempt(request, chat.provider, chat.model_id)]
+        pending = [self._open_attempt(request, target.provider, target.model_id)]
         received = Received()  # what a stopped or broken attempt is billed for
 
         def attempt(status: str, *, answer=None, error: str = "", response=None) -> Usage:
@@ -372,8 +430,8 @@ class ProviderAttempts:
             tokens, estimated = self._billed(pending[0], received, answer)
             row = usage_row(
                 chat,
-                provider=chat.provider,
-                model_id=chat.model_id,
+                provider=target.provider,
+                model_id=target.model_id,
                 status=status,
                 tokens=tokens,
                 started=clock["started"],
@@ -389,57 +447,78 @@ class ProviderAttempts:
             write_attempts([ended])  # closed now: the next attempt has a row of its own
             failed.append(ended)
             clock["started"], clock["first_token"] = time.monotonic(), None
-            pending[0] = self._open_attempt(request, chat.provider, chat.model_id)
+            pending[0] = self._open_attempt(request, target.provider, target.model_id)
 
-        dbconn.release()  # nothing to ask the database while the model works
-        try:
-            if stream:
-                provider_stream = provider.stream(request, on_retry=on_retry)
-                events = iter(provider_stream)
-                try:
-                    for event in events:
-                        received.add(event)
-                        if clock["first_token"] is None:
-                            clock["first_token"] = time.monotonic()
-                        if execution.poll():
-                            dbconn.release()
-                        if isinstance(event, TextDone) and self.guardrails:
-                            continue  # re-emitted after the after-guardrails
-                        if held is not None:
-                            held.append(event)
-                            continue
-                        if isinstance(event, TextDelta):
-                            shown.append(event.content)
-                        yield event
-                finally:
-                    close = getattr(events, "close", None)
-                    if close:
-                        close()
-                response = provider_stream.response
-            else:
-                response = provider.complete(request, on_retry=on_retry)
-                clock["first_token"] = time.monotonic()
-        except (runs.CancelRequested, GeneratorExit) as exc:
-            # stopped, or the stream dropped: the tokens spent so far are still spent, and
-            # the text the caller was shown is the reply (what a reload shows is what the
-            # user saw)
-            rows = [*failed, attempt(Usage.CANCELLED)]
-            stopped = self._store_stopped("".join(shown), rows) if shown else None
-            if stopped is None:
-                record_failed_attempts(rows)
-            elif isinstance(exc, runs.CancelRequested):
-                yield stopped
-            raise
-        except RunLostError:
-            record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
-            raise
-        except (ProviderError, IncompleteStreamError) as exc:
-            record_failed_attempts([*failed, attempt(Usage.FAILED, error=str(exc))])
-            raise
-        except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
-            error = f"{type(exc).__name__}: {exc}"
-            record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
-            raise
+        while True:
+            dbconn.release()  # nothing to ask the database while the model works
+            try:
+                if stream:
+                    provider_stream = provider.stream(request, on_retry=on_retry)
+                    events = iter(provider_stream)
+                    try:
+                        for event in events:
+                            received.add(event)
+                            if clock["first_token"] is None:
+                                clock["first_token"] = time.monotonic()
+                            if execution.poll():
+                                dbconn.release()
+                            if isinstance(event, TextDone) and self.guardrails:
+                                continue  # re-emitted after the after-guardrails
+                            if held is not None:
+                                held.append(event)
+                                continue
+                            if isinstance(event, TextDelta):
+                                shown.append(event.content)
+                            yielded = True
+                            yield event
+                    finally:
+                        close = getattr(events, "close", None)
+                        if close:
+                            close()
+                    response = provider_stream.response
+                else:
+                    response = provider.complete(request, on_retry=on_retry)
+                    clock["first_token"] = time.monotonic()
+                break
+            except (runs.CancelRequested, GeneratorExit) as exc:
+                # stopped, or the stream dropped: the tokens spent so far are still spent,
+                # and the text the caller was shown is the reply (what a reload shows is
+                # what the user saw)
+                rows = [*failed, attempt(Usage.CANCELLED)]
+                stopped = self._store_stopped("".join(shown), rows, target) if shown else None
+                if stopped is None:
+                    record_failed_attempts(rows)
+                elif isinstance(exc, runs.CancelRequested):
+                    yield stopped
+                raise
+            except RunLostError:
+                record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
+                raise
+            except (ProviderError, IncompleteStreamError) as exc:
+                ended = attempt(Usage.FAILED, error=str(exc))
+                # a fallback answers only a step the caller has seen nothing of
+                if yielded or not falls_back(exc):
+                    record_failed_attempts([*failed, ended])
+                    raise
+                write_attempts([ended])
+                failed.append(ended)
+                if candidates is None:
+                    candidates = fallbacks_for(chat.provider, chat.model_id)
+                found = yield from self._next_fallback(candidates, exc)
+                if found is None:  # the run fails with the error of its last attempt
+                    raise exc
+                logger.warning("chat %s: %s; falling back to %s", chat.pk, exc, found[0])
+                target, provider = found
+                request = replace(request, model_id=target.model_id)
+                clock["started"], clock["first_token"] = time.monotonic(), None
+                received = Received()
+                if held is not None:
+                    held.clear()
+                pending[0] = self._open_attempt(request, target.provider, target.model_id)
+            except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
+                error = f"{type(exc).__name__}: {exc}"
+                record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
+                raise
         content = response.content
         if chat.schema is not None and content and not response.tool_calls:
             try:
@@ -463,7 +542,9 @@ class ProviderAttempts:
             return None
         final = not response.tool_calls
         try:
-            message, calls = self._save(response, content, [*failed, succeeded], final=final)
+            message, calls = self._save(
+                response, content, [*failed, succeeded], final=final, target=target
+            )
         except RunLostError:
             # the step is not ours to store, but the attempt was paid for
             succeeded.message = None
@@ -508,5 +589,7 @@ class ProviderAttempts:
             token_usage=billed,
             cost=usd_text(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
             estimated=True if any(row.estimated for row in [*failed, succeeded]) else None,
+            provider=target.provider,
+            model_id=message.model_id or target.model_id,
         )
         return message, calls

@@ -214,6 +214,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors.extend(_check_limits(merged))
     errors.extend(_check_retention(merged))
     errors.extend(_check_search(merged))
+    errors.extend(_check_fallbacks(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -517,6 +518,22 @@ def _check_search(merged: dict[str, Any]) -> list:
             id="llmchat.E063",
         )
         for problem in setting_errors(merged["SEARCH"])
+    ]
+
+
+def _check_fallbacks(merged: dict[str, Any]) -> list:
+    """``FALLBACKS``: a dict of lists of model ids (E074), models the registry knows
+    (E075)."""
+    from .fallbacks import setting_errors
+
+    hint = (
+        "Map a model id to the models to try after it, e.g. LLMCHAT['FALLBACKS'] = "
+        "{'gpt-4.1': ['gpt-4.1-mini', 'anthropic/claude-sonnet-4-5']} (see the Runs page "
+        "of the documentation)."
+    )
+    return [
+        Error(text, hint=hint, id=check_id)
+        for check_id, text in setting_errors(merged["FALLBACKS"])
     ]
 
 

@@ -37,6 +37,11 @@ DEFAULTS: dict[str, Any] = {
     # Retries of a provider call on retryable errors, and the longest wait honoured (s).
     "MAX_RETRIES": 2,
     "MAX_RETRY_WAIT": 60.0,
+    # Model fallback (see docs/runs.md): {"<model id>": ["<model id>", ...]}, the models a
+    # provider call moves on to, in order, when its model keeps failing with a retryable
+    # error after its MAX_RETRIES; "provider/model_id" names another provider's model.
+    # None (or {}): no fallback.
+    "FALLBACKS": None,
     # Redis URL for event fan-out to other processes (None: no fan-out).
     "EVENTS_URL": None,
     "EVENTS_MAXLEN": 10_000,

@@ -287,7 +287,9 @@ class StepFinished(StreamEvent):
     message, ``step`` its number in the run (from 1), ``token_usage`` and ``cost`` (USD,
     a decimal string; ``None`` when the price is unknown) are the step's, retried
     attempts included; ``estimated`` (``True``, else left out) says they are partly our
-    estimate: the step was stopped before the vendor reported its counts."""
+    estimate: the step was stopped before the vendor reported its counts. ``provider``
+    and ``model_id`` name the model that answered (the chat's, or one of its
+    ``LLMCHAT["FALLBACKS"]``); left out when unknown."""
 
     message_id: int | None = None
     step: int = 0
@@ -296,7 +298,9 @@ class StepFinished(StreamEvent):
     cost: str | None = None
     role: str = "assistant"
     estimated: bool | None = None
-    omit_none: ClassVar[tuple[str, ...]] = ("estimated",)
+    provider: str | None = None
+    model_id: str | None = None
+    omit_none: ClassVar[tuple[str, ...]] = ("estimated", "provider", "model_id")
 
 
 @dataclass(eq=True)

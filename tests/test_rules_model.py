@@ -1,15 +1,16 @@
 """The rules as one model-based test (DESIGN section 20, docs/testing.md "The model-based
 test"): Hypothesis' ``RuleBasedStateMachine`` drives random sequences of operations over
 the Python API, REST and ``ui/chat`` at once (ask, stream, stop, regenerate, branch from
-any message, switch, edit, approve/deny, a tool that fails or returns junk, a run killed
-and recovered, a budget change, encryption on, erasure) against the fake provider server
-on loopback, and after every step checks the invariants:
+any message, switch, edit, approve/deny, a tool that fails or returns junk, a model that
+falls back, a run killed and recovered, a budget change, encryption on, erasure) against
+the fake provider server on loopback, and after every step checks the invariants:
 
 * the active path is one chain from a root to the active leaf, and a new prompt's path is
   exactly root -> ... -> its parent;
 * every provider request of the step is the active path as stored, up to the message it
   produced (the last one: the whole path when it produced none);
 * one usage row per provider request, each with tokens and a cost, counted by the limits;
+* each reply names the model that answered it (a fallback's, when the chat's model failed);
   no call admitted once the budget in force was spent (the documented bound: at most one
   paid call past the budget);
 * every tool call on the path has exactly one result (a call waiting for a decision
@@ -38,6 +39,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -93,6 +95,8 @@ if PROFILE not in PROFILES:
     PROFILE = "ci"
 
 MODEL = ("openai", "gpt-4.1-mini")
+# a "fallback" run's chat model: busy, LLMCHAT["FALLBACKS"] sends its call to MODEL's
+FALLS_BACK = "gpt-4.1"
 # every reply reports these tokens: about 0.00056 USD at gpt-4.1-mini's prices
 USAGE = {"input_tokens": 1000, "output_tokens": 100}
 CALL_COST = Decimal("0.00056")
@@ -183,7 +187,18 @@ def stored(messages) -> list[tuple]:
 # -- the machine ------------------------------------------------------------------------
 texts = st.sampled_from(["Hi", "Tell me more", "Why?", "Pay it", "Weather in Paris?", "Ok"])
 replies = st.sampled_from(
-    ["text", "text", "lookup", "broken", "junk", "pay", "pay_twice", "fault", "broken_stream"]
+    [
+        "text",
+        "text",
+        "lookup",
+        "broken",
+        "junk",
+        "pay",
+        "pay_twice",
+        "fault",
+        "broken_stream",
+        "fallback",
+    ]
 )
 junk_kinds = st.sampled_from(sorted(JUNK))
 picks = st.integers(min_value=0, max_value=10_000)
@@ -247,6 +262,10 @@ class RulesMachine(RuleBasedStateMachine):
     def script(self, kind: str, junk: str = "nul") -> None:
         """Queue the provider's answers for one run of kind ``kind``."""
         self.plan.clear()
+        if not self.waiting:  # a "fallback" run asks a model that falls back to MODEL's
+            wanted = FALLS_BACK if kind == "fallback" else MODEL[1]
+            if self.chat.model_id != wanted:
+                self.chat.with_model(wanted, provider=MODEL[0])
         done = Reply("All done.", usage=USAGE)
         if kind == "text":
             self.plan.append(Reply("A plain answer.", usage=USAGE))
@@ -272,6 +291,9 @@ class RulesMachine(RuleBasedStateMachine):
             self.plan += [Fault(status=500)] * 3
         elif kind == "broken_stream":
             self.plan += ["broken_stream"] * 3
+        elif kind == "fallback":
+            # the chat's model busy on its call and its retry: its fallback answers
+            self.plan += [Fault(status=503)] * 2 + [Reply("A fallback's answer.", usage=USAGE)]
 
     def waiting_calls(self) -> list[ToolCall]:
         run = self.chat.runs.filter(status=Run.AWAITING_APPROVAL).first()
@@ -622,6 +644,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.check_one_path()
         self.check_requests_are_the_path()
         self.check_one_usage_row_per_request()
+        self.check_each_reply_names_the_model_that_answered()
         self.check_every_call_on_the_path_has_one_result()
         self.check_no_chat_left_busy()
         self.check_every_face_shows_the_same_path()
@@ -709,6 +732,19 @@ class RulesMachine(RuleBasedStateMachine):
             assert before < self.budget, (
                 f"a provider call was made with {before} USD spent of a {self.budget} budget"
             )
+
+    def check_each_reply_names_the_model_that_answered(self):
+        """A reply's provider and model are those of the attempt that produced it (a
+        fallback's, when the chat's model failed)."""
+        answered = Usage.objects.filter(
+            operation="chat",
+            status__in=[Usage.SUCCEEDED, Usage.CANCELLED],
+            message__role="assistant",
+        )
+        wrong = answered.exclude(
+            message__model_id=F("model_id"), message__provider=F("provider")
+        ).values_list("message_id", "provider", "model_id")
+        assert not wrong, f"replies not naming the model that answered them: {list(wrong)}"
 
     def check_every_call_on_the_path_has_one_result(self):
         path = self.path
@@ -870,6 +906,7 @@ def test_the_rules_hold_after_any_sequence(fake_llm, monkeypatch, record_propert
         TASK_RETRY_MAX_WAIT=0.0,
         # spending limits on, none by default: a budget is the user's Limit row
         LIMITS={"default": {}},
+        FALLBACKS={FALLS_BACK: [MODEL[1]]},
     )
     # a run's lease is never renewed behind the test's back (a killed run's must run out)
     monkeypatch.setattr(runs_execution, "_private_database", lambda: True)

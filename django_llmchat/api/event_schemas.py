@@ -118,8 +118,10 @@ EVENT_PAYLOADS: dict[str, dict[str, Any]] = {
             "token_usage": _TOKENS,
             "cost": _USD,
         },
-        {"estimated": _ESTIMATED},
-        doc="A step was stored as message `message_id`, with its tokens and USD cost.",
+        {"estimated": _ESTIMATED, "provider": _STR, "model_id": _STR},
+        doc="A step was stored as message `message_id`, with its tokens and USD cost; "
+        "`provider` and `model_id` name the model that answered (a fallback's, when the "
+        "chat's own model failed).",
     ),
     "run_started": _event(
         {"run_id": _STR}, {"message_id": _INT}, doc="A run began (or was taken over)."

@@ -162,6 +162,10 @@ class _Reply:
                 part["approval"] = {"id": approval_id}
             self.parts.append(part)
         self.metadata["storedMessageId"] = message.pk
+        if message.model_id:  # the model that answered (a fallback's, when it did)
+            self.metadata["modelId"] = message.model_id
+            if message.provider:
+                self.metadata["provider"] = message.provider
         if self.run is None:  # a reply stored without a run: its own counts
             for name, value in message.tokens.to_dict().items():
                 self.tokens[name] = self.tokens.get(name, 0) + value

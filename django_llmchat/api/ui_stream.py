@@ -380,6 +380,10 @@ class UIMessageStream:
             "storedMessageId": event.message_id,
             "tokens": dict(self.tokens),
         }
+        if event.model_id:  # the model that answered: the chat's, or a fallback
+            metadata["modelId"] = event.model_id
+        if event.provider:
+            metadata["provider"] = event.provider
         if self.cost is not None:
             metadata["cost"] = self.cost
         if self.estimated:

@@ -53,6 +53,8 @@ def test_a_plain_reply(api, chat, fake_llm):
                 "chatId": chat.pk,
                 "runId": str(run.pk),
                 "storedMessageId": reply.pk,
+                "modelId": "gpt-4.1-mini",  # the model that answered
+                "provider": "openai",
                 "status": "succeeded",
                 # the totals the stream's finish chunk carried
                 "tokens": streamed[-1]["messageMetadata"]["tokens"],
