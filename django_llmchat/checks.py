@@ -214,6 +214,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors.extend(_check_limits(merged))
     errors.extend(_check_retention(merged))
     errors.extend(_check_search(merged))
+    errors.extend(_check_double_texting(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -517,6 +518,23 @@ def _check_search(merged: dict[str, Any]) -> list:
             id="llmchat.E063",
         )
         for problem in setting_errors(merged["SEARCH"])
+    ]
+
+
+def _check_double_texting(merged: dict[str, Any]) -> list:
+    from .runs.policy import POLICIES, policy_error
+
+    value = merged["DOUBLE_TEXTING"]
+    problem = policy_error(value)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"LLMCHAT['DOUBLE_TEXTING'] {problem}.",
+            hint=f"Set LLMCHAT['DOUBLE_TEXTING'] to one of {', '.join(POLICIES)} "
+            "(default 'enqueue').",
+            id="llmchat.E071" if isinstance(value, str) else "llmchat.E070",
+        )
     ]
 
 

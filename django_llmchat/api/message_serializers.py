@@ -17,6 +17,7 @@ from ..models.usage import USAGE_COST_COLUMNS
 from ..prepared import known_relations
 from ..values import TOKEN_FIELDS
 from .fields import (
+    DoubleTextingField,
     BlankIsNullCharField,
     CompiledRepresentation,
     CostSerializer,
@@ -237,6 +238,7 @@ class MessageContentSerializer(StrictFieldsMixin, serializers.Serializer):
     parent = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
     )
+    double_texting = DoubleTextingField(required=False)
 
 
 class _FormParentField(serializers.IntegerField):
@@ -260,6 +262,7 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     parent = _FormParentField(
         required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
     )
+    double_texting = DoubleTextingField(required=False)
     attachments = _AttachmentsField(
         child=serializers.FileField(allow_empty_file=True),  # emptiness: the input rule
         required=False,
