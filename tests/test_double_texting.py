@@ -20,10 +20,10 @@ from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, DoubleTextingRejected
 from django_llmchat.events import Interrupt, TextDelta
 from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
-from django_llmchat.testing import Fault, Reply
-from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.runs import base
 from django_llmchat.tasks import complete_chat
+from django_llmchat.testing import Fault, Reply
+from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.tools import tool
 
@@ -259,9 +259,7 @@ def test_rollback_stops_the_live_run_and_deletes_its_reply(chat, fake_llm, sent,
     assert_one_path(chat.pk)
 
 
-def test_rollback_deletes_the_steps_and_leaves_no_call_without_its_result(
-    chat, fake_llm, sent
-):
+def test_rollback_deletes_the_steps_and_leaves_no_call_without_its_result(chat, fake_llm, sent):
     chat.with_tools(dt_lookup)
     fake_llm.script(
         Reply(tool_calls=[ScriptedCall("dt_lookup", {"city": "Oslo"})]), slow(), "Fresh"
@@ -279,9 +277,7 @@ def test_rollback_deletes_the_steps_and_leaves_no_call_without_its_result(
     assert_one_path(chat.pk)
 
 
-def test_interrupt_keeps_the_stopped_runs_steps_each_call_with_its_result(
-    chat, fake_llm, sent
-):
+def test_interrupt_keeps_the_stopped_runs_steps_each_call_with_its_result(chat, fake_llm, sent):
     """Stopped mid-run after a tool step: its call keeps its result, the path is valid."""
     chat.with_tools(dt_lookup)
     fake_llm.script(

@@ -17,10 +17,10 @@ from ..models.usage import USAGE_COST_COLUMNS
 from ..prepared import known_relations
 from ..values import TOKEN_FIELDS
 from .fields import (
-    DoubleTextingField,
     BlankIsNullCharField,
     CompiledRepresentation,
     CostSerializer,
+    DoubleTextingField,
     StrictCharField,
     StrictFieldsMixin,
     TokensSerializer,

@@ -530,9 +530,7 @@ class AbstractChat(models.Model):
         """Async twin of :meth:`stream`: an async iterator of events. The loop runs in a
         worker thread; the prompt is saved before the first event."""
         return stream_in_thread(
-            lambda: self.stream(
-                prompt, attachments, context=context, double_texting=double_texting
-            )
+            lambda: self.stream(prompt, attachments, context=context, double_texting=double_texting)
         )
 
     @property

@@ -89,7 +89,6 @@ from .decisions import (
     interrupt,
     stop_for_prompt,
 )
-from .policy import POLICIES, double_texting, stop_status
 from .execution import (
     CANCEL_POLL_SECONDS,
     CancelRequested,
@@ -100,6 +99,7 @@ from .execution import (
     _private_database,
     _tick,
 )
+from .policy import POLICIES, double_texting, stop_status
 
 __all__ = [
     "BUSY",

@@ -182,9 +182,7 @@ def enqueue(
     return run, (Execution(run, worker=worker) if claimed else None)
 
 
-def _enqueue(
-    chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy=ENQUEUE
-):
+def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy=ENQUEUE):
     if not _lock(chat.pk):
         raise ArgumentError(f"chat {chat.pk} does not exist")
     head = _head(chat.pk)

@@ -166,9 +166,7 @@ def test_a_bad_policy_is_a_400_naming_the_field(api, chat, sent, bad):
         refused = message(api, chat, {"content": "Hi", "double_texting": bad}, **extra)
         assert refused.status_code == 400, refused.content
         assert "double_texting" in refused.json()
-    form = api.post(
-        url("chat-messages", pk=chat.pk), {"content": "Hi", "double_texting": "later"}
-    )
+    form = api.post(url("chat-messages", pk=chat.pk), {"content": "Hi", "double_texting": "later"})
     assert form.status_code == 400 and "double_texting" in form.json()
     refused = ui(api, chat, "Hi", double_texting=bad)
     assert refused.status_code == 400 and "double_texting" in refused.content.decode()

@@ -82,7 +82,9 @@ def test_a_running_run_is_asked_to_stop_and_the_new_one_waits_behind_it(chat, ch
     """``interrupt``/``rollback``: the running run is asked to stop (its process sees it at
     its next poll) with the policy's reason; the new run is queued behind it."""
     first = live_run(chat)
-    run, execution = runs.enqueue(chat, prompt_of(chat, "Second"), start=True, double_texting=chosen)
+    run, execution = runs.enqueue(
+        chat, prompt_of(chat, "Second"), start=True, double_texting=chosen
+    )
     assert execution is None
     row = fresh(first)
     reason = "rollback" if chosen == "rollback" else "double_texting"
