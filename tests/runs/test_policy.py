@@ -215,7 +215,7 @@ def test_racing_prompts_under_reject_admit_exactly_one(chat):
         barrier = threading.Barrier(n)
         outcomes: list = [None] * n
 
-        def one(i, round_=round_):
+        def one(i, round_=round_, barrier=barrier, outcomes=outcomes):
             try:
                 barrier.wait(30)
                 mine = Chat.objects.get(pk=chat.pk)
