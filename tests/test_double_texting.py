@@ -7,7 +7,8 @@ from this thread too (its task, recorded, is run once the live run ended); ``ask
 ``stream`` wait for their turn, so they are a second caller in another thread while this
 one goes on reading (the live run sees the stop at its next poll): threads writing at once
 need a server database, so those run on PostgreSQL. The gate's own tests (queued runs,
-the race under ``reject``) are in tests/runs/test_policy.py; REST and ``ui/chat`` in tests/api/test_double_texting.py."""
+the race under ``reject``) are in tests/runs/test_policy.py; REST and
+``ui/chat`` in tests/api/test_double_texting.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ test"): Hypothesis' ``RuleBasedStateMachine`` drives random sequences of operati
 the Python API, REST and ``ui/chat`` at once (ask, stream, stop, a new prompt while a run
 works under each double-texting policy, regenerate, branch from any message, switch, edit,
 approve/deny, a tool that fails or returns junk, a run killed and recovered, a budget
-change, encryption on, erasure) against the fake provider server on loopback, and after every step checks the invariants:
+change, encryption on, erasure) against the fake provider server on loopback, and after
+every step checks the invariants:
 
 * the active path is one chain from a root to the active leaf, and a new prompt's path is
   exactly root -> ... -> its parent;
