@@ -17,6 +17,8 @@ decision: a run never sees its path move under it.
   :func:`branching`: the path becomes exactly the parent's ancestors and the parent,
   whatever was active before; the prompt joins it);
 - :func:`drop_reply` (a regenerate: the messages after the last prompt leave the path);
+- :func:`roll_back` (a run stopped by a new prompt under the ``rollback`` policy: its
+  replies and steps are deleted, the path ends where the run began);
 - :func:`rewire` (``runs.switch_to``: the path through any message of the chat, its
   ancestors, itself, then the newest child each time down to a leaf);
 - :func:`plant` (a whole tree at once, for a chat being imported:
@@ -56,6 +58,7 @@ __all__ = [
     "plant",
     "reads_before_its_parent",
     "rewire",
+    "roll_back",
     "siblings",
 ]
 
@@ -220,6 +223,46 @@ def drop_reply(chat_id: int) -> int:
     if left:
         _changed(chat_id)
     return left
+
+
+def roll_back(chat_id: int, run_id: int, prompt_id: int | None = None) -> int:
+    """Delete what run ``run_id`` stored (its assistant and tool messages, their tool calls;
+    not its prompt ``prompt_id``), in the caller's transaction under the chat's lock, as
+    the run ends. Its usage rows stay (the ledger bills every attempt; they lose their
+    message). A message that followed a deleted one follows that one's first kept
+    ancestor, so the path stays one chain and no call is left without its result (a
+    result goes with its call). Returns how many messages were deleted."""
+    doomed = dict(
+        Message.objects.filter(chat_id=chat_id, run_id=run_id)
+        .exclude(pk=prompt_id)
+        .exclude(role="user")
+        .values_list("pk", "parent_id")
+    )
+    # results stored for the run's calls by another writer (a stop answering them)
+    doomed.update(
+        Message.objects.filter(chat_id=chat_id, parent_tool_call__message_id__in=list(doomed))
+        .exclude(pk__in=list(doomed))
+        .values_list("pk", "parent_id")
+    )
+    if not doomed:
+        return 0
+
+    def kept(parent: int | None) -> int | None:
+        while parent is not None and parent in doomed:
+            parent = doomed[parent]
+        return parent
+
+    orphans = (
+        Message.objects.filter(chat_id=chat_id, parent_id__in=list(doomed))
+        .exclude(pk__in=list(doomed))
+        .values_list("pk", "parent_id")
+    )
+    for pk, parent in list(orphans):
+        Message.objects.filter(pk=pk).update(parent_id=kept(parent))
+    deleted = len(doomed)
+    Message.objects.filter(pk__in=list(doomed)).delete()
+    _changed(chat_id)
+    return deleted
 
 
 def _path_through(rows: list[tuple], target: int) -> set[int]:

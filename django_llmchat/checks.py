@@ -215,6 +215,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors.extend(_check_retention(merged))
     errors.extend(_check_search(merged))
     errors.extend(_check_fallbacks(merged))
+    errors.extend(_check_double_texting(merged))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -534,6 +535,23 @@ def _check_fallbacks(merged: dict[str, Any]) -> list:
     return [
         Error(text, hint=hint, id=check_id)
         for check_id, text in setting_errors(merged["FALLBACKS"])
+    ]
+
+
+def _check_double_texting(merged: dict[str, Any]) -> list:
+    from .runs.policy import POLICIES, policy_error
+
+    value = merged["DOUBLE_TEXTING"]
+    problem = policy_error(value)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"LLMCHAT['DOUBLE_TEXTING'] {problem}.",
+            hint=f"Set LLMCHAT['DOUBLE_TEXTING'] to one of {', '.join(POLICIES)} "
+            "(default 'enqueue').",
+            id="llmchat.E071" if isinstance(value, str) else "llmchat.E070",
+        )
     ]
 
 

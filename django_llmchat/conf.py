@@ -89,6 +89,11 @@ DEFAULTS: dict[str, Any] = {
     # processor; or a dict of history options with "strategy". A chat's or an agent's
     # ``history`` overrides it.
     "HISTORY": "window",
+    # What a new prompt does while a run of its chat is queued or working (see
+    # docs/runs.md): "enqueue" (answered after it), "reject" (refused), "interrupt" (the
+    # live run stops, its partial reply kept) or "rollback" (the live run stops, its
+    # partial reply and steps deleted). A chat's ``double_texting`` overrides it.
+    "DOUBLE_TEXTING": "enqueue",
     # History processors and token estimators by name: {"<name>": "<dotted path>"} (or the
     # function itself). A chat's history set through the API names a strategy or an
     # estimator only by one of these names (or a built-in strategy), never by a dotted

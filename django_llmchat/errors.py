@@ -187,6 +187,12 @@ class RunInProgress(ChatBusyError):
     running or waiting for a tool-call decision: the path does not move under a run."""
 
 
+class DoubleTextingRejected(ChatBusyError):
+    """A new prompt refused by the ``reject`` double-texting policy: a run of the chat is
+    queued or working (nothing of the prompt is stored). REST and ``ui/chat`` answer 409
+    with ``{"code": "double_texting_rejected"}``."""
+
+
 class RunLostError(LLMChatError):
     """This process no longer owns the run: another one took it over (its lease ran out)
     or it was finished elsewhere. Nothing more is written by this process."""
@@ -264,6 +270,7 @@ _SAFE_ERRORS: tuple[tuple[type[BaseException], str, str], ...] = (
         "The reply was not valid JSON for the chat's schema.",
     ),
     (ConfigurationError, "configuration_error", "The provider is not configured."),
+    (DoubleTextingRejected, "double_texting_rejected", ""),
     (ChatBusyError, "chat_busy", ""),
     (UnsupportedFeatureError, "unsupported", ""),
     (ArgumentError, "invalid", ""),

@@ -82,6 +82,9 @@ class Runner(ProviderAttempts, ToolRunning):
         self.context = Context({**(chat.context or {}), **(context or {})})
         self.result = RunResult()
         self.keep_events = keep_events
+        # what a new prompt does while a run of the chat is unfinished (runs.policy;
+        # None: the context's, the chat's, LLMCHAT["DOUBLE_TEXTING"])
+        self.double_texting: str | None = None
         self.max_steps = (
             self.agent.max_steps if self.agent and self.agent.max_steps else settings.MAX_STEPS
         )
@@ -197,7 +200,7 @@ class Runner(ProviderAttempts, ToolRunning):
                     "or deny them (or cancel the run) first"
                 )
         first = None
-        if message is not None and runs.opens_attempt(chat, attachments):
+        if message is not None and runs.opens_attempt(chat, attachments, self.double_texting):
             first = self._first_call(message)
         if message is not None:
             # read after the path was: a path the admission finds as read is before it
@@ -211,6 +214,7 @@ class Runner(ProviderAttempts, ToolRunning):
             regenerate=regenerate,
             attempt=first.row if first is not None else None,
             seen=first.seen if first is not None else None,
+            double_texting=self.double_texting,
         )
         if first is not None and first.row.pk is not None:
             first.prompt.ref = message.pk  # what the reply follows
@@ -384,7 +388,7 @@ class Runner(ProviderAttempts, ToolRunning):
         except runs.CancelRequested as exc:
             event = Interrupt(reason=exc.reason)
             self.result.interrupt = event
-            status = Run.CANCELLED if exc.reason == "cancelled" else Run.INTERRUPTED
+            status = runs.stop_status(exc.reason)
             outcome = (status, "", "", exc.reason or "")
             yield event
         except RunLostError:
@@ -491,7 +495,9 @@ class Runner(ProviderAttempts, ToolRunning):
         message = Message(chat=chat, role="user", content=text)
         task_id = uuid.uuid4().hex
         # through the gate: over a limit BudgetExceededError, nothing stored
-        run, _ = runs.enqueue(chat, message, attachments, task_id=task_id)
+        run, _ = runs.enqueue(
+            chat, message, attachments, task_id=task_id, double_texting=self.double_texting
+        )
         chat.last_run = run
         chat_id, run_id = chat.pk, run.pk
         transaction.on_commit(

@@ -1,9 +1,10 @@
 """The rules as one model-based test (DESIGN section 20, docs/testing.md "The model-based
 test"): Hypothesis' ``RuleBasedStateMachine`` drives random sequences of operations over
-the Python API, REST and ``ui/chat`` at once (ask, stream, stop, regenerate, branch from
-any message, switch, edit, approve/deny, a tool that fails or returns junk, a model that
-falls back, a run killed and recovered, a budget change, encryption on, erasure) against
-the fake provider server on loopback, and after every step checks the invariants:
+the Python API, REST and ``ui/chat`` at once (ask, stream, stop, a new prompt while a run
+works under each double-texting policy, regenerate, branch from any message, switch, edit,
+approve/deny, a tool that fails or returns junk, a model that falls back, a run killed and
+recovered, a budget change, encryption on, erasure) against the fake provider server on
+loopback, and after every step checks the invariants:
 
 * the active path is one chain from a root to the active leaf, and a new prompt's path is
   exactly root -> ... -> its parent;
@@ -34,6 +35,7 @@ import shlex
 import time
 from collections import deque
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from cryptography.fernet import Fernet
@@ -55,7 +57,7 @@ from hypothesis.stateful import (
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_llmchat import lifecycle, limits
+from django_llmchat import lifecycle, limits, runs
 from django_llmchat.errors import LLMChatError
 from django_llmchat.models import Chat, Limit, Message, Run, ToolCall, Usage
 from django_llmchat.models.protected import MARKER
@@ -429,6 +431,48 @@ class RulesMachine(RuleBasedStateMachine):
         stop = self.api.post(reverse("llmchat-api:ui-chat-stop", kwargs={"id": str(self.chat.pk)}))
         assert stop.status_code in (200, 409), stop.content
         b"".join(stream)
+
+    @precondition(lambda self: not self.waiting)
+    @rule(
+        text=texts,
+        after=st.integers(min_value=1, max_value=6),
+        policy=st.sampled_from(["enqueue", "reject", "interrupt", "rollback"]),
+        path=st.sampled_from(["python", "rest"]),
+    )
+    def double_text(self, text, after, policy, path):
+        """A new prompt while a slow Python stream works, under a double-texting policy
+        (``interrupt``/``rollback`` stop the stream's run; ``reject`` refuses the prompt):
+        the stream read to its end, then the new prompt's run is answered in this thread
+        (its task sent when the stopped run ends)."""
+        self.plan.clear()
+        self.plan.append(
+            Fault(chunk_delay=0.002, reply=Reply("w" * 120, chunk_size=4, usage=USAGE))
+        )
+        self.plan.append(Reply("A second answer.", usage=USAGE))
+        events = self.chat.stream(text)
+        try:
+            try:
+                for i, _ in enumerate(events):
+                    if i >= after:
+                        break
+            except LLMChatError as exc:  # refused (a budget spent): nothing works
+                event(f"python {type(exc).__name__}")
+                return
+            # the prompt's task is left to the run ahead of it (inline, it would wait here)
+            with mock.patch.object(runs, "send", lambda *args, **kwargs: None):
+                if path == "python":
+                    self.python(self.chat.ask_later, text + "!", double_texting=policy)
+                else:
+                    body = {"content": text + "!", "double_texting": policy}
+                    response = self.rest("post", "chat-messages", body, pk=self.chat.pk)
+                    if response.status_code != 202:
+                        assert response.status_code == 409 and policy == "reject"
+                        assert response.json()["code"] == "double_texting_rejected"
+                        event("double texting rejected")
+            self.python(lambda: list(events))
+        finally:
+            events.close()
+        event(f"double texting {policy}")
 
     @precondition(lambda self: self.waiting)
     @rule()

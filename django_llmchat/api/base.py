@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from .. import runs
 from ..conf import settings
-from ..errors import ChatBusyError
+from ..errors import ChatBusyError, DoubleTextingRejected
 from ..models import Chat
 from .errors import Conflict, api_exception_handler
 from .idempotency import Idempotency, Replayed
@@ -119,6 +119,8 @@ def admit(inline: InlineRun) -> InlineRun:
     is the API's 429)."""
     try:
         return inline.start()
+    except DoubleTextingRejected as exc:
+        raise rejected(exc) from None
     except runs.RunInProgress:
         raise Conflict(
             "The chat has a run in progress; wait for it to end (or cancel it)."
@@ -130,6 +132,15 @@ def admit(inline: InlineRun) -> InlineRun:
         ) from None
     except runs.NothingToRegenerate:
         raise ValidationError({"trigger": ["the chat has no reply to regenerate"]}) from None
+
+
+def rejected(exc: DoubleTextingRejected) -> Conflict:
+    """The 409 of a message refused by the ``reject`` double-texting policy."""
+    return Conflict(
+        "The chat has a run queued or working and its double-texting policy is 'reject': "
+        "send the message when the run has ended (or cancel the run).",
+        code="double_texting_rejected",
+    )
 
 
 def stream_inline(view: LLMChatView, chat: Chat, **run: Any):

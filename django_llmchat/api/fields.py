@@ -233,3 +233,22 @@ def cost_dict(cost) -> dict[str, str]:
     """``Cost`` as :class:`CostSerializer` renders it: USD parts as decimal strings with
     ten places (sums of a database come with more)."""
     return _COST.to_representation(cost)
+
+
+DOUBLE_TEXTING_HELP = (
+    "What this message does while a run of the chat is queued or working: `enqueue` "
+    "(answered after it), `reject` (refused: 409 `double_texting_rejected`), `interrupt` "
+    "(the run stops, its partial reply kept) or `rollback` (the run stops, its partial "
+    "reply and steps deleted). Default: the chat's `double_texting`, else "
+    '`LLMCHAT["DOUBLE_TEXTING"]`.'
+)
+
+
+class DoubleTextingField(serializers.ChoiceField):
+    """A double-texting policy (:mod:`django_llmchat.runs.policy`)."""
+
+    def __init__(self, **kwargs):
+        from ..runs.policy import POLICIES
+
+        kwargs.setdefault("help_text", DOUBLE_TEXTING_HELP)
+        super().__init__(POLICIES, **kwargs)

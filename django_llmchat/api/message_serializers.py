@@ -20,6 +20,7 @@ from .fields import (
     BlankIsNullCharField,
     CompiledRepresentation,
     CostSerializer,
+    DoubleTextingField,
     StrictCharField,
     StrictFieldsMixin,
     TokensSerializer,
@@ -237,6 +238,7 @@ class MessageContentSerializer(StrictFieldsMixin, serializers.Serializer):
     parent = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
     )
+    double_texting = DoubleTextingField(required=False)
 
 
 class _FormParentField(serializers.IntegerField):
@@ -260,6 +262,7 @@ class MessageCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     parent = _FormParentField(
         required=False, allow_null=True, min_value=1, max_value=2**63 - 1, help_text=PARENT_HELP
     )
+    double_texting = DoubleTextingField(required=False)
     attachments = _AttachmentsField(
         child=serializers.FileField(allow_empty_file=True),  # emptiness: the input rule
         required=False,

@@ -22,10 +22,10 @@ from rest_framework.response import Response
 
 from .. import branches, runs
 from ..branches import ROOT, branching
-from ..errors import ArgumentError, ChatBusyError
+from ..errors import ArgumentError, ChatBusyError, DoubleTextingRejected
 from ..models import Chat, Message, Run, ToolCall
 from ..prepared import known_relations
-from .base import LLMChatView, once, stream_inline, stream_position
+from .base import LLMChatView, once, rejected, stream_inline, stream_position
 from .errors import Conflict
 from .idempotency import (
     IDEMPOTENCY_CONFLICT,
@@ -117,7 +117,9 @@ class MessageListCreateView(LLMChatView):
             "run streams in this response instead (409 when the chat's run waits for a "
             "tool-call decision). With `parent`, the message starts a new branch after "
             "that message (edit and resubmit): the provider receives the new path alone; "
-            "409 while a run of the chat is in progress."
+            "409 while a run of the chat is in progress. `double_texting` says what the "
+            "message does while a run of the chat is queued or working (409 "
+            "`double_texting_rejected` under `reject`)."
         ),
         request={
             "application/json": MessageContentSerializer,
@@ -153,6 +155,9 @@ class MessageListCreateView(LLMChatView):
         attachments = serializer.validated_data.get("attachments") or None
         streamed = self.wants_events()
         body = {"content": content, "attachments": _fingerprint(attachments), "sse": streamed}
+        policy = serializer.validated_data.get("double_texting")
+        if policy is not None:
+            body["double_texting"] = policy
         parent = None
         if "parent" in serializer.validated_data:
             body["parent"] = serializer.validated_data["parent"]
@@ -162,16 +167,25 @@ class MessageListCreateView(LLMChatView):
             after = stream_position(chat) if idem is not None else None
 
             def stream():
-                with branching(parent), _branch_refusals(parent):
+                with branching(parent), _branch_refusals(parent), runs.double_texting(policy):
                     return stream_inline(self, chat, prompt=content, attachments=attachments)
 
             return once(idem, self, stream, stream="sse", after=after)
-        return once(idem, self, lambda: self._ask_later(chat, content, attachments, idem, parent))
+        return once(
+            idem,
+            self,
+            lambda: self._ask_later(chat, content, attachments, idem, parent, policy),
+        )
 
-    def _ask_later(self, chat, content, attachments, idem, parent=None):
+    def _ask_later(self, chat, content, attachments, idem, parent=None, policy=None):
         after = stream_position(chat)
         with _branch_refusals(parent):
-            message = chat.ask_later(content, attachments=attachments, parent=parent)
+            try:
+                message = chat.ask_later(
+                    content, attachments=attachments, parent=parent, double_texting=policy
+                )
+            except DoubleTextingRejected as exc:
+                raise rejected(exc) from None
         if message is None:
             tripwire = chat.last_run.tripwire
             return Response(

@@ -19,6 +19,7 @@ from ..registry import SYNCED_FIELDS
 from .errors import invalid
 from .fields import (
     CostSerializer,
+    DoubleTextingField,
     HistoryPolicyField,
     JSONObjectField,
     ProviderField,
@@ -180,6 +181,13 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
         'LLMCHAT["TOKEN_ESTIMATORS"]); names, never dotted paths. null: the agent\'s or '
         "the project's policy.",
     )
+    double_texting = DoubleTextingField(
+        required=False,
+        allow_blank=True,
+        help_text="What a new message does while a run of the chat is queued or working: "
+        "`enqueue`, `reject`, `interrupt` or `rollback`; empty: "
+        '`LLMCHAT["DOUBLE_TEXTING"]`. A message\'s own `double_texting` overrides it.',
+    )
     message_count = serializers.IntegerField(read_only=True)
     total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
     total_cost = serializers.DecimalField(
@@ -222,6 +230,7 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "context",
             "schema",
             "history",
+            "double_texting",
             "status",
             "last_run",
             "forked_from",

@@ -15,7 +15,7 @@ from rest_framework.exceptions import ValidationError
 from .. import inputs
 from ..errors import InputError
 from .errors import invalid
-from .fields import StrictCharField
+from .fields import DOUBLE_TEXTING_HELP, DoubleTextingField, StrictCharField
 from .ids import CLIENT_ID_PATTERN, is_call_id
 
 __all__ = ["UIChatSerializer", "UIMessageSerializer", "approvals_of", "prompt_of"]
@@ -84,6 +84,11 @@ class UIChatSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="The message to regenerate (the last reply is replaced, and kept as an "
         "alternative), or the user message a `submit-message` edits.",
+    )
+
+    double_texting = DoubleTextingField(
+        required=False,
+        help_text=DOUBLE_TEXTING_HELP.replace("this message", "a new user message"),
     )
 
     def validate_id(self, value: str) -> str:

@@ -15,7 +15,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from .. import branches
+from .. import branches, runs
 from ..errors import ArgumentError
 from ..models import Chat, Run
 from . import ui_messages
@@ -114,6 +114,8 @@ class UIChatView(TransportView):
         if data["trigger"] == "submit-message" and last.get("role") == "user" and not edit:
             fallback = str(last.get("id") or "") or None
         body = {"trigger": data["trigger"], "last": _json_safe(last)}
+        if data.get("double_texting") is not None:
+            body["double_texting"] = data["double_texting"]
         idem = Idempotency.of(request, "ui-chat", chat, body, fallback=fallback)
         after = stream_position(chat) if idem is not None else None
         return once(
@@ -172,14 +174,15 @@ class UIChatView(TransportView):
             )
             run["resume"] = resumed
         inline = UIRun(chat, ui=stream, asynchronous=self.is_asgi(), **run)
-        if parent is None:
-            admit(inline)
-        else:
-            try:
-                with branches.branching(parent):
-                    admit(inline)
-            except ArgumentError as exc:  # a message no prompt may follow
-                raise ValidationError({"messages": [str(exc)]}) from None
+        with runs.double_texting(data.get("double_texting")):
+            if parent is None:
+                admit(inline)
+            else:
+                try:
+                    with branches.branching(parent):
+                        admit(inline)
+                except ArgumentError as exc:  # a message no prompt may follow
+                    raise ValidationError({"messages": [str(exc)]}) from None
         if "prompt" in run:  # a reloaded chat names the user message as its client did
             row = getattr(inline.runner, "run_row", None)
             ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))

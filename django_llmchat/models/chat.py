@@ -168,6 +168,13 @@ class AbstractChat(models.Model):
         '"summarize", the dotted path of a history processor, or a dict of history '
         'options (with "strategy"); empty: the agent\'s, else LLMCHAT["HISTORY"].',
     )
+    double_texting = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="What a new prompt does while a run of the chat is queued or working: "
+        'enqueue, reject, interrupt or rollback; empty: LLMCHAT["DOUBLE_TEXTING"].',
+    )
     status = models.CharField(
         max_length=24,
         default="idle",
@@ -418,13 +425,31 @@ class AbstractChat(models.Model):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         return _attachment_items(attachments)
 
-    def ask(self, prompt: str | None = None, attachments=None, *, context=None, parent=None):
+    def _runner_for(self, context, double_texting):
+        from ..runs.policy import checked
+
+        policy = checked(double_texting)
+        runner = self.runner(context)
+        runner.double_texting = policy
+        return runner
+
+    def ask(
+        self,
+        prompt: str | None = None,
+        attachments=None,
+        *,
+        context=None,
+        parent=None,
+        double_texting: str | None = None,
+    ):
         """Send ``prompt`` (saved first) and run the loop with non-streaming requests;
         returns the final assistant Message (``None`` when a guardrail blocked the run).
         ``chat.last_run`` is the run. Asked while another run of the chat works, it waits
-        for its turn. ``parent``: the prompt starts a new branch after that message (see
-        :meth:`branch_from`)."""
-        runner = self.runner(context)
+        for its turn (or follows ``double_texting``: ``"enqueue"``, ``"reject"``,
+        ``"interrupt"``, ``"rollback"``; default the chat's ``double_texting``, else
+        ``LLMCHAT["DOUBLE_TEXTING"]``). ``parent``: the prompt starts a new branch after
+        that message (see :meth:`branch_from`)."""
+        runner = self._runner_for(context, double_texting)
         items = self._check_prompt_type(prompt, attachments)
         if parent is None:
             return runner.ask(prompt, items)
@@ -438,17 +463,27 @@ class AbstractChat(models.Model):
         first); returns the final assistant Message."""
         return self.ask(None, context=context)
 
-    def stream(self, prompt: str | None = None, attachments=None, *, context=None):
+    def stream(
+        self,
+        prompt: str | None = None,
+        attachments=None,
+        *,
+        context=None,
+        double_texting: str | None = None,
+    ):
         """An iterator of the stream events of a run answering ``prompt``. Nothing happens
         until the first ``next()``: then the prompt is stored with its run, before the first
         event. Closing the iterator (or dropping it) ends the run ``cancelled``, its usage
         row kept. With no prompt, the saved history is continued (a retry after an
-        ``IncompleteStreamError`` adds no second user turn)."""
-        runner = self.runner(context)
+        ``IncompleteStreamError`` adds no second user turn). ``double_texting``: as
+        :meth:`ask`."""
+        runner = self._runner_for(context, double_texting)
         items = self._check_prompt_type(prompt, attachments)
         return runner.events(prompt, items, stream=True)
 
-    def ask_later(self, prompt: str, attachments=None, *, parent=None):
+    def ask_later(
+        self, prompt: str, attachments=None, *, parent=None, double_texting: str | None = None
+    ):
         """Store ``prompt`` (before-guardrails applied) with a queued run, and let a worker
         answer it: ``tasks.complete_chat`` is sent when the current transaction commits.
         Returns the user Message (``None`` when a before-guardrail blocked the prompt:
@@ -459,30 +494,56 @@ class AbstractChat(models.Model):
         answered in order. With no Celery broker configured, the task runs in this process
         (see ``LLMCHAT["TASKS_EAGER_WITHOUT_BROKER"]``). ``parent``: the prompt starts a
         new branch after that message (refused with ``ChatBusyError`` while a run is
-        unfinished)."""
+        unfinished). ``double_texting``: as :meth:`ask` (``"reject"`` raises
+        :class:`~django_llmchat.errors.DoubleTextingRejected` while a run is unfinished;
+        ``"interrupt"``/``"rollback"`` stop it, and the worker answers this prompt next)."""
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         items = _attachment_items(attachments)
+        runner = self._runner_for(None, double_texting)
         if parent is None:
-            return self.runner().ask_later(prompt, items)
+            return runner.ask_later(prompt, items)
         with branching(parent):
-            return self.runner().ask_later(prompt, items)
+            return runner.ask_later(prompt, items)
 
-    async def aask(self, prompt: str | None = None, attachments=None, *, context=None, parent=None):
+    async def aask(
+        self,
+        prompt: str | None = None,
+        attachments=None,
+        *,
+        context=None,
+        parent=None,
+        double_texting: str | None = None,
+    ):
         """Async twin of :meth:`ask` for ASGI views."""
 
         def ask_in_thread():
             try:
-                return self.ask(prompt, attachments, context=context, parent=parent)
+                return self.ask(
+                    prompt,
+                    attachments,
+                    context=context,
+                    parent=parent,
+                    double_texting=double_texting,
+                )
             finally:
                 connections.close_all()  # the worker thread's own connections
 
         return await sync_to_async(ask_in_thread, thread_sensitive=False)()
 
-    def astream(self, prompt: str | None = None, attachments=None, *, context=None):
+    def astream(
+        self,
+        prompt: str | None = None,
+        attachments=None,
+        *,
+        context=None,
+        double_texting: str | None = None,
+    ):
         """Async twin of :meth:`stream`: an async iterator of events. The loop runs in a
         worker thread; the prompt is saved before the first event."""
-        return stream_in_thread(lambda: self.stream(prompt, attachments, context=context))
+        return stream_in_thread(
+            lambda: self.stream(prompt, attachments, context=context, double_texting=double_texting)
+        )
 
     @property
     def last_run(self):

@@ -24,6 +24,8 @@ By concern:
   attempt number, and the thread renewing its lease.
 * :mod:`.decisions`: :func:`interrupt`, :func:`cancel_queued` and :func:`decide` (a
   tool-call decision; the last one queues the run again through the gate).
+* :mod:`.policy`: double texting, what a new prompt does while a run of the chat is
+  unfinished (``enqueue``, ``reject``, ``interrupt``, ``rollback``), applied by the gate.
 * :mod:`.base`: what they share (the chat's lock, its next run, its cached status, the
   place of a queued prompt, telling followers, sending a run's task).
 
@@ -79,7 +81,14 @@ from .claims import (
     stale_runs,
     wait_for_turn,
 )
-from .decisions import AlreadyDecided, _decide, cancel_queued, decide, interrupt
+from .decisions import (
+    AlreadyDecided,
+    _decide,
+    cancel_queued,
+    decide,
+    interrupt,
+    stop_for_prompt,
+)
 from .execution import (
     CANCEL_POLL_SECONDS,
     CancelRequested,
@@ -90,9 +99,11 @@ from .execution import (
     _private_database,
     _tick,
 )
+from .policy import POLICIES, double_texting, stop_status
 
 __all__ = [
     "BUSY",
+    "POLICIES",
     "NOTHING",
     "PAUSED",
     "AlreadyDecided",
@@ -104,6 +115,7 @@ __all__ = [
     "cancel_queued",
     "claim",
     "decide",
+    "double_texting",
     "enqueue",
     "hold_if_idle",
     "interrupt",
@@ -112,6 +124,8 @@ __all__ = [
     "recover",
     "send",
     "stale_runs",
+    "stop_for_prompt",
+    "stop_status",
     "switch_to",
     "wait_for_turn",
     "worker_name",

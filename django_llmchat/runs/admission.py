@@ -26,7 +26,13 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from .. import branches, limits
-from ..errors import ArgumentError, BudgetExceededError, ChatBusyError, RunInProgress
+from ..errors import (
+    ArgumentError,
+    BudgetExceededError,
+    ChatBusyError,
+    DoubleTextingRejected,
+    RunInProgress,
+)
 from ..models import Chat, Message, Run, Usage
 from ..models.message import QUEUED_POSITION
 from ..prepared import PreparedInsert, mark_saved
@@ -41,6 +47,7 @@ from .base import (
     worker_name,
 )
 from .execution import Execution
+from .policy import ENQUEUE, REJECT, resolve
 
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
@@ -117,6 +124,7 @@ def enqueue(
     regenerate: bool = False,
     attempt: Usage | None = None,
     seen: tuple[int | None, int, int | None] | None = None,
+    double_texting: str | None = None,
 ) -> tuple[Run, Execution | None]:
     """Admit and store ``prompt`` (unsaved, with its attachments) and a queued run
     answering it, in one transaction (the gate: the chat's lock, the user's lock, every
@@ -137,6 +145,12 @@ def enqueue(
     the admission's own call when the run starts and the path is still the one read (its
     ``pk`` is set then); otherwise nothing of it is written and the caller reads again.
 
+    ``double_texting``: what ``prompt`` does while a run of the chat is unfinished
+    (:mod:`.policy`; ``None``: the context's, the chat's, the setting's): ``reject``
+    raises :class:`DoubleTextingRejected` (nothing stored), ``interrupt`` and ``rollback``
+    stop the unfinished runs first, all under the chat's lock in this transaction (the
+    admission then takes the statements, not the one call).
+
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     if chat.pk is None:
         raise ArgumentError(
@@ -144,13 +158,14 @@ def enqueue(
         )
     if regenerate and prompt is not None:
         raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
+    policy = ENQUEUE if prompt is None else resolve(chat, double_texting)
     worker = worker_name() if (start or wait) else ""
     using = router.db_for_write(Run)
     try:
         # the PostgreSQL face (one call) is tested on PostgreSQL, not by the mutation
         # campaign (on SQLite); it commits alone, the statements (or a callback's writes
         # with the call) in one transaction
-        one_call = _in_one_call(chat, attachments, regenerate, using)  # pragma: no mutate
+        one_call = _in_one_call(chat, attachments, regenerate, using, policy)  # pragma: no mutate
         alone = one_call and _ON_ADMIT.get() is None  # pragma: no mutate
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
             if one_call:  # pragma: no mutate block
@@ -159,7 +174,7 @@ def enqueue(
                 )
             else:
                 run, claimed, chat.status = _enqueue(
-                    chat, prompt, attachments, task_id, start, wait, regenerate, worker
+                    chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy
                 )
     except BudgetExceededError as exc:
         limits.exceeded(chat, exc)  # after the rollback: a receiver may write
@@ -167,10 +182,12 @@ def enqueue(
     return run, (Execution(run, worker=worker) if claimed else None)
 
 
-def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker):
+def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy=ENQUEUE):
     if not _lock(chat.pk):
         raise ArgumentError(f"chat {chat.pk} does not exist")
     head = _head(chat.pk)
+    if head is not None and policy != ENQUEUE:
+        head = _double_texted(chat, head, policy)
     if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
         raise _paused(chat.pk)
     if regenerate:
@@ -214,25 +231,45 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     return run, claimed, (run.status if head is None else head.status)
 
 
+def _double_texted(chat: Chat, head: Run, policy: str) -> Run | None:
+    """A prompt while ``head`` is unfinished, under the chat's lock: refused (``reject``)
+    or the unfinished runs stopped (``interrupt``, ``rollback``); the head after it."""
+    if policy == REJECT:
+        raise DoubleTextingRejected(
+            f"chat {chat.pk} has a run {head.status.replace('_', ' ')}: its double-texting "
+            "policy 'reject' refuses a new prompt until the run ends (or is cancelled)"
+        )
+    from .decisions import stop_for_prompt
+
+    return stop_for_prompt(chat.pk, policy)
+
+
 def _in_one_call(
-    chat: Chat, attachments, regenerate: bool, using: str
+    chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
     """Whether this admission is one call of ``llmchat_run_enqueue_v2`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
-    chat's user; otherwise the statements of :func:`_enqueue`."""
+    chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
+    :func:`_enqueue` (where the policy is applied under the chat's lock)."""
     if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
+        return False
+    if policy != ENQUEUE:
         return False
     if branches.pending_branch() is not None:  # a new branch: the statements
         return False
     return pg.available(using, Message, Run)
 
 
-def opens_attempt(chat: Chat, attachments=None) -> bool:  # pragma: no mutate block
-    """Whether :func:`enqueue` of a prompt (with ``attachments``) can write its run's first
-    attempt (``attempt=``) in its own call: on PostgreSQL with the run functions, where
-    the admission is one call, and no receiver of Usage's save signals."""
+def opens_attempt(
+    chat: Chat, attachments=None, double_texting: str | None = None
+) -> bool:  # pragma: no mutate block
+    """Whether :func:`enqueue` of a prompt (with ``attachments``, under ``double_texting``)
+    can write its run's first attempt (``attempt=``) in its own call: on PostgreSQL with
+    the run functions, where the admission is one call, and no receiver of Usage's save
+    signals."""
     using = router.db_for_write(Run)
-    return _in_one_call(chat, attachments, False, using) and pg.available(using, Usage)
+    policy = resolve(chat, double_texting)
+    return _in_one_call(chat, attachments, False, using, policy) and pg.available(using, Usage)
 
 
 def _enqueue_call(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import router, transaction
 from django.db.models.functions import Now
 
-from .. import limits
+from .. import branches, limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
 from ..models import Chat, Run, ToolCall
 from ..models.message import QUEUED_POSITION
@@ -29,6 +29,7 @@ from .base import (
     _waits_for_a_worker,
 )
 from .execution import _next_run
+from .policy import INTERRUPTED_BY_PROMPT, ROLLBACK, ROLLED_BACK, stop_status
 
 
 def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
@@ -58,12 +59,13 @@ def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: st
 def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = None) -> bool:
     """Stop the chat's current run: a running one stops between chunks or steps (its
     process sees the request within a quarter second); one waiting for a decision or in
-    the queue ends now. ``reason == "cancelled"`` ends it ``cancelled``, any other
+    the queue ends now. ``reason == "cancelled"`` (or a new prompt's stop:
+    :func:`~django_llmchat.runs.policy.stop_status`) ends it ``cancelled``, any other
     reason ``interrupted``. ``run_id``: stop only that run (when it is still the chat's
     current one). Returns whether there was a run to stop (``False`` as well when a stop
     was asked for already: the first request wins)."""
     reason = (reason or "")[:255]
-    status = Run.CANCELLED if reason == "cancelled" else Run.INTERRUPTED
+    status = stop_status(reason)
     # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it
     using = router.db_for_write(Run)  # pragma: no mutate
     if pg.available(using):  # pragma: no mutate block
@@ -97,6 +99,34 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
             if _waits_for_a_worker(following):
                 transaction.on_commit(lambda: _send(following))
         return bool(changed)
+
+
+def stop_for_prompt(chat_id: int, policy: str) -> Run | None:
+    """A new prompt under the ``interrupt`` or ``rollback`` policy, in the admission's
+    transaction under the chat's lock: every unfinished run of the chat is stopped with
+    the machinery of :func:`interrupt` and :func:`cancel_queued` (a running one is asked
+    to stop, the others end now). Under ``rollback`` what a run that ended now stored is
+    deleted now (:func:`django_llmchat.branches.roll_back`), a running one's when it
+    ends (:meth:`Execution.finish <django_llmchat.runs.Execution.finish>`). Returns the
+    chat's head run after it (a running one asked to stop, or ``None``)."""
+    reason = ROLLED_BACK if policy == ROLLBACK else INTERRUPTED_BY_PROMPT
+    while True:
+        head = _head(chat_id)
+        if head is None:
+            return None
+        if head.status == Run.RUNNING:
+            interrupt(chat_id, reason, run_id=head.pk)  # a stop asked for already stands
+            behind = Run.objects.filter(
+                chat_id=chat_id, status=Run.QUEUED, pk__gt=head.pk
+            ).values_list("pk", "prompt_id")
+            for pk, prompt_id in list(behind):
+                if cancel_queued(chat_id, pk, reason=reason) and policy == ROLLBACK:
+                    branches.roll_back(chat_id, pk, prompt_id)
+            return head
+        if not interrupt(chat_id, reason, run_id=head.pk):  # pragma: no cover - locked
+            return head
+        if policy == ROLLBACK:
+            branches.roll_back(chat_id, head.pk, head.prompt_id)
 
 
 def _interrupt_call(

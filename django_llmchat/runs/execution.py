@@ -19,7 +19,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import dbconn
+from .. import branches, dbconn
 from .._per_process import PerProcess
 from ..errors import ArgumentError, RunLostError
 from ..models import Message, Run, Usage
@@ -44,6 +44,7 @@ from .base import (
     _waits_for_a_worker,
     logger,
 )
+from .policy import ROLLED_BACK
 
 CANCEL_POLL_SECONDS = 0.25
 
@@ -235,7 +236,9 @@ class Execution:
         interrupt_reason: str = "",
     ) -> bool:
         """End the run with a finished ``status``; ``False`` when it was not ours any
-        more."""
+        more. ``interrupt_reason="rollback"`` (a stop asked for by a new prompt under the
+        ``rollback`` policy): what the run stored is deleted as it ends
+        (:func:`django_llmchat.branches.roll_back`)."""
         if status not in Run.FINISHED:
             raise ArgumentError(f"{status!r} is not a finished run status")
         return self._transition(
@@ -258,14 +261,19 @@ class Execution:
         if self.done:
             return False
         head = None
+        # stopped by a new prompt under the rollback policy: what the run stored goes
+        # with its end, in its transaction (the statements)
+        rolled_back = status in Run.FINISHED and updates.get("interrupt_reason") == ROLLED_BACK
         using = router.db_for_write(Run)  # pragma: no mutate
-        if pg.available(using):  # pragma: no mutate block
+        if pg.available(using) and not rolled_back:  # pragma: no mutate block
             changed, head = self._end_call(status, updates, using)
         else:
             with transaction.atomic():
                 _lock(self.chat_id)
                 changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
                 if changed:
+                    if rolled_back:
+                        branches.roll_back(self.chat_id, self.pk, self.run.prompt_id)
                     if status in Run.FINISHED and self.run.prompt_id is not None:
                         _move_prompt_into_place(self.chat_id, self.run.prompt_id)
                     head = _release(self.chat_id, self.pk)
