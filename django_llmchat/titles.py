@@ -20,6 +20,7 @@ Celery task) by one conditional UPDATE that never replaces a title of the user's
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -119,11 +120,21 @@ def setting_errors(value: Any, providers: set[str] | None = None) -> list[tuple[
     return errors
 
 
+# markdown a title leaves out: a heading, quote or list marker, emphasis, code, a link's URL
+_BLOCK_MARK = re.compile(r"^\s*(?:#{1,6}|>|[-*+]|\d+[.)])\s+")
+_EMPHASIS = re.compile(r"(?<!\w)(\*\*|__|\*|_|~~)(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_CODE = re.compile(r"`+([^`]+)`+")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
 def prompt_title(text: str, limit: int = MAX_CHARS) -> str:
-    """The title a prompt gives: its first non-blank line, whitespace collapsed, cut at a
-    word boundary to ``limit`` characters, an ellipsis included (``""`` for a blank
-    prompt)."""
+    """The title a prompt gives: its first non-blank line as plain text (markdown markers
+    left out), whitespace collapsed, cut at a word boundary to ``limit`` characters, an
+    ellipsis included (``""`` for a blank prompt)."""
     line = next((part for part in (text or "").splitlines() if part.strip()), "")
+    line = _BLOCK_MARK.sub("", line)
+    parts = _CODE.split(_LINK.sub(r"\1", line))  # odd parts: code, kept as written
+    line = "".join(p if i % 2 else _EMPHASIS.sub(r"\2", p) for i, p in enumerate(parts))
     line = " ".join(line.split())
     if len(line) <= limit:
         return line
@@ -156,7 +167,7 @@ def title_chat(runner) -> str | None:
         reply = runner.result.message
         if reply is None or chat.pk is None:
             return None
-        first = _first_prompt(chat)
+        first = _first_prompt(runner)
         title, source = "", PROMPT
         if options.model is not None:
             title = _from_model(runner, options, first, reply.content or "")
@@ -190,11 +201,17 @@ def write_title(chat, title: str, source: str) -> bool:
     return bool(written)
 
 
-def _first_prompt(chat) -> str:
+def _first_prompt(runner) -> str:
+    """The chat's first prompt: the first one of the history the run sent (no query),
+    else the first of the active path."""
     from .models import Message
 
+    history = getattr(runner.history, "messages", None) or []
+    for message in history:
+        if message.role == "user" and message.content.strip():
+            return message.content
     first = (
-        Message.objects.filter(chat_id=chat.pk, role="user", on_path=True)
+        Message.objects.filter(chat_id=runner.chat.pk, role="user", on_path=True)
         .order_by("position", "id")
         .only("content")
         .first()
