@@ -359,7 +359,7 @@ def test_the_check_names_a_bad_titles_setting(settings, value, ids):
     found = [e for e in check_settings() if e.id in ("llmchat.E064", "llmchat.E065")]
     assert [e.id for e in found] == ids
     for error in found:
-        assert "LLMCHAT[\"TITLES\"]" in error.msg and "TITLES" in error.hint
+        assert 'LLMCHAT["TITLES"]' in error.msg and "TITLES" in error.hint
 
 
 @pytest.mark.django_db(transaction=False)
