@@ -225,7 +225,7 @@ def _from_model(runner, options: TitleOptions, prompt: str, reply: str) -> str:
     reached."""
     from . import limits
     from .attempts import Received
-    from .errors import BudgetExceededError
+    from .errors import BudgetExceededError, ProviderError
     from .models import Usage
     from .providers import get_provider
     from .providers.types import ProviderMessage, ProviderRequest
@@ -261,6 +261,10 @@ def _from_model(runner, options: TitleOptions, prompt: str, reply: str) -> str:
         pending = runner._open_attempt(request, provider_name, model_id, operation="title")
         response = provider.complete(request)
     except Exception as exc:
+        if pending is None and not isinstance(exc, ProviderError):
+            # no call was made (its provider cannot be built): nothing to bill
+            logger.warning("chat %s: no title model call, titled from the prompt: %s", chat.pk, exc)
+            return ""
         failed = usage_row(
             chat,
             provider=provider_name,
