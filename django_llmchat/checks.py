@@ -216,6 +216,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors.extend(_check_search(merged))
     errors.extend(_check_fallbacks(merged))
     errors.extend(_check_double_texting(merged))
+    errors.extend(_check_titles(merged, known))
     errors.extend(_check_token_throttles(merged))
     errors.extend(_check_telemetry(merged))
     errors.extend(_check_mcp_servers(merged))
@@ -552,6 +553,21 @@ def _check_double_texting(merged: dict[str, Any]) -> list:
             "(default 'enqueue').",
             id="llmchat.E071" if isinstance(value, str) else "llmchat.E070",
         )
+    ]
+
+
+def _check_titles(merged: dict[str, Any], known: set[str]) -> list:
+    from .titles import setting_errors
+
+    providers = merged["PROVIDERS"] if isinstance(merged["PROVIDERS"], dict) else {}
+    hint = (
+        "Set LLMCHAT['TITLES'] = True (titles from the first prompt), a model id, "
+        "{'model': ..., 'provider': ...} (a provider in LLMCHAT['PROVIDERS'] or a built-in "
+        "one), or False."
+    )
+    return [
+        Error(f"{problem}.", hint=hint, id=id)
+        for id, problem in setting_errors(merged["TITLES"], known | set(providers))
     ]
 
 

@@ -125,6 +125,12 @@ DEFAULTS: dict[str, Any] = {
     # text search configuration the message index is built with (read when migration 0018
     # runs) and searches are parsed with. None: the default, "english".
     "SEARCH": None,
+    # Chat titles (django_llmchat.titles): an untitled chat gets one after its first reply.
+    # True: from the first prompt (no provider call); a model id (on the chat's provider)
+    # or {"model": ..., "provider": ..., "prompt": ...}: that model writes it (its own
+    # usage row, operation "title"; the prompt's title when it fails); False/None: off.
+    # A title the user set (title_source "user") is never replaced.
+    "TITLES": True,
     # Encryption at rest (needs the extra [encryption]): Fernet keys, the first encrypts,
     # every one decrypts (rotation; ``manage.py llmchat_rotate_keys`` re-encrypts with the
     # first). Message content, reasoning and raw vendor bodies and tool call arguments are

@@ -14,6 +14,8 @@ same way, whoever drives it:
   the run's status (``succeeded``, ``failed``, ``cancelled``, ``interrupted``,
   ``awaiting_approval``, or ``retrying`` when a task gives it back to the queue), its
   error, last message, tokens and cost;
+- after the terminal event, an untitled chat whose run stored a reply gets its title
+  (``LLMCHAT["TITLES"]``, :mod:`django_llmchat.titles`) before the iteration ends;
 - a session closed before its end (a dropped stream) ends the run ``cancelled`` and, when
   it publishes, sends that ``RunFinished`` to the chat's event stream, so every follower
   learns the end.
@@ -274,10 +276,20 @@ class RunSession:
             if status == Run.QUEUED:
                 status = RETRYING
             yield self._end(status or Run.FAILED, error=error, error_type=error_type)
+            self._title(runner)
             if self.raise_errors:
                 raise
             return
         yield self._end(runner.execution.outcome or runner.run_row.status)
+        self._title(runner)
+
+    def _title(self, runner) -> None:
+        """After the terminal event (never delaying it): an untitled chat whose run stored
+        a reply gets its title (:mod:`django_llmchat.titles`)."""
+        if self.status != RETRYING and runner.result.message is not None:
+            from .titles import title_chat
+
+            title_chat(runner)
 
     def _closed_early(self, runner) -> None:
         """The consumer left before the end: the loop ended the run ``cancelled``; the

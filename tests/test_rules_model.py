@@ -65,6 +65,7 @@ from django_llmchat.runs import execution as runs_execution
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.testing.invariants import assert_one_path
+from django_llmchat.titles import prompt_title
 from django_llmchat.tools import tool
 
 pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
@@ -247,6 +248,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.chat = Chat.objects.create(user=self.owner, provider=MODEL[0], model_id=MODEL[1])
         self.chat.with_tools(*TOOLS)
         self.waiting = False  # a run of the chat waits for a tool-call decision
+        self.users_title: str | None = None  # the title the user gave the chat, if any
         self.new_prompt_parent = None  # (parent id or None) of the latest branch asked
 
     def _answer(self, request):
@@ -644,6 +646,22 @@ class RulesMachine(RuleBasedStateMachine):
 
     # -- data at rest -----------------------------------------------------------------
     @precondition(lambda self: not self.encrypted)
+    @rule(
+        title=st.sampled_from(["Mine", "Trip plans", ""]),
+        path=st.sampled_from(["python", "rest"]),
+    )
+    def rename(self, title, path):
+        """The user renames the chat (any time, a run in progress or not); an empty title
+        makes it untitled again."""
+        if path == "rest":
+            response = self.rest("patch", "chat-detail", {"title": title}, pk=self.chat.pk)
+            assert response.status_code == 200, response.content
+        else:
+            mine = Chat.objects.get(pk=self.chat.pk)
+            mine.title = title
+            mine.save()
+        self.users_title = title or None
+
     @rule()
     def encryption_on(self):
         self.override = override_settings(LLMCHAT={**self.env.base, "ENCRYPTION_KEYS": [KEY]})
@@ -692,7 +710,20 @@ class RulesMachine(RuleBasedStateMachine):
         self.check_every_call_on_the_path_has_one_result()
         self.check_no_chat_left_busy()
         self.check_every_face_shows_the_same_path()
+        self.check_a_users_title_stays()
         self.waiting = Run.objects.filter(chat=self.chat, status=Run.AWAITING_APPROVAL).exists()
+
+    def check_a_users_title_stays(self):
+        """A title the user gave is never replaced; an automatic one is the first
+        prompt's (LLMCHAT["TITLES"] is its default here), written after a reply."""
+        title, source = Chat.objects.filter(pk=self.chat.pk).values_list("title", "title_source")[0]
+        if self.users_title is not None:
+            assert (title, source) == (self.users_title, "user")
+        elif source == "prompt":
+            first = Message.objects.filter(chat=self.chat, role="user").order_by("position", "id")
+            assert title in {prompt_title(m.content) for m in first}
+        else:
+            assert (title, source) == ("", "")
 
     def check_one_path(self):
         assert_one_path(self.chat)

@@ -75,6 +75,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     ]
     list_display = (
         "short_title",
+        "title_source",
         "user",
         "model_display",
         "messages_count",
@@ -93,7 +94,14 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     search_fields = ("title", "messages__content")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
-    readonly_fields = ("status", "active_run", "anonymised_at", "created_at", "updated_at")
+    readonly_fields = (
+        "title_source",
+        "status",
+        "active_run",
+        "anonymised_at",
+        "created_at",
+        "updated_at",
+    )
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
     # collapsed: the transcript below is what the page is for
@@ -101,7 +109,13 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         (
             "Settings",
             {
-                "fields": ("title", "user", ("provider", "model_id"), "agent", "retention_days"),
+                "fields": (
+                    ("title", "title_source"),
+                    "user",
+                    ("provider", "model_id"),
+                    "agent",
+                    "retention_days",
+                ),
                 "classes": ("collapse",),
             },
         ),

@@ -156,6 +156,11 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
     totals over its messages and provider attempts."""
 
     title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    title_source = serializers.CharField(
+        read_only=True,
+        help_text='Who wrote the title: "user" (set through the API, the admin or Python; '
+        'never replaced), "model" or "prompt" (LLMCHAT["TITLES"]), "" while untitled.',
+    )
     model_id = StrictCharField(max_length=255, required=False)
     provider = ProviderField(max_length=64, required=False)
     params = JSONObjectField(
@@ -222,6 +227,7 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "id",
             "url",
             "title",
+            "title_source",
             "model_id",
             "provider",
             "agent",
@@ -243,7 +249,14 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "created_at",
             "updated_at",
         )
-        read_only_fields = ("agent", "schema", "status", "created_at", "updated_at")
+        read_only_fields = (
+            "agent",
+            "schema",
+            "status",
+            "title_source",
+            "created_at",
+            "updated_at",
+        )
 
     def _url(self, name: str, obj: Chat) -> str:
         path = reverse(f"llmchat-api:{name}", kwargs={"pk": obj.pk})

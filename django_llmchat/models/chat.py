@@ -154,6 +154,14 @@ class AbstractChat(models.Model):
     Celery worker."""
 
     title = models.CharField(max_length=255, blank=True)
+    title_source = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        editable=False,
+        help_text='Who wrote the title: "user" (never overwritten), "model", "prompt" (from '
+        'the first prompt, LLMCHAT["TITLES"]), or empty while the chat is untitled.',
+    )
     model_id = models.CharField(max_length=255, default=_default_model_id)
     provider = models.CharField(max_length=64, default=_default_provider)
     agent = models.CharField(max_length=255, blank=True)
@@ -216,13 +224,23 @@ class AbstractChat(models.Model):
 
     # written by django_llmchat.runs alone: a save() of a loaded chat never writes them back
     RUN_STATE_FIELDS = ("status", "active_run")
+    TITLE_FIELDS = ("title", "title_source")
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        chat = super().from_db(db, field_names, values)
+        chat._loaded_title = (chat.__dict__.get("title"), chat.__dict__.get("title_source"))
+        return chat
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save the chat, leaving its run state (``status``, ``active_run``) to
         :mod:`django_llmchat.runs`: a chat loaded before a run started never overwrites
-        it."""
+        it. A title set here (changed since the chat was loaded, or given to a new chat)
+        is the user's (``title_source="user"``), never replaced by an automatic one; an
+        unchanged title is not written back (a title written meanwhile stays)."""
+        fields = kwargs.get("update_fields")
+        mine = self._title_is_users(fields)
         if not is_new(self) and not kwargs.get("force_insert"):
-            fields = kwargs.get("update_fields")
             if fields is None:
                 fields = [
                     f.name
@@ -231,9 +249,32 @@ class AbstractChat(models.Model):
                     and not f.many_to_many
                     and not f.primary_key
                     and f.name not in self.RUN_STATE_FIELDS
+                    and (mine is not None or f.name not in self.TITLE_FIELDS)
                 ]
-            kwargs["update_fields"] = [f for f in fields if f not in self.RUN_STATE_FIELDS]
+            fields = [f for f in fields if f not in self.RUN_STATE_FIELDS]
+            if mine and "title" in fields and "title_source" not in fields:
+                fields.append("title_source")
+            kwargs["update_fields"] = fields
         super().save(*args, **kwargs)
+        self._loaded_title = (self.title, self.title_source)
+
+    def _title_is_users(self, fields) -> bool | None:
+        """Whether this save writes a title of the user's (``title_source`` set here):
+        ``None`` when the title is not this save's to write (unchanged since loaded)."""
+        if fields is not None and "title" not in fields:
+            return None
+        loaded = getattr(self, "_loaded_title", None)
+        title, source = self.__dict__.get("title"), self.__dict__.get("title_source")
+        if title is None:  # deferred: not loaded, not written
+            return None
+        if loaded is not None and (title, source) == loaded:
+            return None if fields is None else False
+        if loaded is not None and source != loaded[1]:
+            return False  # the caller chose the source
+        if loaded is None and (source or not title):
+            return False  # a new chat given its source, or untitled
+        self.title_source = "user" if title else ""
+        return True
 
     # -- transcript -----------------------------------------------------------------------
     def transcript(self):
@@ -564,7 +605,9 @@ class AbstractChat(models.Model):
     def refresh_from_db(self, using=None, fields=None, from_queryset=None):
         """Also forgets the run this instance remembers (``last_run`` reads it anew)."""
         self.__dict__.pop("_last_run", None)
-        return super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+        if fields is None or set(self.TITLE_FIELDS) & set(fields):
+            self._loaded_title = (self.__dict__.get("title"), self.__dict__.get("title_source"))
 
     @property
     def cancel_requested(self) -> bool:

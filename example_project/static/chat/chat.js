@@ -76,24 +76,6 @@
     body.classList.add("markdown");
   }
 
-  // a chat title from a first message: plain text (markdown markers gone), on one line,
-  // cut at a word boundary
-  function plainTitle(text, limit = 60) {
-    const html = markdownHtml(text);
-    let plain = text;
-    if (html !== null) {
-      const holder = document.createElement("div");
-      holder.innerHTML = html;
-      plain = holder.textContent;
-    }
-    plain = plain.replace(/\s+/g, " ").trim();
-    if (plain.length <= limit) return plain;
-    let cut = plain.slice(0, limit - 1);
-    const space = cut.lastIndexOf(" ");
-    if (space > 0) cut = cut.slice(0, space); // a word longer than the title is cut
-    return `${cut.replace(/[\s,.;:-]+$/, "")}…`;
-  }
-
   // -- small helpers ------------------------------------------------------------------------
   function el(tag, attrs = {}, ...children) {
     const node = document.createElement(tag);
@@ -981,12 +963,8 @@
   // -- actions ------------------------------------------------------------------------------
   async function sendMessage(text) {
     const chat = state.chat;
-    if (!chat.title && chat.message_count === 0) {
-      const title = plainTitle(text);
-      json("PATCH", `${API}chats/${chat.id}/`, { title }).catch(() => {});
-      chat.title = title;
-      els.title.textContent = title;
-    }
+    // an untitled chat is titled by the server after its first reply (LLMCHAT["TITLES"]);
+    // the reload after the stream shows it, here and in the list
     const empty = els.transcript.querySelector("[data-empty]");
     if (empty) empty.remove();
     const item = messageItem("user", "user");
