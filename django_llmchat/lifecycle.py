@@ -8,7 +8,7 @@ user left here (the access and erasure requests of the GDPR).
 * :func:`anonymise_chats` empties transcripts and keeps their shape: the messages and
   tool calls stay with their roles, names, models, token counts and times, their
   contents go (text, thinking, arguments, raw provider output, attachments), and so do
-  the chat's title, context and user.
+  the chat's title, context, tags and user.
 * :func:`export_user` is a user's chats (messages, tool calls, attachments, runs) and
   usage rows as a JSON-ready dict; :func:`erase_user` purges the user's chats and
   anonymises the user's usage rows (no user id, no chat title, the amounts kept).
@@ -32,7 +32,17 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .errors import LLMChatError
-from .models import Attachment, Chat, Feedback, IdempotencyKey, Message, Run, ToolCall, Usage
+from .models import (
+    Attachment,
+    Chat,
+    ChatTag,
+    Feedback,
+    IdempotencyKey,
+    Message,
+    Run,
+    ToolCall,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +203,7 @@ def anonymise_chats(chats: QuerySet) -> Removed:
         # a key's stored answer holds the messages it answered with
         keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
         removed.idempotency_keys += keys
+        ChatTag.objects.filter(chat_id__in=chunk).delete()  # the user's words too
         removed.chats += Chat.objects.filter(pk__in=chunk).update(
             title="", user=None, context={}, client_id="", anonymised_at=now
         )
@@ -256,6 +267,9 @@ def _chat(chat: Chat, files: bool) -> dict[str, Any]:
         "client_id": chat.client_id,
         "status": chat.status,
         "retention_days": chat.retention_days,
+        "archived": chat.archived,
+        "pinned": chat.pinned,
+        "tags": chat.tags,
         "created_at": _when(chat.created_at),
         "updated_at": _when(chat.updated_at),
         "messages": [_message(m, files) for m in chat.messages.all()],
@@ -306,6 +320,7 @@ def _usage(row: Usage) -> dict[str, Any]:
 def _user_entry(user: Any, files: bool) -> dict[str, Any]:
     chats = (
         Chat.objects.filter(user=user)
+        .with_tags()
         .order_by("id")
         .prefetch_related(
             "messages__attachments", "messages__tool_calls", "messages__parent_tool_call", "runs"

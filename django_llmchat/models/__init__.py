@@ -6,6 +6,7 @@ from .limit import AbstractLimit, Limit
 from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
 from .run import AbstractRun, Run
+from .tag import ChatTag
 from .tool_call import AbstractToolCall, ToolCall
 from .usage import AbstractUsage, Usage, UsageDashboard
 
@@ -22,6 +23,7 @@ __all__ = [
     "AbstractUsage",
     "Attachment",
     "Chat",
+    "ChatTag",
     "Feedback",
     "IdempotencyKey",
     "LLMModel",
