@@ -498,7 +498,7 @@ class AbstractChat(models.Model):
         from ..inputs import check_tags
 
         added = check_tags(list(tags))
-        return self._write_tags(lambda current: check_tags([*current, *added]))
+        return self._write_tags(lambda current: check_tags(list(dict.fromkeys([*current, *added]))))
 
     def remove_tags(self, *tags: str):
         """Take ``tags`` off the chat (a tag it does not have is no error)."""
@@ -628,8 +628,10 @@ class AbstractChat(models.Model):
         self.__dict__["_last_run"] = run
 
     def refresh_from_db(self, using=None, fields=None, from_queryset=None):
-        """Also forgets the run this instance remembers (``last_run`` reads it anew)."""
+        """Also forgets the run and the tags this instance remembers (``last_run`` and
+        ``tags`` read them anew)."""
         self.__dict__.pop("_last_run", None)
+        self.__dict__.pop("_tag_names", None)
         return super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
 
     @property
