@@ -25,6 +25,7 @@ request parameters         :func:`check_params` (vendor options:
 history policy             :func:`check_history` (``HISTORY_PROCESSORS``,
                            ``TOKEN_ESTIMATORS``)
 tools, context             :func:`check_tools`, :func:`check_context`
+a chat's tags              :func:`check_tags` (:data:`MAX_TAGS`, :data:`TAG_MAX_LENGTH`)
 a whole chat               :func:`check_chat` (create or update)
 =========================  ====================================================
 """
@@ -44,7 +45,10 @@ from .errors import InputError
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "MAX_TAGS",
     "MAX_TOOLS",
+    "TAG_MAX_LENGTH",
+    "TAG_PATTERN",
     "InputError",
     "check_attachment",
     "check_attachments",
@@ -60,6 +64,8 @@ __all__ = [
     "check_params",
     "check_prompt",
     "check_provider",
+    "check_tag",
+    "check_tags",
     "check_text",
     "check_tools",
     "configured_providers",
@@ -431,6 +437,43 @@ def _mcp_spec(name: str) -> bool:
     if server not in (settings.MCP_SERVERS or {}):
         return False
     return not slash or all(_MCP_TOOL_NAME.fullmatch(n) for n in names.split(","))
+
+
+MAX_TAGS = 20
+"""The most tags a chat has."""
+TAG_MAX_LENGTH = 64
+"""The longest tag, in characters (the column's length)."""
+# no commas (the admin's tag box is a comma list), no control characters or surrogates,
+# nothing but a visible character at either end
+_TAG_CHAR = r"[^,\x00-\x1f\x7f-\x9f\ud800-\udfff]"
+_TAG_EDGE = r"[^\s,\x00-\x1f\x7f-\x9f\ud800-\udfff]"
+TAG_PATTERN = rf"^{_TAG_EDGE}(?:{_TAG_CHAR}{{0,{TAG_MAX_LENGTH - 2}}}{_TAG_EDGE})?$"
+"""What a tag is (after trimming): 1 to :data:`TAG_MAX_LENGTH` characters, no comma, no
+control character, no whitespace at either end."""
+_TAG = re.compile(TAG_PATTERN)
+
+
+def check_tag(tag: Any, *, field: str = "tag") -> str:
+    """One tag, as given (nothing is trimmed)."""
+    if not isinstance(tag, str):
+        raise InputError(field, "must be a string")
+    if not _TAG.fullmatch(tag):
+        raise InputError(
+            field,
+            f"must be 1 to {TAG_MAX_LENGTH} characters without commas or control "
+            "characters, not starting or ending with a space",
+        )
+    return tag
+
+
+def check_tags(tags: Any, *, field: str = "tags") -> list[str]:
+    """A chat's tags: a list of at most :data:`MAX_TAGS` strings, each a tag by
+    :data:`TAG_PATTERN`; returned in the order given, without repeats."""
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise InputError(field, "must be a list of strings")
+    if len(tags) > MAX_TAGS:
+        raise InputError(field, f"at most {MAX_TAGS} tags")
+    return list(dict.fromkeys(check_tag(t, field=field) for t in tags))
 
 
 def check_context(context: Any, *, field: str = "context") -> dict[str, Any]:

@@ -8,7 +8,7 @@ user left here (the access and erasure requests of the GDPR).
 * :func:`anonymise_chats` empties transcripts and keeps their shape: the messages and
   tool calls stay with their roles, names, models, token counts and times, their
   contents go (text, thinking, arguments, raw provider output, attachments, share
-  links), and so do the chat's title, context and user.
+  links), and so do the chat's title, context, tags and user.
 * :func:`export_user` is a user's chats (messages, tool calls, attachments, runs) and
   usage rows as a JSON-ready dict; :func:`erase_user` purges the user's chats and
   anonymises the user's usage rows (no user id, no chat title, the amounts kept).
@@ -36,6 +36,7 @@ from .models import (
     Attachment,
     Chat,
     ChatShare,
+    ChatTag,
     Feedback,
     IdempotencyKey,
     Message,
@@ -205,6 +206,7 @@ def anonymise_chats(chats: QuerySet) -> Removed:
         # a key's stored answer holds the messages it answered with
         keys, _ = IdempotencyKey.objects.filter(chat_id__in=chunk).delete()
         removed.idempotency_keys += keys
+        ChatTag.objects.filter(chat_id__in=chunk).delete()  # the user's words too
         removed.chats += Chat.objects.filter(pk__in=chunk).update(
             title="", user=None, context={}, client_id="", anonymised_at=now
         )
@@ -268,6 +270,9 @@ def _chat(chat: Chat, files: bool) -> dict[str, Any]:
         "client_id": chat.client_id,
         "status": chat.status,
         "retention_days": chat.retention_days,
+        "archived": chat.archived,
+        "pinned": chat.pinned,
+        "tags": chat.tags,
         "created_at": _when(chat.created_at),
         "updated_at": _when(chat.updated_at),
         "messages": [_message(m, files) for m in chat.messages.all()],
@@ -318,6 +323,7 @@ def _usage(row: Usage) -> dict[str, Any]:
 def _user_entry(user: Any, files: bool) -> dict[str, Any]:
     chats = (
         Chat.objects.filter(user=user)
+        .with_tags()
         .order_by("id")
         .prefetch_related(
             "messages__attachments", "messages__tool_calls", "messages__parent_tool_call", "runs"

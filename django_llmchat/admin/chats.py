@@ -16,10 +16,11 @@ from ..models import Chat, Usage
 from .base import _model_html, _money, _short, _Styled
 from .feedback import FeedbackFilter
 from .lifecycle import _users_of, erase_users_view, export_users_response
+from .organise import OrganiseAdminMixin, TagFilter, TagsFormMixin
 from .transcripts import build_transcript, transcript_page
 
 
-class ChatForm(forms.ModelForm):
+class ChatForm(TagsFormMixin, forms.ModelForm):
     """The chat's settings, with the provider and the model checked as the REST API checks
     them (:func:`django_llmchat.inputs.check_choice`): a provider that is not configured,
     or a model ``LLMCHAT["ALLOWED_MODELS"]`` does not allow, is a form error, not a failed
@@ -61,13 +62,14 @@ LEDGER_NOTE = (
 
 
 @admin.register(Chat)
-class ChatAdmin(_Styled, admin.ModelAdmin):
+class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
     form = ChatForm
     delete_confirmation_template = "admin/django_llmchat/chat/delete_confirmation.html"
     delete_selected_confirmation_template = (
         "admin/django_llmchat/chat/delete_selected_confirmation.html"
     )
     actions = [
+        *OrganiseAdminMixin.organise_actions,
         "export_finetune",
         "export_transcripts",
         "export_users_data",
@@ -82,6 +84,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         "tokens_total",
         "cost_total",
         "status",
+        "tags_list",
         "updated",
     )
     list_filter = (
@@ -90,8 +93,12 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
         "status",
         ("updated_at", admin.DateFieldListFilter),
         FeedbackFilter,
+        "archived",
+        "pinned",
+        TagFilter,
     )
-    search_fields = ("title", "messages__content")
+    # the title, the user's name and email, message words: OrganiseAdminMixin
+    search_fields = ("title",)
     list_select_related = ("user",)
     raw_id_fields = ("user",)
     readonly_fields = (
@@ -115,6 +122,8 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
                     ("provider", "model_id"),
                     "agent",
                     "retention_days",
+                    ("archived", "pinned"),
+                    "tags",
                 ),
                 "classes": ("collapse",),
             },
@@ -136,7 +145,7 @@ class ChatAdmin(_Styled, admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).with_totals()
+        return super().get_queryset(request).with_totals().with_tags()
 
     @admin.display(description="title", ordering="title")
     def short_title(self, obj: Chat) -> str:

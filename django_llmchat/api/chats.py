@@ -19,6 +19,7 @@ from ..conf import settings
 from ..errors import ArgumentError, RunInProgress
 from ..models import Chat, Message, Run
 from .base import LLMChatView, interrupt_current
+from .chat_filters import CHAT_FILTER_PARAMETERS, filter_chats
 from .errors import Conflict
 from .idempotency import (
     IDEMPOTENCY_CONFLICT,
@@ -81,13 +82,18 @@ class ChatViewSet(
     queryset = Chat.objects.none()  # for the schema; requests use get_queryset()
 
     def get_queryset(self):
-        return chats_for(self.request.user).with_totals()
+        return chats_for(self.request.user).with_totals().with_tags()
+
+    def filter_queryset(self, queryset):
+        # the list's filters (archived hidden by default); a chat is read by id whatever
+        return filter_chats(self.request, queryset) if self.action == "list" else queryset
 
     @document(
         summary="List your chats",
-        description="Most recently updated first; with `search`, the chats matching its "
-        "words, best first, each with `match`.",
-        parameters=[SEARCH_PARAMETER, PAGE_PARAMETER],
+        description="Pinned first, then most recently updated first; archived chats only "
+        "with `archived`. With `search`, the chats matching its words, best first, each "
+        "with `match` (the filters apply to it too).",
+        parameters=[SEARCH_PARAMETER, PAGE_PARAMETER, *CHAT_FILTER_PARAMETERS],
         responses={200: ChatSearchSerializer(many=True), 400: ERROR},
     )
     def list(self, request, *args, **kwargs):
@@ -98,7 +104,8 @@ class ChatViewSet(
                 raise ValidationError({"from": ["must be 'start' or 'end'"]})
             if "cursor" in request.query_params:
                 self.paginator.decode_cursor(request.query_params["cursor"])
-            return search_page(self, request, self.get_queryset(), request.query_params["search"])
+            found = self.filter_queryset(self.get_queryset())
+            return search_page(self, request, found, request.query_params["search"])
         checked_page(request)  # a page only numbers a search's results, but is checked
         return super().list(request, *args, **kwargs)
 
@@ -145,12 +152,19 @@ class ChatViewSet(
 
     def perform_update(self, serializer):
         chat: Chat = serializer.instance
-        fields = list(serializer.validated_data)
-        for name, value in serializer.validated_data.items():
+        values = dict(serializer.validated_data)
+        tags = values.pop("tags", None)
+        fields = list(values)
+        for name, value in values.items():
             setattr(chat, name, value)
-        if fields:
-            # only the sent columns: a running loop writes status and error meanwhile
-            chat.save(update_fields=[*fields, "updated_at"])
+        with transaction.atomic():
+            if fields:
+                # only the sent columns: a running loop writes status and error meanwhile;
+                # archiving, pinning or tagging alone is no activity (updated_at stays)
+                stamp = [] if set(fields) <= set(Chat.ORGANISING_FIELDS) else ["updated_at"]
+                chat.save(update_fields=[*fields, *stamp])
+            if tags is not None:
+                chat.set_tags(tags)
 
     @document(
         summary="Cancel the running run",

@@ -239,11 +239,47 @@ class RunCursorPagination(KeysetPagination):
 
 
 class ChatCursorPagination(KeysetPagination):
-    """Chats most recently updated first by ``(updated_at, id)``."""
+    """Chats pinned first, then most recently updated first, by ``(pinned, updated_at,
+    id)``. The cursor carries the pinned flag: ``[b][p]<time>.<id>`` (``p``: a place
+    among the pinned chats)."""
 
     time_field = "updated_at"
     descending = True
     page_size = 50
+
+    @classmethod
+    def cursor_pattern(cls) -> str:
+        return rf"^b?p?[0-9]{{1,{cls.KEY_DIGITS}}}\.[0-9]{{1,{cls.ID_DIGITS}}}$"
+
+    def encode_cursor(self, position, backwards: bool) -> str:  # type: ignore[override]
+        stamp, pk, pinned = position
+        plain = KeysetPagination.encode_cursor((stamp, pk), False)
+        return f"{'b' if backwards else ''}{'p' if pinned else ''}{plain}"
+
+    def decode_cursor(self, value: str):
+        if re.fullmatch(self.cursor_pattern(), value) is None:
+            raise self._invalid(
+                "invalid cursor: use the next or previous link of a page of this list"
+            )
+        backwards = value.startswith("b")
+        rest = value[1:] if backwards else value
+        pinned = rest.startswith("p")
+        (stamp, pk), _ = super().decode_cursor(rest[1:] if pinned else rest)
+        return (stamp, pk, pinned), backwards
+
+    def _key(self, row):
+        return (row.updated_at, row.pk, row.pinned)
+
+    def _order(self, backwards: bool) -> tuple[str, ...]:
+        sign = "" if backwards else "-"
+        return (f"{sign}pinned", *super()._order(backwards))
+
+    def _after(self, position, backwards: bool) -> Q:
+        stamp, pk, pinned = position
+        within = Q(pinned=pinned) & super()._after((stamp, pk), backwards)
+        # forwards (pinned first): the unpinned follow the pinned; backwards the reverse
+        beyond = pinned if not backwards else not pinned
+        return within | Q(pinned=not pinned) if beyond else within
 
 
 class ModelPagination(PageNumberPagination):

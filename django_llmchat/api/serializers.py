@@ -16,6 +16,7 @@ from .. import inputs
 from ..errors import InputError
 from ..models import Chat, LLMModel, Run
 from ..registry import SYNCED_FIELDS
+from .chat_filters import StrictBooleanField, TagField
 from .errors import invalid
 from .fields import (
     CostSerializer,
@@ -193,6 +194,16 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
         "`enqueue`, `reject`, `interrupt` or `rollback`; empty: "
         '`LLMCHAT["DOUBLE_TEXTING"]`. A message\'s own `double_texting` overrides it.',
     )
+    archived = StrictBooleanField(
+        required=False, help_text="Archived chats are left out of the list unless asked for."
+    )
+    pinned = StrictBooleanField(required=False, help_text="Pinned chats are listed first.")
+    tags = serializers.ListField(
+        child=TagField(),
+        required=False,
+        max_length=inputs.MAX_TAGS,
+        help_text="The chat's tags, sorted (a PATCH replaces them all; repeats are dropped).",
+    )
     message_count = serializers.IntegerField(read_only=True)
     total_tokens = serializers.IntegerField(read_only=True, allow_null=True)
     total_cost = serializers.DecimalField(
@@ -237,6 +248,9 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
             "schema",
             "history",
             "double_texting",
+            "archived",
+            "pinned",
+            "tags",
             "status",
             "last_run",
             "forked_from",
@@ -319,6 +333,14 @@ class ChatSerializer(StrictFieldsMixin, serializers.ModelSerializer):
 
     def validate_tools(self, value: list[str]) -> list[str]:
         return checked(inputs.check_tools, value)
+
+    def validate_tags(self, value: list[str]) -> list[str]:
+        return checked(inputs.check_tags, value)
+
+    def create(self, validated_data: dict[str, Any]) -> Chat:
+        tags = validated_data.pop("tags", None)
+        chat = super().create(validated_data)
+        return chat.set_tags(tags) if tags else chat
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The fields together (:func:`django_llmchat.inputs.check_choice`): the

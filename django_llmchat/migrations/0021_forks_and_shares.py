@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_llmchat", "0019_message_search"),
+        ("django_llmchat", "0020_chat_title_source"),
     ]
 
     operations = [

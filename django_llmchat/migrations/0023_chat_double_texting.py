@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_llmchat", "0019_message_search"),
+        ("django_llmchat", "0022_chat_archive_pin_tags"),
     ]
 
     operations = [

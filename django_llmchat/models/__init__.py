@@ -7,6 +7,7 @@ from .llm_model import AbstractLLMModel, LLMModel
 from .message import AbstractMessage, Message
 from .run import AbstractRun, Run
 from .share import AbstractChatShare, ChatShare
+from .tag import ChatTag
 from .tool_call import AbstractToolCall, ToolCall
 from .usage import AbstractUsage, Usage, UsageDashboard
 
@@ -25,6 +26,7 @@ __all__ = [
     "Attachment",
     "Chat",
     "ChatShare",
+    "ChatTag",
     "Feedback",
     "IdempotencyKey",
     "LLMModel",

@@ -6,7 +6,18 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.db import connections, models, transaction
-from django.db.models import Count, ExpressionWrapper, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import (
+    Aggregate,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+)
 from django.db.models.functions import Coalesce
 from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
@@ -20,6 +31,7 @@ from .attachment import Attachment
 from .llm_model import find_model
 from .message import Message, branching
 from .run import Run
+from .tag import ChatTag
 from .usage import Usage
 
 
@@ -81,6 +93,23 @@ def _either_or_sum(a, b, field):
 _ANY_USER = object()
 
 
+class _TagNames(Aggregate):
+    """A chat's tag names in one string, a newline between them (a tag holds none)."""
+
+    function = "GROUP_CONCAT"
+    template = "%(function)s(%(expressions)s, char(10))"
+    output_field = TextField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "%(function)s(%(expressions)s, E'\\n')"
+        return self.as_sql(compiler, connection, function="STRING_AGG", template=template)
+
+    def as_mysql(self, compiler, connection, **extra):
+        return self.as_sql(
+            compiler, connection, template="%(function)s(%(expressions)s SEPARATOR '\\n')"
+        )
+
+
 class ChatQuerySet(models.QuerySet):
     def with_totals(self):
         """Annotate ``message_count``, ``total_tokens`` and ``total_cost`` with subqueries
@@ -133,6 +162,25 @@ class ChatQuerySet(models.QuerySet):
 
     def for_user(self, user):
         return self.filter(user=user)
+
+    def with_tags(self):
+        """Annotate each chat's tags (a subquery: ``chat.tags`` then reads no row)."""
+        names = (
+            ChatTag.objects.filter(chat=OuterRef("pk"))
+            .order_by()
+            .values("chat")
+            .annotate(names=_TagNames("name"))
+            .values("names")
+        )
+        return self.annotate(_tag_names=Subquery(names, output_field=TextField()))
+
+    def tagged(self, *tags: str):
+        """The chats with every one of ``tags`` (exact names)."""
+        queryset = self
+        for name in tags:
+            rows = ChatTag.objects.filter(chat=OuterRef("pk"), name=name)
+            queryset = queryset.filter(Exists(rows))
+        return queryset
 
     def search(self, words: str, user: Any = _ANY_USER):
         """The chats whose title or one message (of any branch) holds every word of
@@ -209,6 +257,15 @@ class AbstractChat(models.Model):
         blank=True,
         editable=False,
         help_text="When the retention emptied the transcript (contents, title, user).",
+    )
+    archived = models.BooleanField(
+        default=False,
+        db_default=False,  # rows inserted by code that predates the column
+        help_text="Archived: left out of the chat list (GET chats/) unless ?archived=true, "
+        "and of the chat page's sidebar; still readable and usable.",
+    )
+    pinned = models.BooleanField(
+        default=False, db_default=False, help_text="Pinned: listed before the others."
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -443,6 +500,88 @@ class AbstractChat(models.Model):
         last.cache_until_here()
         return self
 
+    # -- archive, pin, tags (no activity: ``updated_at`` stays, the list's order too) -----
+    ORGANISING_FIELDS = ("archived", "pinned", "tags")
+    """What sorts a chat without changing it: writing these alone keeps ``updated_at``."""
+
+    def archive(self):
+        """Leave the chat out of the chat list (``GET chats/`` shows it with
+        ``?archived=true``). Saves that column alone and returns the chat."""
+        return self._organise(archived=True)
+
+    def unarchive(self):
+        """Bring an archived chat back to the chat list."""
+        return self._organise(archived=False)
+
+    def pin(self):
+        """List the chat before the unpinned ones."""
+        return self._organise(pinned=True)
+
+    def unpin(self):
+        """List the chat among the others again (by when it was updated)."""
+        return self._organise(pinned=False)
+
+    def _organise(self, **values: bool):
+        if self.pk is None:
+            raise ArgumentError("save the chat before archiving or pinning it")
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.save(update_fields=list(values))
+        return self
+
+    @property
+    def tags(self) -> list[str]:
+        """The chat's tags, sorted (``set_tags()``, ``add_tags()``, ``remove_tags()``
+        change them)."""
+        if "_tag_names" in self.__dict__:  # Chat.objects.with_tags()
+            names = self.__dict__["_tag_names"]
+            return sorted(names.split("\n")) if names else []
+        if self.pk is None:
+            return []
+        cached = getattr(self, "_prefetched_objects_cache", {}).get("tag_rows")
+        if cached is not None:
+            return sorted(row.name for row in cached)
+        return sorted(self.tag_rows.values_list("name", flat=True))
+
+    def set_tags(self, tags):
+        """Make ``tags`` the chat's tags: at most ``inputs.MAX_TAGS`` strings of 1 to
+        ``inputs.TAG_MAX_LENGTH`` characters, without commas, control characters or a
+        space at either end (:class:`~django_llmchat.errors.ArgumentError` otherwise).
+        Returns the chat."""
+        from ..inputs import check_tags
+
+        names = check_tags(list(tags) if isinstance(tags, list | tuple | set) else tags)
+        return self._write_tags(lambda current: names)
+
+    def add_tags(self, *tags: str):
+        """Add ``tags`` to the chat's (those it has stay; the total is checked)."""
+        from ..inputs import check_tags
+
+        added = check_tags(list(tags))
+        return self._write_tags(lambda current: check_tags(list(dict.fromkeys([*current, *added]))))
+
+    def remove_tags(self, *tags: str):
+        """Take ``tags`` off the chat (a tag it does not have is no error)."""
+        gone = set(tags)
+        return self._write_tags(lambda current: [t for t in current if t not in gone])
+
+    def _write_tags(self, new_names):
+        """Replace the chat's tag rows with ``new_names(current names)``, the chat row
+        locked meanwhile (two concurrent ``add_tags()`` both count)."""
+        if self.pk is None:
+            raise ArgumentError("save the chat before tagging it")
+        with transaction.atomic():
+            list(type(self).objects.select_for_update().filter(pk=self.pk).values_list("pk"))
+            current = list(ChatTag.objects.filter(chat_id=self.pk).values_list("name", flat=True))
+            names = new_names(sorted(current))
+            ChatTag.objects.filter(chat_id=self.pk).exclude(name__in=names).delete()
+            ChatTag.objects.bulk_create(
+                [ChatTag(chat_id=self.pk, name=n) for n in names if n not in current]
+            )
+        self.__dict__["_tag_names"] = "\n".join(names)
+        getattr(self, "_prefetched_objects_cache", {}).pop("tag_rows", None)
+        return self
+
     # -- running the loop -----------------------------------------------------------------
     runner_class = "django_llmchat.runner.Runner"
     """Dotted path of the class running this chat's loop (the loop is built on the models,
@@ -603,8 +742,10 @@ class AbstractChat(models.Model):
         self.__dict__["_last_run"] = run
 
     def refresh_from_db(self, using=None, fields=None, from_queryset=None):
-        """Also forgets the run this instance remembers (``last_run`` reads it anew)."""
+        """Also forgets the run and the tags this instance remembers (``last_run`` and
+        ``tags`` read them anew)."""
         self.__dict__.pop("_last_run", None)
+        self.__dict__.pop("_tag_names", None)
         super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
         if fields is None or set(self.TITLE_FIELDS) & set(fields):
             self._loaded_title = (self.__dict__.get("title"), self.__dict__.get("title_source"))
@@ -726,6 +867,11 @@ class Chat(AbstractChat):
         indexes = [
             models.Index(fields=["user", "-updated_at"], name="llmchat_chat_user_idx"),
             models.Index(fields=["provider", "model_id"], name="llmchat_chat_model_idx"),
+            # the chat list: a user's chats, archived apart, pinned first, then by recency
+            models.Index(
+                fields=["user", "archived", "-pinned", "-updated_at", "-id"],
+                name="llmchat_chat_list_idx",
+            ),
             # the retention pass: chats idle for longer than the days, those with their own
             models.Index(fields=["updated_at"], name="llmchat_chat_updated_idx"),
             models.Index(

@@ -1097,3 +1097,43 @@ def test_the_branch_switcher_is_a_readable_tappable_control(browser, example_ser
             page.screenshot(path=str(SHOTS / f"chat-branch-switcher-375px-{scheme}.png"))
     finally:
         context.close()
+
+
+def test_the_sidebar_lists_pinned_chats_first_and_leaves_archived_out(page):
+    log_in(page)
+    made = page.evaluate(
+        "async () => {"
+        "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+        "  const post = async (body) => (await fetch('/api/chats/', {method: 'POST',"
+        "    headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},"
+        "    body: JSON.stringify(body)})).json();"
+        "  const out = [];"
+        "  out.push(await post({title: 'Sidebar pinned (oldest)', pinned: true, tags: ['work']}));"
+        "  out.push(await post({title: 'Sidebar archived', archived: true}));"
+        "  out.push(await post({title: 'Sidebar newest'}));"
+        "  return out.map((c) => c.id);"
+        "}"
+    )
+    try:
+        page.goto("/")
+        page.wait_for_selector("#chat-list li a")
+        titles = page.eval_on_selector_all(
+            "#chat-list li a",
+            "els => els.map(e => [...e.childNodes].filter(n => n.nodeType === Node.TEXT_NODE)"
+            "  .map(n => n.textContent).join(''))",
+        )
+        assert titles[0] == "Sidebar pinned (oldest)"  # before the newer, unpinned chats
+        assert "Sidebar newest" in titles and "Sidebar archived" not in titles
+        first = page.locator("#chat-list li").first
+        assert first.get_attribute("class") == "pinned"
+        assert "#work" in first.inner_text()
+        page.screenshot(path=str(SHOTS / "sidebar-pinned.png"))
+    finally:  # the later tests open the first chat of the list: no pinned one left
+        page.evaluate(
+            "async (ids) => {"
+            "  const csrf = document.cookie.match(/csrftoken=([^;]+)/)?.[1] ?? '';"
+            "  for (const id of ids) await fetch(`/api/chats/${id}/`, {method: 'DELETE',"
+            "    headers: {'X-CSRFToken': csrf}});"
+            "}",
+            made,
+        )

@@ -574,14 +574,19 @@
             openChat(chat.id);
           },
         },
+        chat.pinned ? el("span", { class: "pin", title: "Pinned", text: "📌 " }) : null,
         chat.title || `Chat ${chat.id}`,
         el("small", {
           text: `${chat.provider}/${chat.model_id} · ${chat.message_count} messages · ${costText(
             chat.total_cost,
           )}`,
         }),
+        chat.tags && chat.tags.length
+          ? el("small", { class: "tags", text: chat.tags.map((t) => `#${t}`).join(" ") })
+          : null,
       );
-      els.list.append(el("li", {}, link));
+      // the list's order is the API's: pinned first; archived chats are not in it
+      els.list.append(el("li", { class: chat.pinned ? "pinned" : null }, link));
     }
     return page.results;
   }
