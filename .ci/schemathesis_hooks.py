@@ -17,8 +17,12 @@ import schemathesis
 _JSON = r"^(strings must not contain NUL|keys must be strings without NUL|nested deeper than)"
 # A UI message's parts are open objects in the schema, as the AI SDK's are (it adds part
 # types between versions); which message is sent is the last of `messages` (JSON Schema
-# states no rule of an array's last item), and an approval names a tool call of the chat.
-_UI = r"^(part \d+: |the text |the last message must be |the chat has no tool call )"
+# states no rule of an array's last item), and an approval names a tool call of the chat;
+# the messages before the last must be the chat's own, in the order of one of its paths.
+_UI = (
+    r"^(part \d+: |the text |the last message must be |the chat has no tool call "
+    r"|message \d+ \(.*\) is not a message of the chat|the messages before the last are not )"
+)
 RULES: dict[str, dict[str, str]] = {
     "tools": {"*": r"^unknown tools: "},
     "params": {"*": rf"max_tokens must be at most \d+ for |{_JSON}"},

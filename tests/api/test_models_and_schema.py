@@ -143,10 +143,14 @@ def test_schema_states_the_rules_it_can(clients):
     assert models["capability"]["schema"]["pattern"] == "^[A-Za-z0-9_.:-]{1,64}$"
     assert models["min_context_window"]["schema"]["type"] == "integer"
     chats = {p["name"]: p for p in schema["paths"]["/api/chats/"]["get"]["parameters"]}
-    assert chats["cursor"]["schema"]["pattern"] == r"^b?[0-9]{1,17}\.[0-9]{1,18}$"
+    assert chats["cursor"]["schema"]["pattern"] == r"^b?p?[0-9]{1,17}\.[0-9]{1,18}$"
     body = schema["paths"]["/api/chats/{id}/messages/"]["post"]["requestBody"]["content"]
     json_body = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
-    assert set(schema["components"]["schemas"][json_body]["properties"]) == {"content", "parent"}
+    assert set(schema["components"]["schemas"][json_body]["properties"]) == {
+        "content",
+        "parent",
+        "double_texting",
+    }
     multipart = body["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert "attachments" in schema["components"]["schemas"][multipart]["properties"]
     # ui/chat: the new message is required unless regenerating; no system messages
@@ -311,3 +315,27 @@ def test_manage_py_spectacular_writes_the_served_schema(client, tmp_path):
     )
     served = client.get("/api/schema/?format=json").json()
     assert json.loads(target.read_text()) == served
+
+
+def test_every_pattern_of_the_schema_is_an_ecma_regex(clients):
+    """A ``pattern`` JSON Schema validators cannot read (ECMA-262: no ``\\ud800`` escapes of
+    lone surrogates) is ignored by them: the rule would not be stated at all."""
+    import jsonschema_rs
+
+    schema = json.loads(clients.anon.get(url("schema"), {"format": "json"}).content)
+    patterns: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                patterns.append(node["pattern"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert patterns
+    for pattern in set(patterns):
+        jsonschema_rs.validator_for({"type": "string", "pattern": pattern})  # raises if not
