@@ -42,6 +42,7 @@ from typing import Any
 
 from .conf import settings
 from .errors import InputError
+from .tags import MAX_TAGS, TAG_MAX_LENGTH, TAG_PATTERN, check_tag, check_tags
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -437,46 +438,6 @@ def _mcp_spec(name: str) -> bool:
     if server not in (settings.MCP_SERVERS or {}):
         return False
     return not slash or all(_MCP_TOOL_NAME.fullmatch(n) for n in names.split(","))
-
-
-MAX_TAGS = 20
-"""The most tags a chat has."""
-TAG_MAX_LENGTH = 64
-"""The longest tag, in characters (the column's length)."""
-# no commas (the admin's tag box is a comma list), no control characters, nothing but a
-# visible character at either end (a pattern ECMA-262 regexes read as Python's do: the
-# schema states it; lone surrogates, which no JSON Schema regex can name, are refused by
-# check_tag beside it)
-_TAG_CHAR = r"[^,\x00-\x1f\x7f-\x9f]"
-_TAG_EDGE = r"[^\s,\x00-\x1f\x7f-\x9f]"
-TAG_PATTERN = rf"^{_TAG_EDGE}(?:{_TAG_CHAR}{{0,{TAG_MAX_LENGTH - 2}}}{_TAG_EDGE})?$"
-"""What a tag is (after trimming): 1 to :data:`TAG_MAX_LENGTH` characters, no comma, no
-control character, no whitespace at either end."""
-_TAG = re.compile(TAG_PATTERN)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def check_tag(tag: Any, *, field: str = "tag") -> str:
-    """One tag, as given (nothing is trimmed)."""
-    if not isinstance(tag, str):
-        raise InputError(field, "must be a string")
-    if not _TAG.fullmatch(tag) or _SURROGATE.search(tag):
-        raise InputError(
-            field,
-            f"must be 1 to {TAG_MAX_LENGTH} characters without commas or control "
-            "characters, not starting or ending with a space",
-        )
-    return tag
-
-
-def check_tags(tags: Any, *, field: str = "tags") -> list[str]:
-    """A chat's tags: a list of at most :data:`MAX_TAGS` strings, each a tag by
-    :data:`TAG_PATTERN`; returned in the order given, without repeats."""
-    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
-        raise InputError(field, "must be a list of strings")
-    if len(tags) > MAX_TAGS:
-        raise InputError(field, f"at most {MAX_TAGS} tags")
-    return list(dict.fromkeys(check_tag(t, field=field) for t in tags))
 
 
 def check_context(context: Any, *, field: str = "context") -> dict[str, Any]:

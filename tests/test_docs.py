@@ -93,6 +93,8 @@ def test_docs_settings_examples_pass_the_system_checks(path, block, monkeypatch)
         "__name__": "docs_settings",
         "INSTALLED_APPS": ["django.contrib.admin", "django.contrib.auth"],
         "MIDDLEWARE": ["django.middleware.common.CommonMiddleware"],
+        # as startproject writes it
+        "DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}},
     }
     # the quickstart's settings first, which a block adds to
     quickstart = next(b for b in BLOCK.findall((DOCS / "quickstart.md").read_text()))

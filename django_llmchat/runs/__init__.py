@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from ..errors import RunInProgress
 from ..models import Run
+from . import admission as _admission
 from .admission import (
     NothingToRegenerate,
     _admit,
@@ -160,3 +161,7 @@ _PRIVATE = (
     _tell_followers,
     _tick,
 )
+
+# the gate stops the unfinished runs of a double-texted chat through decisions (which reads
+# the gate: admission cannot import it without a circle)
+_admission.stop_unfinished = stop_for_prompt

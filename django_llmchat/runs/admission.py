@@ -239,9 +239,15 @@ def _double_texted(chat: Chat, head: Run, policy: str) -> Run | None:
             f"chat {chat.pk} has a run {head.status.replace('_', ' ')}: its double-texting "
             "policy 'reject' refuses a new prompt until the run ends (or is cancelled)"
         )
-    from .decisions import stop_for_prompt
+    return stop_unfinished(chat.pk, policy)
 
-    return stop_for_prompt(chat.pk, policy)
+
+def stop_unfinished(chat_id: int, policy: str) -> Run | None:
+    """Stops the chat's unfinished runs for a prompt under ``interrupt`` or ``rollback``:
+    :func:`django_llmchat.runs.decisions.stop_for_prompt`, which the package puts here when
+    it is imported (decisions reads the gate of this module, so this module does not import
+    decisions)."""
+    raise NotImplementedError("django_llmchat.runs sets stop_unfinished when it is imported")
 
 
 def _in_one_call(

@@ -81,9 +81,8 @@ def resolve(chat: Any, given: str | None = None) -> str:
 def stop_status(reason: str | None) -> str:
     """The status a run stopped with ``reason`` ends with: ``cancelled`` for a cancel and
     for a stop by a new prompt (its waiting tool calls get error results), else
-    ``interrupted`` (``complete()`` resumes it)."""
-    from ..models import Run
-
+    ``interrupted`` (``complete()`` resumes it): ``Run.CANCELLED`` and ``Run.INTERRUPTED``,
+    named by value (the models import this module)."""
     if reason in ("cancelled", INTERRUPTED_BY_PROMPT, ROLLED_BACK):
-        return Run.CANCELLED
-    return Run.INTERRUPTED
+        return "cancelled"
+    return "interrupted"

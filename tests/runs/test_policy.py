@@ -239,3 +239,13 @@ def test_racing_prompts_under_reject_admit_exactly_one(chat):
         assert Message.objects.filter(chat=chat, content__startswith=f"{round_}-").count() == 1
         Run.objects.filter(pk=admitted[0].pk).update(status=Run.SUCCEEDED)
         Chat.objects.filter(pk=chat.pk).update(status="idle", active_run=None)
+
+
+def test_stop_status_names_the_runs_statuses():
+    from django_llmchat.models import Run
+    from django_llmchat.runs.policy import INTERRUPTED_BY_PROMPT, ROLLED_BACK, stop_status
+
+    assert stop_status("cancelled") == Run.CANCELLED
+    assert stop_status(INTERRUPTED_BY_PROMPT) == Run.CANCELLED
+    assert stop_status(ROLLED_BACK) == Run.CANCELLED
+    assert stop_status(None) == stop_status("shutdown") == Run.INTERRUPTED
