@@ -80,7 +80,7 @@ PROFILES = {
         "phases": [Phase.explicit, Phase.reuse, Phase.generate],
     },
     # CI: the same sequences every run (derandomized), about two minutes a database
-    "ci": {"max_examples": 80, "stateful_step_count": 15, "derandomize": True},
+    "ci": {"max_examples": 40, "stateful_step_count": 15, "derandomize": True},
     # a longer hunt: a new seed each run (the failure prints it)
     "long": {"max_examples": 1000, "stateful_step_count": 30, "derandomize": False},
 }
