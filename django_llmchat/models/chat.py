@@ -284,8 +284,9 @@ class AbstractChat(models.Model):
     TITLE_FIELDS = ("title", "title_source")
 
     @classmethod
-    def from_db(cls, db, field_names, values):
-        chat = super().from_db(db, field_names, values)
+    def from_db(cls, db, field_names, values, **kwargs: Any):
+        # kwargs: Django 6.1 passes fetch_mode=, earlier versions nothing
+        chat = super().from_db(db, field_names, values, **kwargs)
         chat._loaded_title = (chat.__dict__.get("title"), chat.__dict__.get("title_source"))
         return chat
 
