@@ -79,6 +79,7 @@ __all__ = [
     "known_relations",
     "known_rows",
     "mark_saved",
+    "mark_unsaved",
     "plain_rows",
     "protected_columns",
     "row_values",
@@ -554,6 +555,14 @@ def mark_saved(obj: Model, using: str) -> None:
     written (or read) without the ORM building the instance."""
     obj._state.adding = False
     obj._state.db = using
+
+
+def mark_unsaved(obj: Model) -> None:
+    """Mark ``obj`` as a row not written after all (its INSERT rolled back): its primary
+    key cleared, its next save an INSERT."""
+    obj.pk = None
+    obj._state.adding = True
+    obj._state.db = None
 
 
 class RowsJustWritten(dict):

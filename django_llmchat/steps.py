@@ -21,7 +21,7 @@ from .conf import settings
 from .errors import InputError, RunLostError
 from .inputs import check_attachment
 from .models import Attachment, Chat, Message, Run, ToolCall, Usage
-from .prepared import Arg, PreparedInsert, PreparedUpdate, known_relations
+from .prepared import Arg, PreparedInsert, PreparedUpdate, known_relations, mark_unsaved
 from .providers.types import ProviderResponse
 from .tools import ToolResult, describe
 
@@ -195,31 +195,45 @@ def save_step(
     if final and not response.tool_calls and execution.store_last_step(message, usages):
         known_relations(message, tool_calls=[], attachments=[], usages=usages)
         return message, []  # stored with the run's end in one call (PostgreSQL)
-    with transaction.atomic():
-        if final:
-            execution.lock_chat()  # first: the run's end changes the chat's status
-        _INSERT_MESSAGE.save(message)
-        calls = [
-            ToolCall(
-                chat=chat,
-                message=message,
-                call_id=tc.call_id,
-                name=tc.name,
-                arguments=tc.arguments,
-                thought_signature=tc.thought_signature or "",
-            )
-            for tc in response.tool_calls
-        ]
-        if calls:
-            ToolCall.objects.bulk_create(calls)
+    try:
+        with transaction.atomic():
+            if final:
+                execution.lock_chat()  # first: the run's end changes the chat's status
+            _INSERT_MESSAGE.save(message)
+            calls = _store_calls(chat, message, response)
+            for row in usages:
+                row.message = message
+            write_attempts(usages)
+            execution.step_stored(final_status=Run.SUCCEEDED if final else None)
+            if not final:
+                _TOUCHED.run(chat.pk)
+    except BaseException:
+        # rolled back (the run lost, the database gone): the rows are as they were, so a
+        # caller that still bills them links them to no message that was never written
         for row in usages:
-            row.message = message
-        write_attempts(usages)
-        execution.step_stored(final_status=Run.SUCCEEDED if final else None)
-        if not final:
-            _TOUCHED.run(chat.pk)
+            row.message = None
+            if not getattr(row, "closes_pending", False):
+                mark_unsaved(row)
+        raise
     known_relations(message, tool_calls=calls, attachments=[], usages=usages)
     return message, calls
+
+
+def _store_calls(chat: Chat, message: Message, response: ProviderResponse) -> list[ToolCall]:
+    calls = [
+        ToolCall(
+            chat=chat,
+            message=message,
+            call_id=tc.call_id,
+            name=tc.name,
+            arguments=tc.arguments,
+            thought_signature=tc.thought_signature or "",
+        )
+        for tc in response.tool_calls
+    ]
+    if calls:
+        ToolCall.objects.bulk_create(calls)
+    return calls
 
 
 def save_summary(

@@ -291,3 +291,19 @@ def test_the_attempt_of_a_process_that_died_stays_counted_as_lost(chat, fake_llm
     taken.execution.finish(Run.CANCELLED)
     with pytest.raises(RunLostError):  # what the dead process would have seen
         list(events)
+
+
+def test_a_stream_closed_after_its_run_was_taken_over_bills_without_a_reply(chat, fake_llm):
+    """The client leaves a stream whose run another process took over meanwhile: the
+    text shown is not stored (the run is not this process's), and the attempt is
+    billed, linked to no message (the reply it would have had was never written)."""
+    fake_llm.script(slow())
+    events = chat.stream("Talk")
+    _first_text(events)
+    run = chat.runs.get()
+    Run.objects.filter(pk=run.pk).update(attempt=run.attempt + 1, worker="other:2")
+    events.close()  # raises nothing: the close is the client's, the loss is logged
+    assert not chat.messages.filter(role="assistant").exists()
+    row = Usage.objects.get(chat=chat)
+    assert (row.status, row.estimated, row.message_id) == (Usage.CANCELLED, True, None)
+    assert row.input_tokens > 0 and row.output_tokens >= weigh("word ") and row.total_cost > 0
