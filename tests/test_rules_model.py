@@ -68,7 +68,13 @@ from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.titles import prompt_title
 from django_llmchat.tools import tool
 
-pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.django_db(transaction=True),
+    # an exception swallowed where a stream is closed (a generator's finalizer) is a broken
+    # rule too: a reply or an attempt the step meant to store and could not
+    pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning"),
+]
 
 # -- the budgets ------------------------------------------------------------------------
 PROFILES = {
