@@ -12,6 +12,10 @@ Workers are ``python -m celery -A tests.celery_app worker --pool threads`` subpr
 the queue and the ``LLMCHAT`` dict (providers pointed at this session's fake server) from
 their environment. Each session uses its own queue and stream key prefix, so concurrent
 runs on one Redis do not meet.
+
+Web processes (:class:`WebProcess`) serve the test app (``tests.urls``) on the same
+database and settings: ``manage.py runserver``, or gunicorn serving
+``tests/integration/wsgi.py``, whose tasks go to the session's broker and queue.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -39,6 +45,9 @@ from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_START_TIMEOUT = 60.0  # a loaded 2-core CI machine has taken over 30 s
+# a loaded machine: a web process's first answer (the URLconf and the app imported) can
+# take seconds
+WEB_START_TIMEOUT = 90.0
 
 
 def redis_db_url(url: str, db: int) -> str:
@@ -96,6 +105,24 @@ class Services:
         )
         return app
 
+    def environment(self, llmchat: dict | None = None, **extra: str) -> dict:
+        """The environment of a worker or web process of this session: the test settings
+        on the test database, ``llmchat`` as ``LLMCHAT`` (default: the session's), the
+        broker and the session's queue (``LLMCHAT_TEST_QUEUE`` in ``extra`` names
+        another), this checkout first on the import path; ``extra`` added last."""
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
+            "LLMCHAT_TEST_DB_NAME": self.db_name,
+            "LLMCHAT_TEST_SETTINGS": json.dumps(self.llmchat if llmchat is None else llmchat),
+            "LLMCHAT_TEST_QUEUE": self.queue,
+            "CELERY_BROKER_URL": self.broker_url,
+            "PYTHONPATH": str(REPO),
+            **extra,
+        }
+        env.pop("CI", None)
+        return env
+
     def worker(self, *, queue: str | None = None, concurrency: int = 8, **env) -> Worker:
         worker = Worker(self, queue or self.queue, concurrency, env)
         self.workers.append(worker)
@@ -118,19 +145,12 @@ class Worker:
     def start(self) -> Worker:
         s = self.services
         ready = Path(tempfile.mkdtemp(prefix="llmchat-worker-")) / "ready"
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-            "LLMCHAT_TEST_DB_NAME": s.db_name,
-            "LLMCHAT_TEST_SETTINGS": json.dumps(s.llmchat),
-            "LLMCHAT_TEST_QUEUE": self.queue,
-            "LLMCHAT_TEST_READY_FILE": str(ready),
-            "LLMCHAT_TEST_TASKS_DIR": str(s.tasks_dir),
-            "CELERY_BROKER_URL": s.broker_url,
-            "PYTHONPATH": str(REPO),
+        env = s.environment(
+            LLMCHAT_TEST_QUEUE=self.queue,
+            LLMCHAT_TEST_READY_FILE=str(ready),
+            LLMCHAT_TEST_TASKS_DIR=str(s.tasks_dir),
             **self.extra_env,
-        }
-        env.pop("CI", None)
+        )
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -188,6 +208,92 @@ class Worker:
         self.proc.send_signal(signal.SIGQUIT)  # cold shutdown: do not wait for tasks
         try:
             self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gunicorn_args() -> list[str]:
+    """The command line of a gunicorn server before its ``--bind``: one gthread worker
+    process, no control socket (gunicorn 25.1 opens one in the home folder by default,
+    where two servers would meet)."""
+    import gunicorn
+
+    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread", "--workers", "1"]
+    args += ["--timeout", "120", "--graceful-timeout", "5", "--log-level", "warning"]
+    if tuple(int(part) for part in gunicorn.__version__.split(".")[:2]) >= (25, 1):
+        args.append("--no-control-socket")
+    return args
+
+
+class WebProcess:
+    """A web process of the test app in its own process group, on the test database, its
+    providers pointed at the fake server (``llmchat``), sending tasks to the session's
+    broker and queue (``LLMCHAT_TEST_QUEUE`` in ``extra_env`` names another):
+    ``manage.py runserver`` (``script``: a manage.py of its own, given the command's
+    arguments), or with ``gunicorn=True`` gunicorn serving ``tests/integration/wsgi.py``
+    on ``threads`` threads."""
+
+    def __init__(
+        self,
+        services,
+        llmchat: dict,
+        *,
+        script: str | None = None,
+        gunicorn: bool = False,
+        threads: int = 4,
+        **extra_env: str,
+    ):
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="llmchat-web-", suffix=".log", delete=False)
+        address = f"127.0.0.1:{self.port}"
+        if gunicorn:
+            command = [*gunicorn_args(), "--threads", str(threads), "--bind", address]
+            command.append("tests.integration.wsgi:application")
+        else:
+            command = [sys.executable, script] if script else [sys.executable, "-m", "django"]
+            command += ["runserver", "--noreload", address]
+        self.proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=services.environment(llmchat, **extra_env),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # gunicorn's worker process is its child: one group
+        )
+        self.url = f"http://{address}"
+        deadline = time.monotonic() + WEB_START_TIMEOUT
+        while True:
+            try:
+                httpx.get(f"{self.url}/api/models/", timeout=10)
+                break
+            except httpx.HTTPError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"the web process did not start:\n{self.output()}") from None
+                time.sleep(0.1)
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL to its process group: no cleanup of any kind."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM (gunicorn shuts down gracefully), SIGKILL after 15 s."""
+        if self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
         except subprocess.TimeoutExpired:
             self.kill()
 
@@ -282,4 +388,4 @@ def llm(services, fake_llm, transactional_db):
         yield fake_llm
 
 
-__all__ = ["current_app", "wait_until"]
+__all__ = ["WebProcess", "current_app", "free_port", "wait_until"]

@@ -4,16 +4,7 @@ counts against the user's limits; the run is resumed by a worker and answered on
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,71 +16,12 @@ from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.tasks import recover_runs
 from django_llmchat.testing import Fault, Reply
 
-from .conftest import REPO, current_app, wait_until
+from .conftest import WebProcess, current_app, wait_until
 
 pytestmark = [pytest.mark.redis]
 
 LONG = " ".join(f"word{i}" for i in range(300))
 LIMITS = {"default": {"usd_per_day": "50.00", "tokens_per_day": 100_000_000}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class WebProcess:
-    """``manage.py runserver`` of the test settings in its own process, on the test
-    database, its providers pointed at the fake server (``script``: a manage.py of its
-    own, given the command's arguments)."""
-
-    def __init__(self, services, llmchat: dict, *, script: str | None = None, **extra_env: str):
-        self.port = _free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="llmchat-web-", suffix=".log", delete=False)
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-            "LLMCHAT_TEST_DB_NAME": services.db_name,
-            "LLMCHAT_TEST_SETTINGS": json.dumps(llmchat),
-            "CELERY_BROKER_URL": services.broker_url,
-            "LLMCHAT_TEST_QUEUE": services.queue,
-            "PYTHONPATH": str(REPO),
-            **extra_env,
-        }
-        env.pop("CI", None)
-        self.proc = subprocess.Popen(
-            [
-                *([sys.executable, script] if script else [sys.executable, "-m", "django"]),
-                "runserver",
-                "--noreload",
-                f"127.0.0.1:{self.port}",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        # a loaded machine: its first answer (the URLconf and the app imported) can take seconds
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                httpx.get(f"{self.url}/api/models/", timeout=10)
-                break
-            except httpx.HTTPError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"the web process did not start:\n{self.output()}") from None
-                time.sleep(0.1)
-
-    def output(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 def test_a_web_process_killed_mid_reply_leaves_its_attempt_on_the_ledger(

@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 
 from django_llmchat.models import Chat
 
-from .test_killed_web import WebProcess
+from .conftest import WebProcess
 
 pytestmark = [pytest.mark.redis]
 

@@ -22,8 +22,7 @@ from django_llmchat.models import Chat
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as Call
 
-from .conftest import REPO, wait_until
-from .test_killed_web import WebProcess
+from .conftest import REPO, WebProcess, wait_until
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 pytest.importorskip("opentelemetry.instrumentation.celery")
