@@ -352,6 +352,41 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     user.first.get_by_role("button", name="Next").click()
     assert ids(switched(path, "2/2")) == ids(edited)
     assert [c["id"] for c in api.chats()] == [chat_id]
+
+    # a second thread, made from the list; each thread opened from the list shows its own
+    # history, and the URL names the one shown
+    threads = page.get_by_role("navigation", name="Chats")
+    first_id = chat_id
+    page.get_by_role("button", name="New chat").click()
+    page.wait_for_url(re.compile(rf"#chat=(?!{first_id}$)\d+$"))
+    chat_id = int(page.url.rsplit("=", 1)[1])
+    assert sorted(c["id"] for c in api.chats()) == sorted([first_id, chat_id])
+    threads.locator(f'a[href="#chat={first_id}"]').wait_for()
+    assert user.count() == 0, "a new thread starts empty"
+    pears = send("Tell me about pears", 2)
+    assert pears[0]["content"] == "Tell me about pears"
+    assert ids(api.transcript(first_id)) == ids(edited), "the first thread is untouched"
+
+    def opened(thread: int, rows: list[dict]) -> None:
+        """Thread ``thread`` opened from the list: the page shows its path, whole."""
+        threads.locator(f'a[href="#chat={thread}"]').click()
+        page.wait_for_url(re.compile(rf"#chat={thread}$"))
+        page.wait_for_function(
+            "texts => { const shown = [...document.querySelectorAll('.message')];"
+            " return shown.length === texts.length"
+            " && texts.every((t, i) => shown[i].innerText.includes(t.slice(-40))); }",
+            arg=[m["content"].strip() for m in rows],
+        )
+        assert threads.locator("a[aria-current=true]").get_attribute("href") == f"#chat={thread}"
+
+    opened(first_id, edited)
+    assert "pears" not in page.locator(".thread").inner_text()
+    opened(chat_id, pears)
+    assert "plums" not in page.locator(".thread").inner_text()
+    page.reload()  # the thread opened from the list is the one a reload shows
+    reply.first.wait_for()
+    assert user.first.inner_text().startswith("Tell me about pears")
+    assert sorted(c["id"] for c in api.chats()) == sorted([first_id, chat_id])
     assert errors == []
     context.close()
 
