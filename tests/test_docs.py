@@ -140,3 +140,39 @@ def test_the_why_page_compares_each_peer_with_links_and_is_reachable():
     assert "why.md" in (root / "mkdocs.yml").read_text()
     assert "(docs/why.md)" in (root / "README.md").read_text()
     assert "(why.md)" in (DOCS / "index.md").read_text()
+
+
+INSTALL_LINE = re.compile(r'pip install "django-llmchat\[(?P<extras>[\w,]+)\]"\s+#\s*(?P<note>.*)')
+PACKAGE_NAME = re.compile(r"\b[a-z0-9]+(?:-[a-z0-9]+)+\b")  # opentelemetry-api
+
+
+def test_an_install_lines_comment_names_what_its_extras_install():
+    """A ``pip install "django-llmchat[extra]"  # ...`` line whose comment names packages
+    names each package the extras install (pyproject.toml), and no other: the ``otel``
+    extra's comment said ``opentelemetry-api`` after it brought the SDK too."""
+    import tomllib
+
+    root = DOCS.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.match(r"[\w.-]+", r)[0].lower().replace("_", "-") for r in requirements}
+
+    known = set().union(*(names(reqs) for reqs in extras.values()))
+    checked = 0
+    for path in [root / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for line in path.read_text().splitlines():
+            found = INSTALL_LINE.search(line)
+            if not found:
+                continue
+            note = found["note"].lower()
+            named = set(PACKAGE_NAME.findall(note))
+            named |= {n for n in known if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", note)}
+            if not named:
+                continue
+            wanted = set().union(*(names(extras[e]) for e in found["extras"].split(",")))
+            assert named == wanted, f"{path.name}: {line.strip()!r} installs {sorted(wanted)}"
+            checked += 1
+    assert checked, "no install line with a comment naming packages"
