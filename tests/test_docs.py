@@ -176,3 +176,21 @@ def test_an_install_lines_comment_names_what_its_extras_install():
             assert named == wanted, f"{path.name}: {line.strip()!r} installs {sorted(wanted)}"
             checked += 1
     assert checked, "no install line with a comment naming packages"
+
+
+def test_the_readme_says_what_pytest_args_and_redis_url_do():
+    """The README's test section names ``PYTEST_ARGS`` (what ``make test`` passes to pytest)
+    and ``REDIS_URL`` (which turns on the tests that need Redis), each with what it does,
+    as the Makefile and the tests use them."""
+    root = DOCS.parent
+    readme = (root / "README.md").read_text()
+    section = readme.split("## The two commands", 1)[1].split("\n## ", 1)[0]
+    text = " ".join(section.split())
+    assert re.search(r"`PYTEST_ARGS` passes arguments to `make test`'s pytest", text)
+    assert 'make test PYTEST_ARGS="-k ' in text, "an example of PYTEST_ARGS"
+    assert re.search(r"`REDIS_URL=redis://[\w.:/]+` turns on the tests that need Redis", text)
+    assert "$(BIN)/python -m pytest $(PYTEST_ARGS)" in (root / "Makefile").read_text()
+    assert any(
+        'require_service("REDIS_URL")' in path.read_text()
+        for path in (root / "tests").rglob("*.py")
+    ), "no test turned on by REDIS_URL"
