@@ -1,14 +1,19 @@
 """What CI's own configuration says holds: a route .ci/schemathesis.toml lets answer 400 to a
-schema-valid request is refused only for a rule .ci/schemathesis_hooks.py names."""
+schema-valid request is refused only for a rule .ci/schemathesis_hooks.py names; a test
+that cannot run for want of a tool or a package fails under CI=true instead of skipping."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import tomllib
 from pathlib import Path
 
+import pytest
 from django.test import Client
+
+from tests import conftest
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = ROOT / ".ci"
@@ -59,3 +64,54 @@ def test_a_route_allowed_a_400_for_a_valid_request_has_a_rule_the_hooks_name():
             if name in by_route or ("*" in by_route and field in fields)
         ]
         assert ruled, f"{name}: no rule of .ci/schemathesis_hooks.py can refuse it with a 400"
+
+
+@pytest.mark.parametrize("ci", [True, False])
+def test_a_missing_tool_or_package_fails_under_ci_and_is_skipped_elsewhere(monkeypatch, ci):
+    monkeypatch.setattr(conftest, "IN_CI", ci)
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match="node is not installed"):
+        conftest.unavailable("node is not installed")
+    with pytest.raises(outcome, match="no_such_package_"):
+        conftest.import_or_unavailable("no_such_package_" + "llmchat")
+    assert conftest.import_or_unavailable("json") is json
+
+
+def _skips_for_a_missing_tool(tree: ast.AST) -> list[int]:
+    """Lines of ``pytest.importorskip(...)``, and of ``pytest.skip(...)`` under an ``if``
+    testing ``shutil.which`` or an ``except ImportError``: skips CI=true would not fail."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip":
+            found.append(node.lineno)
+        guarded = (isinstance(node, ast.If) and "which(" in ast.unparse(node.test)) or (
+            isinstance(node, ast.ExceptHandler)
+            and node.type is not None
+            and "ImportError" in ast.unparse(node.type)
+        )
+        if guarded:
+            for inner in node.body:
+                for call in ast.walk(inner):
+                    if isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.skip":
+                        found.append(call.lineno)
+    return found
+
+
+def test_a_test_skips_for_a_missing_tool_only_through_the_shared_helper():
+    """No test module calls ``pytest.importorskip`` or skips itself for a missing program
+    or package: tests.conftest's ``unavailable`` / ``import_or_unavailable`` do, so that
+    under CI=true the test fails (one helper, not a copy per module)."""
+    tests = ROOT / "tests"
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        if "node_modules" in path.parts or path == tests / "conftest.py":
+            continue
+        source = path.read_text()
+        tree = ast.parse(source)
+        wrong += [f"{path.relative_to(ROOT)}:{line}" for line in _skips_for_a_missing_tool(tree)]
+        wrong += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: a copy of unavailable()"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "unavailable"
+        ]
+    assert wrong == [], wrong

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_FLAGS, _unavailable
+from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_FLAGS
+from tests.conftest import unavailable
 from tests.test_js_clients import Servers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def _build(name: str, source: str) -> Path:
     file and the source are unchanged; ``npm ci`` first when node_modules does not match
     the lock file."""
     if not shutil.which("node") or not shutil.which("npm"):
-        _unavailable("node and npm are not installed")
+        unavailable("node and npm are not installed")
     lock = (APP / "package-lock.json").read_bytes()
     installed = APP / "node_modules" / ".llmchat-lock"
     if not installed.exists() or installed.read_bytes() != lock:
@@ -138,11 +139,11 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is not installed")
+        unavailable(f"{CHROMIUM} is not installed")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _unavailable("playwright is not installed")
+        unavailable("playwright is not installed")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
