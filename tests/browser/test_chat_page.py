@@ -555,6 +555,7 @@ def test_the_events_docs_javascript_receives_text(page):
             pytest.fail("REDIS_URL is not set but CI=true requires it")
         pytest.skip("REDIS_URL not set: the events endpoint needs Redis")
     [snippet] = _docs_javascript("events.md")
+    assert 'source.addEventListener("text_delta"' in snippet
     log_in(page)
     start_chat(page)
     chat_id = page.url.rsplit("chat=", 1)[1]
