@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -297,6 +298,84 @@ def project(docs: Path, where: Path) -> None:
         step(f"[{extra}]: docs/{page}'s first example, twice", started)
 
 
+# --- the documented install lines ---------------------------------------------------
+
+GITHUB = "https://github.com/django-llmchat/django-llmchat"
+# what the extras bring, imported in each venv: the pool, and a worker on Redis
+EXTRAS_IMPORT = """
+import celery, kombu.transport.redis, psycopg, psycopg_pool, redis
+import django_llmchat
+from importlib import metadata
+from pathlib import Path
+assert "site-packages" in Path(django_llmchat.__file__).parts, django_llmchat.__file__
+print(metadata.distribution("django-llmchat").read_text("direct_url.json"))
+"""
+
+
+def install_block(page: Path) -> list[str]:
+    """The commands of the first bash block of a page's ``## Install`` section (comments
+    dropped)."""
+    text = page.read_text().split("## Install\n", 1)[1]
+    block = next(m["body"] for m in FENCE.finditer(text) if m["lang"] == "bash")
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def installs(checkout: Path, python: str, work: Path) -> None:
+    """The install lines of the README and the quickstart, as written, each into a new
+    venv: the clone (of this checkout) and the plain install of it, and the git URL (the
+    checkout's, ``git+file://``). Both install what the checkout has committed."""
+    started = [time.monotonic()]
+    readme = install_block(checkout / "README.md")
+    quickstart = install_block(checkout / "docs" / "quickstart.md")
+    clone = f"git clone {GITHUB}"
+    assert clone in readme and clone in quickstart, (readme, quickstart)
+    git = [line for line in quickstart if "@ git+" in line]
+    assert len(git) == 1 and git[0] in readme, (git, readme)
+    editable = [line for line in readme if line.startswith("pip install -e ")]
+    assert len(editable) == 1 and editable[0] in quickstart, (editable, quickstart)
+    plain = editable[0].replace("pip install -e ", "pip install ")
+    assert plain in quickstart, f"the quickstart has no plain install of the checkout: {plain}"
+
+    work.mkdir(parents=True)
+    head = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # the clone of this checkout, into the folder the URL's clone makes
+    mirror = clone.replace(GITHUB, f"--quiet {checkout} django-llmchat")
+    subprocess.run(mirror, shell=True, cwd=work, check=True)
+    # the git URL of this checkout (with a host: a PEP 508 URL must have one)
+    lines = {"checkout": plain, "git": git[0].replace(GITHUB, f"file://localhost{checkout}")}
+    running = {}
+    for name, line in lines.items():  # both at once
+        venv = work / f"venv-{name}"
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])  # its pip
+        with (work / f"{name}.log").open("w") as log:
+            running[name] = subprocess.Popen(
+                f"{line} --quiet", shell=True, cwd=work, env=env, stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+    for name, install in running.items():
+        shown = lines[name].replace(str(checkout), "<checkout>")
+        code = install.wait(300)
+        assert code == 0, f"{shown}\n{(work / f'{name}.log').read_text()}"
+        venv_python = str(work / f"venv-{name}" / "bin" / "python")
+        subprocess.run([venv_python, "-m", "pip", "check"], check=True, capture_output=True)
+        done = subprocess.run(
+            [venv_python, "-c", EXTRAS_IMPORT], cwd=work, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{shown}: {done.stderr}"
+        source = json.loads(done.stdout)  # where pip says it installed it from
+        if name == "git":
+            assert source["vcs_info"]["commit_id"] == head, source
+        else:
+            assert "dir_info" in source and source["url"].endswith("/django-llmchat"), source
+        print(f"   {shown}: installed, its extras import")
+    step("the README's and the quickstart's install lines, each in a new venv", started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -306,9 +385,15 @@ def main() -> None:
     follow = commands.add_parser("project")
     follow.add_argument("--docs", type=Path, required=True)
     follow.add_argument("--project", type=Path, required=True)
+    lines = commands.add_parser("installs")
+    lines.add_argument("--checkout", type=Path, required=True)
+    lines.add_argument("--python", required=True)
+    lines.add_argument("--work", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "contents":
         contents(args.wheel, args.sdist)
+    elif args.command == "installs":
+        installs(args.checkout.resolve(), args.python, args.work)
     else:
         project(args.docs, args.project)
 

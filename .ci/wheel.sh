@@ -7,7 +7,10 @@
 # settings, the deployment page's PostgreSQL and Celery settings, migrate,
 # llmchat_sync_models, the quickstart's offline ask in `manage.py shell`, a Celery worker
 # on Redis answering ask_later, and the first example of each extra's page (mcp, otel,
-# encryption, postgres), each run twice.
+# encryption, postgres), each run twice. Then the install lines of the README and the
+# quickstart, as written, each into a new venv (the pip cache reused): the clone (of this
+# checkout) with a plain install of it, and the git URL (git+file:// of this checkout),
+# with their extras; both install the checkout's last commit.
 #
 # Run alone:   bash .ci/wheel.sh          (bash .ci/run wheel does the same in CI)
 # Environment: WHEEL_PYTHON (the interpreter of the new venv; default python3.11),
@@ -43,3 +46,6 @@ echo "-- installed in $((SECONDS - start)) s"
 (cd "$work" && "$work/venv/bin/python" "$OLDPWD/.ci/wheel.py" project \
   --docs "$OLDPWD/docs" --project "$work/project")
 echo "-- the wheel: passed in $((SECONDS - start)) s"
+
+"$BUILD_PYTHON" .ci/wheel.py installs --checkout . --python "$WHEEL_PYTHON" --work "$work/installs"
+echo "-- the wheel step: passed in $((SECONDS - start)) s"

@@ -1,4 +1,7 @@
+import importlib
 import os
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 from django.db.backends.signals import connection_created
@@ -16,6 +19,24 @@ def require_service(env_var: str) -> str:
             pytest.fail(f"{env_var} is not set but CI=true requires it")
         pytest.skip(f"{env_var} not set")
     return url
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A test (or, called at import, a test module) that cannot run here for want of a
+    tool or a package (Chromium, node, a dev extra): skipped, except under CI=true, where
+    it must run: a failure. Every such skip of the suite goes through here."""
+    if IN_CI:
+        pytest.fail(f"{reason}, but CI=true requires these tests to run", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def import_or_unavailable(name: str) -> ModuleType:
+    """Module ``name``; when it cannot be imported, :func:`unavailable` (``importorskip``
+    that fails under CI=true)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        unavailable(f"{name} cannot be imported ({exc})")
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests import test_js_clients
+from tests.conftest import unavailable
 
 JS = test_js_clients.JS
 # the live server of the JavaScript client tests (a module of its own here)
@@ -268,7 +269,7 @@ process.on("exit", () => console.log(`reply: ${{reply.textContent}}`));
     page = work / "plain-ask.mjs"
     page.write_text(prelude + "\n" + recipe)
     if not shutil.which("node"):
-        pytest.skip("node is not installed")
+        unavailable("node is not installed")
     done = subprocess.run(
         ["node", str(page)], cwd=JS, capture_output=True, text=True, timeout=120, check=False
     )

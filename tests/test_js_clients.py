@@ -27,16 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, require_service
+from tests.conftest import import_or_unavailable, require_service, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "tests" / "js"
-
-
-def _unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason}, but CI=true requires the JavaScript client tests to run")
-    pytest.skip(reason)
 
 
 def _run(*args: str, env=None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -49,7 +43,7 @@ def _run(*args: str, env=None, timeout: float = 300) -> subprocess.CompletedProc
 def node_packages() -> None:
     """``npm ci`` from the committed lock file, unless node_modules matches it already."""
     if not shutil.which("node") or not shutil.which("npm"):
-        _unavailable("node and npm are not installed")
+        unavailable("node and npm are not installed")
     lock = (JS / "package-lock.json").read_bytes()
     installed = JS / "node_modules" / ".llmchat-lock"
     if not installed.exists() or installed.read_bytes() != lock:
@@ -108,7 +102,7 @@ class Servers:
 
     def _start(self, kind: str):
         if kind == "uvicorn":
-            pytest.importorskip("uvicorn")
+            import_or_unavailable("uvicorn")
         work = self.tmp_path_factory.mktemp(f"js-api-{kind}")
         env = {
             **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},

@@ -25,8 +25,9 @@ from django_llmchat.models import Chat, Message, ToolCall
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import get_tools
+from tests.conftest import import_or_unavailable
 
-pytest.importorskip("mcp")
+import_or_unavailable("mcp")
 
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402

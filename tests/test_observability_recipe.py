@@ -11,9 +11,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
+from tests.conftest import import_or_unavailable
 
-pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+import_or_unavailable("opentelemetry.exporter.otlp.proto.http")
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "observability.md"

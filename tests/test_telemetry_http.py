@@ -19,9 +19,10 @@ from django_llmchat.providers.types import ProviderMessage, ProviderRequest
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as Call
 from django_llmchat.tools import tool
+from tests.conftest import import_or_unavailable
 from tests.otel import install
 
-pytest.importorskip("opentelemetry.instrumentation.httpx")
+import_or_unavailable("opentelemetry.instrumentation.httpx")
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import import_or_unavailable
 from tests.test_js_clients import JS, ROOT, node_packages  # noqa: F401 - a fixture
 
-pytest.importorskip("openapi_python_client")
+import_or_unavailable("openapi_python_client")
 
 GENERATED = ROOT / "tests" / ".generated"
 NEW_TOOLS = ["tide_times", "mcp:notes"]

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_FLAGS, _unavailable
+from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_FLAGS
+from tests.conftest import unavailable
 from tests.test_js_clients import Servers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def _build(name: str, source: str) -> Path:
     file and the source are unchanged; ``npm ci`` first when node_modules does not match
     the lock file."""
     if not shutil.which("node") or not shutil.which("npm"):
-        _unavailable("node and npm are not installed")
+        unavailable("node and npm are not installed")
     lock = (APP / "package-lock.json").read_bytes()
     installed = APP / "node_modules" / ".llmchat-lock"
     if not installed.exists() or installed.read_bytes() != lock:
@@ -138,11 +139,11 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is not installed")
+        unavailable(f"{CHROMIUM} is not installed")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _unavailable("playwright is not installed")
+        unavailable("playwright is not installed")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
@@ -352,6 +353,41 @@ def test_the_assistant_ui_recipe_keeps_the_servers_chats_and_branches(bundle, se
     user.first.get_by_role("button", name="Next").click()
     assert ids(switched(path, "2/2")) == ids(edited)
     assert [c["id"] for c in api.chats()] == [chat_id]
+
+    # a second thread, made from the list; each thread opened from the list shows its own
+    # history, and the URL names the one shown
+    threads = page.get_by_role("navigation", name="Chats")
+    first_id = chat_id
+    page.get_by_role("button", name="New chat").click()
+    page.wait_for_url(re.compile(rf"#chat=(?!{first_id}$)\d+$"))
+    chat_id = int(page.url.rsplit("=", 1)[1])
+    assert sorted(c["id"] for c in api.chats()) == sorted([first_id, chat_id])
+    threads.locator(f'a[href="#chat={first_id}"]').wait_for()
+    assert user.count() == 0, "a new thread starts empty"
+    pears = send("Tell me about pears", 2)
+    assert pears[0]["content"] == "Tell me about pears"
+    assert ids(api.transcript(first_id)) == ids(edited), "the first thread is untouched"
+
+    def opened(thread: int, rows: list[dict]) -> None:
+        """Thread ``thread`` opened from the list: the page shows its path, whole."""
+        threads.locator(f'a[href="#chat={thread}"]').click()
+        page.wait_for_url(re.compile(rf"#chat={thread}$"))
+        page.wait_for_function(
+            "texts => { const shown = [...document.querySelectorAll('.message')];"
+            " return shown.length === texts.length"
+            " && texts.every((t, i) => shown[i].innerText.includes(t.slice(-40))); }",
+            arg=[m["content"].strip() for m in rows],
+        )
+        assert threads.locator("a[aria-current=true]").get_attribute("href") == f"#chat={thread}"
+
+    opened(first_id, edited)
+    assert "pears" not in page.locator(".thread").inner_text()
+    opened(chat_id, pears)
+    assert "plums" not in page.locator(".thread").inner_text()
+    page.reload()  # the thread opened from the list is the one a reload shows
+    reply.first.wait_for()
+    assert user.first.inner_text().startswith("Tell me about pears")
+    assert sorted(c["id"] for c in api.chats()) == sorted([first_id, chat_id])
     assert errors == []
     context.close()
 

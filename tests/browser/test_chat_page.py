@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from django_llmchat.testing import FakeProviderServer, Fault, Reply
+from tests.conftest import IN_CI, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -37,13 +38,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-IN_CI = os.environ.get("CI") == "true"
-
-
-def _unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason}, but CI=true requires the browser tests to run")
-    pytest.skip(reason)
 
 
 def _free_port() -> int:
@@ -138,11 +132,11 @@ def example_server(tmp_path_factory, fake_llm):
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+        unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+        unavailable("playwright is not installed (pip install -e '.[dev]')")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
@@ -561,6 +555,7 @@ def test_the_events_docs_javascript_receives_text(page):
             pytest.fail("REDIS_URL is not set but CI=true requires it")
         pytest.skip("REDIS_URL not set: the events endpoint needs Redis")
     [snippet] = _docs_javascript("events.md")
+    assert 'source.addEventListener("text_delta"' in snippet
     log_in(page)
     start_chat(page)
     chat_id = page.url.rsplit("chat=", 1)[1]

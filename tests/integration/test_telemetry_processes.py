@@ -21,13 +21,14 @@ from rest_framework.authtoken.models import Token
 from django_llmchat.models import Chat
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as Call
+from tests.conftest import import_or_unavailable
 
 from .conftest import REPO, WebProcess, wait_until
 
-pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
-pytest.importorskip("opentelemetry.instrumentation.celery")
-pytest.importorskip("opentelemetry.instrumentation.django")
-pytest.importorskip("opentelemetry.instrumentation.httpx")
+import_or_unavailable("opentelemetry.exporter.otlp.proto.http")
+import_or_unavailable("opentelemetry.instrumentation.celery")
+import_or_unavailable("opentelemetry.instrumentation.django")
+import_or_unavailable("opentelemetry.instrumentation.httpx")
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
     ExportTraceServiceRequest,

@@ -24,7 +24,7 @@ test("a token from the credentials, the chats with it, a chat's events followed"
   );
   assert.match(token, /^[0-9a-f]{40}$/);
   const { id } = await newChat([]);
-  const { headers, chats } = await run("const headers = { Authorization", ["token"],
+  const { headers, chats } = await run("const chats = await", ["token"],
     "{ headers, chats }")(toServer, token);
   assert.deepEqual(headers, { Authorization: `Bearer ${token}` });
   assert.ok(chats.results.some((chat) => chat.id === id), "the new chat is listed");

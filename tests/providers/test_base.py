@@ -43,6 +43,7 @@ from django_llmchat.providers.openai_chat import (
     OpenAICompatibleProvider,
 )
 from django_llmchat.providers.types import ProviderMessage, ProviderRequest, ProviderResponse
+from tests.conftest import import_or_unavailable
 
 KEY = "sk-live-SECRET-0123456789abcdef"
 REQUEST = ProviderRequest(model_id="m", messages=[ProviderMessage("user", "hi")])
@@ -783,7 +784,7 @@ def test_missing_key_names_env_var_and_setting(clean_env):
 
 
 def test_gemini_also_reads_google_api_key(clean_env):
-    pytest.importorskip("django_llmchat.providers.gemini")
+    import_or_unavailable("django_llmchat.providers.gemini")
     clean_env.setenv("GOOGLE_API_KEY", "g-key")
     assert registry.get_provider("gemini").api_key == "g-key"
     with pytest.raises(ConfigurationError, match="GEMINI_API_KEY / GOOGLE_API_KEY"):
