@@ -29,7 +29,7 @@ from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.tasks import recover_runs
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing.invariants import assert_one_path
-from tests.conftest import IN_CI
+from tests.conftest import import_or_unavailable
 
 from .conftest import WebProcess, Worker, current_app, wait_until
 
@@ -53,19 +53,10 @@ class Cluster:
         return "\n".join(logs)
 
 
-def _gunicorn_or_skip() -> None:
-    try:
-        import gunicorn  # noqa: F401
-    except ImportError:
-        if IN_CI:
-            pytest.fail("gunicorn is not installed, but CI=true requires the many-processes test")
-        pytest.skip("gunicorn is not installed (the dev extra has it)")
-
-
 @pytest.fixture(scope="module")
 def cluster(services):
     """Two gunicorn web processes and two workers on a queue of their own, started at once."""
-    _gunicorn_or_skip()
+    import_or_unavailable("gunicorn")  # the dev extra has it
     queue = f"{services.queue}-many"
     with ThreadPoolExecutor(4) as pool:
         webs = [
