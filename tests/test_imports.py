@@ -8,6 +8,7 @@ import copy
 import datetime as dt
 import io
 import json
+import re
 import zipfile
 from io import StringIO
 from pathlib import Path
@@ -153,6 +154,14 @@ def test_the_command_reads_the_file_or_the_zip(fake_llm, alice, tmp_path):
         zf.writestr("user.json", "{}")
     with pytest.raises(CommandError, match="no conversations.json"):
         call_command("llmchat_import", str(empty_zip), "--user", "alice")
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(archive.read_bytes()[:200])  # a download cut short
+    with pytest.raises(CommandError, match="the archive cannot be read"):
+        call_command("llmchat_import", str(cut), "--user", "alice")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(CommandError, match="nested too deeply"):
+        call_command("llmchat_import", str(deep), "--user", "alice")
 
 
 def test_files_that_are_neither_format_are_refused_by_name(alice):
@@ -290,6 +299,63 @@ def test_a_broken_export_is_refused_naming_the_message(fake_llm, alice, bob, cha
     with pytest.raises(ImportFormatError, match=error):
         import_data(document, user=bob)
     assert not Chat.objects.filter(user=bob).exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda c: c["mapping"]["a2"]["message"].update(content="It is 6."), "conversation 0: "),
+        (lambda c: c["mapping"]["u1"].update(children=True), "a value of an unexpected type"),
+        (lambda c: c.update(current_node={"id": "a3"}), "(TypeError: unhashable type"),
+    ],
+)
+def test_a_value_of_another_type_than_chatgpts_is_refused_naming_the_conversation(
+    alice, change, error
+):
+    conversations = json.loads(CHATGPT.read_text())
+    change(conversations[0])
+    with pytest.raises(ImportFormatError, match=re.escape(error)):
+        import_data(conversations, user=alice)
+    assert not Chat.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda d: d["users"][0].update(chats=[3]), '"chats" must be a list of objects'),
+        (lambda d: d["users"][0].update(feedback=[3]), "user 0: a value of an unexpected type"),
+        (lambda d: d["users"][0]["chats"][0].update(messages=[[]]), "a value of an unexpected"),
+        (lambda d: d["users"][0]["chats"][0].update(retention_days=-1), "retention_days -1: "),
+        (lambda d: d["users"][0]["chats"][0].update(retention_days=""), "retention_days '': "),
+        (lambda d: d["users"][0]["chats"][0].update(model_id="m" * 300), "model_id 'mmm"),
+        (lambda d: d["users"][0]["chats"][0]["messages"][1].update(input_tokens=2**64), "large"),
+    ],
+)
+def test_a_value_the_database_cannot_store_is_refused_before_it(
+    fake_llm, alice, bob, change, error
+):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    make_chat(fake_llm, alice, title="Paris")
+    document = json.loads(json.dumps(lifecycle.export_user(alice, files=True), default=str))
+    change(document)
+    with pytest.raises(ImportFormatError, match=re.escape(error)):
+        import_data(document, user=bob)
+    assert not Chat.objects.filter(user=bob).exists()
+
+
+def test_what_the_database_refuses_is_an_import_error_and_the_chat_is_not_stored(alice):
+    conversations = json.loads(CHATGPT.read_text())
+    mapping = conversations[0]["mapping"]
+    long = "c" * 300  # the call's id: longer than its column
+    mapping[long] = {**mapping.pop("c1"), "id": long}
+    mapping["th"]["children"] = [long]
+    mapping["t1"]["parent"] = long
+    if connection.vendor == "sqlite":  # SQLite keeps any length
+        assert import_data(conversations, user=alice).chats[0].title == "Sums"
+        return
+    with pytest.raises(ImportFormatError, match="a value the database cannot store"):
+        import_data(conversations, user=alice)
+    assert not Chat.objects.exists()
 
 
 def test_a_chat_of_a_failed_import_is_rolled_back(fake_llm, alice, bob):
