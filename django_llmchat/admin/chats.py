@@ -1,5 +1,5 @@
 """The chat admin: its form checks provider and model as the API does, the transcript,
-the ledger note on delete pages."""
+the import page, the ledger note on delete pages."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest, StreamingHttpResponse
+from django.urls import reverse
 from django.utils.formats import date_format
 from django.utils.timezone import localtime
 
 from ..models import Chat, Usage
 from .base import _model_html, _money, _short, _Styled
 from .feedback import FeedbackFilter
+from .imports import import_view
 from .lifecycle import _users_of, erase_users_view, export_users_response
 from .organise import OrganiseAdminMixin, TagFilter, TagsFormMixin
 from .transcripts import build_transcript, transcript_page
@@ -64,6 +66,7 @@ LEDGER_NOTE = (
 @admin.register(Chat)
 class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
     form = ChatForm
+    change_list_template = "admin/django_llmchat/chat/change_list.html"
     delete_confirmation_template = "admin/django_llmchat/chat/delete_confirmation.html"
     delete_selected_confirmation_template = (
         "admin/django_llmchat/chat/delete_selected_confirmation.html"
@@ -186,10 +189,16 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         from django.urls import path
 
         switch = self.admin_site.admin_view(self.switch_view)
+        imports = self.admin_site.admin_view(self.import_view)
         return [
+            path("import/", imports, name="django_llmchat_chat_import"),
             path("<path:object_id>/switch/", switch, name="django_llmchat_chat_switch"),
             *super().get_urls(),
         ]
+
+    def import_view(self, request: HttpRequest):
+        """The import page (:func:`django_llmchat.admin.imports.import_view`)."""
+        return import_view(self, request)
 
     def switch_view(self, request: HttpRequest, object_id: str):
         """POST ``switch_to=<message id>``: that message's branch becomes the chat's
@@ -200,7 +209,6 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         from django.contrib import messages
         from django.core.exceptions import PermissionDenied
         from django.http import HttpResponseNotAllowed, HttpResponseRedirect
-        from django.urls import reverse
 
         from .. import runs
         from ..errors import ArgumentError, RunInProgress
