@@ -1,5 +1,5 @@
 """The chat admin: its form checks provider and model as the API does, the transcript,
-the import page, the ledger note on delete pages."""
+where a fork came from, the import page, the ledger note on delete pages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db.models import QuerySet, Sum
 from django.http import HttpRequest, StreamingHttpResponse
 from django.urls import reverse
 from django.utils.formats import date_format
+from django.utils.html import format_html
 from django.utils.timezone import localtime
 
 from ..models import Chat, Usage
@@ -111,6 +112,8 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         "anonymised_at",
         "created_at",
         "updated_at",
+        "forked_from_link",
+        "forked_from_message_link",
     )
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
@@ -149,6 +152,41 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).with_totals().with_tags()
+
+    def get_fieldsets(self, request: HttpRequest, obj: Chat | None = None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or (obj.forked_from_id is None and obj.forked_from_message_id is None):
+            return fieldsets
+        fork = ("Forked from", {"fields": (("forked_from_link", "forked_from_message_link"),)})
+        return (fork, *fieldsets)
+
+    @admin.display(description="chat")
+    def forked_from_link(self, obj: Chat) -> str:
+        """The chat this one was forked from, a link to its page."""
+        if obj.forked_from_id is None:
+            return "— (deleted)"
+        url = reverse("admin:django_llmchat_chat_change", args=[obj.forked_from_id])
+        return format_html('<a href="{}">{}</a>', url, _short(str(obj.forked_from), 48))
+
+    @admin.display(description="at message")
+    def forked_from_message_link(self, obj: Chat) -> str:
+        """The source's message the fork ends with, a link to it in the source's
+        transcript (on the active path, or another branch)."""
+        message = obj.forked_from_message
+        if message is None:
+            return "— (deleted)"
+        url = reverse("admin:django_llmchat_chat_change", args=[message.chat_id])
+        where = "" if message.on_path else " (in another branch than the active one)"
+        return format_html(
+            '<a href="{}?message={}#message-{}">#{} {}: {}</a>{}',
+            url,
+            message.pk,
+            message.pk,
+            message.pk,
+            message.role,
+            _short(message.content, 40) or "—",
+            where,
+        )
 
     @admin.display(description="title", ordering="title")
     def short_title(self, obj: Chat) -> str:
