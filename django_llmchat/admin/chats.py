@@ -1,5 +1,6 @@
-"""The chat admin: its form checks provider and model as the API does, the transcript,
-where a fork came from, the import page, the ledger note on delete pages."""
+"""The chat admin: its form checks provider, model and double-texting policy as the API
+does, the transcript, where a fork came from, the import page, the ledger note on delete
+pages."""
 
 from __future__ import annotations
 
@@ -27,11 +28,28 @@ class ChatForm(TagsFormMixin, forms.ModelForm):
     """The chat's settings, with the provider and the model checked as the REST API checks
     them (:func:`django_llmchat.inputs.check_choice`): a provider that is not configured,
     or a model ``LLMCHAT["ALLOWED_MODELS"]`` does not allow, is a form error, not a failed
-    next message."""
+    next message. ``double_texting`` is one of the policies or empty (the setting's), as
+    a prompt checks it (:func:`django_llmchat.runs.policy.policy_error`)."""
 
     class Meta:
         model = Chat
         fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "double_texting" in self.fields:
+            self.fields["double_texting"].widget = forms.Select(
+                choices=_policy_choices(self.initial.get("double_texting"))
+            )
+
+    def clean_double_texting(self) -> str:
+        from ..runs.policy import policy_error
+
+        value = self.cleaned_data.get("double_texting") or ""
+        problem = policy_error(value) if value else None
+        if problem is not None:
+            raise forms.ValidationError(f"Must be {problem.removeprefix('must be ')}.")
+        return value
 
     def clean(self) -> dict[str, Any]:
         from ..inputs import InputError, check_choice, check_model_id, check_provider
@@ -55,6 +73,19 @@ class ChatForm(TagsFormMixin, forms.ModelForm):
                 {field: list(exc.reasons)} if field else exc.reason
             ) from None
         return data
+
+
+def _policy_choices(current: Any) -> list[tuple[str, str]]:
+    """The double-texting policies, after "the setting's" (empty); a stored value that is
+    none of them is listed too, so the form shows it (and refuses it)."""
+    from ..conf import settings
+    from ..runs.policy import POLICIES
+
+    choices = [("", f'LLMCHAT["DOUBLE_TEXTING"] ({settings.DOUBLE_TEXTING})')]
+    choices += [(policy, policy) for policy in POLICIES]
+    if current and current not in POLICIES:
+        choices.append((current, current))
+    return choices
 
 
 LEDGER_NOTE = (
@@ -128,6 +159,7 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
                     ("provider", "model_id"),
                     "agent",
                     "retention_days",
+                    "double_texting",
                     ("archived", "pinned"),
                     "tags",
                 ),
