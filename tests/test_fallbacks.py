@@ -513,6 +513,8 @@ def test_admin_shows_each_attempt_of_a_fallen_back_reply_with_its_model(
     ]
     text = listing.content.decode()
     assert "claude-sonnet-4-5" in text and "gpt-4.1-mini" in text
+    by_chat = client.get(reverse("admin:django_llmchat_usage_changelist"), {"chat": chat.pk})
+    assert by_chat.context["cl"].result_count == len(rows) == 5
     row = client.get(reverse("admin:django_llmchat_usage_change", args=[rows[2].pk]))
     assert "gpt-4.1-mini" in row.content.decode() and "failed" in row.content.decode()
 

@@ -40,7 +40,7 @@ class ImportForm(forms.Form):
         help_text="ChatGPT's conversations.json or the .zip of its data export, or a file "
         "of manage.py llmchat_export_user. Nothing is sent to a provider."
     )
-    format = forms.ChoiceField(choices=FORMATS, initial="auto")
+    format = forms.ChoiceField(choices=FORMATS, initial="auto", required=False)
 
     def __init__(self, *args: Any, user_field: forms.Field, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -56,7 +56,8 @@ class ImportForm(forms.Form):
         data = self.cleaned_data
         try:
             with transaction.atomic():
-                return import_file(data["file"], user=data["user"], format=data["format"])
+                format = data.get("format") or "auto"
+                return import_file(data["file"], user=data["user"], format=format)
         except ArgumentError as exc:  # ImportFormatError, or a file attachment refused
             self.add_error("file", f"Nothing was imported: {exc}.")
             return None
