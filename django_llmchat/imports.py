@@ -43,12 +43,14 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import DataError, IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
 from .errors import ArgumentError
@@ -136,15 +138,24 @@ def import_file(path_or_file: Any, *, user: Any, format: str = "auto") -> Import
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
     if raw[:4] == b"PK\x03\x04":
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
-            if not names:
-                raise ImportFormatError("the archive holds no conversations.json")
-            raw = archive.read(names[0])
+        try:
+            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                names = [
+                    n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"
+                ]
+                if not names:
+                    raise ImportFormatError("the archive holds no conversations.json")
+                raw = archive.read(names[0])
+        # a damaged archive; a member encrypted (RuntimeError) or packed by a method
+        # zipfile does not read (NotImplementedError)
+        except (zipfile.BadZipFile, RuntimeError, NotImplementedError) as exc:
+            raise ImportFormatError(f"the archive cannot be read: {exc}") from None
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImportFormatError(f"the file is not JSON: {exc}") from None
+    except RecursionError:
+        raise ImportFormatError("the file's JSON is nested too deeply to read") from None
     return import_data(data, user=user, format=format)
 
 
@@ -198,7 +209,20 @@ def read_chatgpt(data: Any) -> list[Conversation]:
     items = [data] if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ImportFormatError("conversations.json must hold a list of conversations")
-    return [_chatgpt_conversation(c, i) for i, c in enumerate(items)]
+    return [_shaped(_chatgpt_conversation, f"conversation {i}", c, i) for i, c in enumerate(items)]
+
+
+def _shaped(read, where: str, *args: Any) -> Any:
+    """``read(*args)``, a value of a type the format does not give (a list for an object,
+    a number for a text...) an :class:`ImportFormatError` naming ``where``."""
+    try:
+        return read(*args)
+    except ImportFormatError:
+        raise
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise ImportFormatError(
+            f"{where}: a value of an unexpected type ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _chatgpt_text(content: dict[str, Any]) -> str:
@@ -456,13 +480,24 @@ def read_export(data: Any) -> list[Conversation]:
             f"version {data.get('version')!r} of the export is not read here (1 is)"
         )
     out = []
-    for entry in data.get("users") or []:
-        ratings: dict[Any, list[dict[str, Any]]] = {}
-        for row in entry.get("feedback") or []:
-            ratings.setdefault(row.get("message"), []).append(row)
-        for chat in entry.get("chats") or []:
-            out.append(_export_chat(chat, ratings))
+    users = data.get("users") or []
+    if not isinstance(users, list) or not all(isinstance(e, dict) for e in users):
+        raise ImportFormatError('"users" must be a list of objects')
+    for number, entry in enumerate(users):
+        ratings = _shaped(_ratings, f"user {number}", entry)
+        chats = entry.get("chats") or []
+        if not isinstance(chats, list) or not all(isinstance(c, dict) for c in chats):
+            raise ImportFormatError(f'user {number}: "chats" must be a list of objects')
+        for chat in chats:
+            out.append(_shaped(_export_chat, f"chat {chat.get('id')}", chat, ratings))
     return out
+
+
+def _ratings(entry: dict[str, Any]) -> dict[Any, list[dict[str, Any]]]:
+    ratings: dict[Any, list[dict[str, Any]]] = {}
+    for row in entry.get("feedback") or []:
+        ratings.setdefault(row.get("message"), []).append(row)
+    return ratings
 
 
 _PLAIN = ("content", "finish_reason", "thinking_signature")
@@ -475,12 +510,27 @@ _TOKENS = (
 )
 
 
+def _settings(chat: dict[str, Any], where: str) -> dict[str, Any]:
+    """The chat's settings of the export, each checked as its column checks it (a
+    length, a count that is not negative...)."""
+    settings = {}
+    for name in _CHAT_SETTINGS:
+        if chat.get(name) is None:
+            continue
+        try:
+            settings[name] = Chat._meta.get_field(name).clean(chat[name], None)
+        except ValidationError as exc:
+            problem = " ".join(exc.messages)
+            raise ImportFormatError(f"{where}: {name} {chat[name]!r}: {problem}") from None
+    return settings
+
+
 def _export_chat(chat: dict[str, Any], ratings: dict[Any, list[dict[str, Any]]]) -> Conversation:
     where = f"chat {chat.get('id')}"
     out = Conversation(
         source=f"llmchat:{chat.get('id')}",
         title=str(chat.get("title") or "")[:255],
-        settings={k: chat[k] for k in _CHAT_SETTINGS if chat.get(k) is not None},
+        settings=_settings(chat, where),
         created_at=_when(chat.get("created_at"), where),
         updated_at=_when(chat.get("updated_at"), where),
     )
@@ -505,6 +555,10 @@ def _export_chat(chat: dict[str, Any], ratings: dict[Any, list[dict[str, Any]]])
             if value is not None:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ImportFormatError(f"{mwhere}: {name} must be a count, not {value!r}")
+                try:
+                    Message._meta.get_field(name).run_validators(value)
+                except ValidationError:
+                    raise ImportFormatError(f"{mwhere}: {name} {value} is too large") from None
                 setattr(message, name, value)
         cost = entry.get("cost")
         if isinstance(cost, dict):
@@ -594,6 +648,17 @@ def _answered(
 
 
 # -- storing -----------------------------------------------------------------------------------
+@contextmanager
+def _database_refusals(source: str) -> Iterator[None]:
+    """A value no check of the reading refused but the database does (a text longer than
+    its column, a number out of its range) as an :class:`ImportFormatError` naming
+    ``source``."""
+    try:
+        yield
+    except (DataError, IntegrityError, OverflowError) as exc:
+        raise ImportFormatError(f"{source}: a value the database cannot store ({exc})") from None
+
+
 def import_conversations(conversations: Iterable[Conversation], *, user: Any) -> Imported:
     """Store each conversation as a new chat of ``user`` (a transaction each)."""
     from .branches import plant
@@ -604,7 +669,7 @@ def import_conversations(conversations: Iterable[Conversation], *, user: Any) ->
         done.notes.extend(conv.notes)
         settings = dict(conv.settings)
         client_id = settings.pop("client_id", "")
-        with transaction.atomic():
+        with _database_refusals(conv.source), transaction.atomic():
             if client_id and Chat.objects.filter(user=user, client_id=client_id).exists():
                 done.notes.append(
                     f"{conv.source}: user {user.pk} has a chat with client id {client_id!r} "

@@ -46,6 +46,7 @@ def test_chat_page_renders_transcript_in_order(admin_client):
     assert html.count("sunny 0") == 1
     assert "8 messages" in html
     assert "doc.txt" in html
+    assert "attempts:" not in html  # one attempt a reply: none listed (model fallbacks are)
 
 
 def test_transcript_loading_query_count(django_assert_num_queries):

@@ -296,3 +296,75 @@ def test_interrupt_keeps_the_stopped_runs_steps_each_call_with_its_result(chat, 
         "assistant",
     ]
     assert_one_path(chat.pk)
+
+
+# -- the admin ------------------------------------------------------------------------------
+def test_admin_edits_the_chats_policy_and_refuses_one_that_is_none(
+    chat, fake_llm, client, django_user_model, settings, sent
+):
+    from django.urls import reverse
+
+    from django_llmchat.runs.policy import resolve
+
+    client.force_login(django_user_model.objects.create_superuser("dt-admin", password="pw"))
+    change = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+    page = client.get(change).content.decode()
+    select = page[page.index('<select name="double_texting"') :].split("</select>")[0]
+    assert '<option value="" selected>LLMCHAT[&quot;DOUBLE_TEXTING&quot;] (enqueue)' in select
+    for policy in runs.POLICIES:
+        assert f'<option value="{policy}">{policy}</option>' in select
+    form = {
+        "title": "",
+        "user": chat.user_id,
+        "provider": chat.provider,
+        "model_id": chat.model_id,
+        "params": "{}",
+        "schema": "null",
+        "tools": "[]",
+        "context": "{}",
+        "history": "null",
+    }
+
+    response = client.post(change, {**form, "double_texting": "reject"})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    stored = Chat.objects.get(pk=chat.pk)
+    assert stored.double_texting == "reject" and resolve(stored) == "reject"
+    # the policy saved there is the one the gate applies
+    fake_llm.script(slow())
+    events = live(stored)
+    with pytest.raises(DoubleTextingRejected):
+        Chat.objects.get(pk=chat.pk).ask_later("Me too")
+    list(events)
+
+    # a value that is no policy: the form again, with the error a prompt would raise
+    for bad in ("sometimes", "REJECT"):
+        response = client.post(change, {**form, "double_texting": bad})
+        assert response.status_code == 200
+        assert response.context["adminform"].form.errors["double_texting"] == [
+            f"Must be one of enqueue, reject, interrupt, rollback; got {bad!r}."
+        ]
+        assert Chat.objects.get(pk=chat.pk).double_texting == "reject"
+
+    # empty: the setting's
+    response = client.post(change, {**form, "double_texting": ""})
+    assert response.status_code == 302
+    assert Chat.objects.get(pk=chat.pk).double_texting == ""
+    settings.LLMCHAT = {**settings.LLMCHAT, "DOUBLE_TEXTING": "interrupt"}
+    assert "(interrupt)</option>" in client.get(change).content.decode()
+
+
+def test_admin_shows_a_stored_value_that_is_no_policy_and_refuses_to_keep_it(
+    chat, client, django_user_model
+):
+    from django.urls import reverse
+
+    Chat.objects.filter(pk=chat.pk).update(double_texting="queue")  # written around the checks
+    client.force_login(django_user_model.objects.create_superuser("dt-admin", password="pw"))
+    change = reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+    assert '<option value="queue" selected>queue</option>' in client.get(change).content.decode()
+    form = {"user": chat.user_id, "provider": chat.provider, "model_id": chat.model_id}
+    form |= {"params": "{}", "schema": "null", "tools": "[]", "context": "{}", "history": "null"}
+    response = client.post(change, {**form, "double_texting": "queue"})
+    assert "got &#x27;queue&#x27;" in response.content.decode()
+    assert client.post(change, {**form, "double_texting": "enqueue"}).status_code == 302
+    assert Chat.objects.get(pk=chat.pk).double_texting == "enqueue"

@@ -456,3 +456,75 @@ def test_the_task_falls_back_before_it_retries_the_run(configure, fake_llm, user
     assert all(r.run_id == run.pk for r in Usage.objects.filter(chat=chat))
     assert Usage.objects.filter(chat=chat, total_cost__gt=Decimal(0)).count() == 1
     assert Chat.objects.get(pk=chat.pk).status == "idle"
+
+
+# -- the admin ------------------------------------------------------------------------------
+def test_admin_shows_each_attempt_of_a_fallen_back_reply_with_its_model(
+    configure, chat, fake_llm, client, django_user_model
+):
+    from django.urls import reverse
+
+    configure(MAX_RETRIES=1)
+    fake_llm.script(
+        Fault(status=503),  # gpt-4.1
+        Fault(status=503),  # gpt-4.1, its retry
+        Fault(status=429),  # gpt-4.1-mini
+        Fault(status=429),  # gpt-4.1-mini, its retry
+        Reply("Claude."),  # anthropic/claude-sonnet-4-5
+    )
+    reply = chat.ask("Anyone?")
+    assert (reply.provider, reply.model_id) == ("anthropic", "claude-sonnet-4-5")
+    rows = list(Usage.objects.filter(chat=chat).order_by("id"))
+    admin = django_user_model.objects.create_superuser("fallback-admin", password="pw")
+    client.force_login(admin)
+
+    # the chat's page: the reply under the model that answered, then each attempt linked
+    page = client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk]))
+    html = page.content.decode()
+    article = html[html.index(f'id="message-{reply.pk}"') :].split("</article>")[0]
+    assert '<span class="llmchat-meta">claude-sonnet-4-5</span>' in article
+    shown = [
+        f'<a href="{reverse("admin:django_llmchat_usage_change", args=[row.pk])}">'
+        f"{row.provider}/{row.model_id}</a> {row.status}"
+        for row in rows
+    ]
+    assert "5 attempts:" in article
+    assert [article.index(s) for s in shown] == sorted(article.index(s) for s in shown)
+    assert [s.split(">", 1)[1] for s in shown] == [
+        "openai/gpt-4.1</a> failed",
+        "openai/gpt-4.1</a> failed",
+        "openai/gpt-4.1-mini</a> failed",
+        "openai/gpt-4.1-mini</a> failed",
+        "anthropic/claude-sonnet-4-5</a> succeeded",
+    ]
+    prompt = chat.messages.get(role="user")
+    assert "attempts:" not in html[html.index(f'id="message-{prompt.pk}"') :].split("</article>")[0]
+
+    # the usage list, the reply's rows: each attempt its own row, model and status
+    listing = client.get(reverse("admin:django_llmchat_usage_changelist"), {"message": reply.pk})
+    assert listing.status_code == 200
+    listed = listing.context["cl"].result_list
+    assert [(u.status, u.provider, u.model_id) for u in listed.order_by("id")] == [
+        ("failed", "openai", "gpt-4.1"),
+        ("failed", "openai", "gpt-4.1"),
+        ("failed", "openai", "gpt-4.1-mini"),
+        ("failed", "openai", "gpt-4.1-mini"),
+        ("succeeded", "anthropic", "claude-sonnet-4-5"),
+    ]
+    text = listing.content.decode()
+    assert "claude-sonnet-4-5" in text and "gpt-4.1-mini" in text
+    by_chat = client.get(reverse("admin:django_llmchat_usage_changelist"), {"chat": chat.pk})
+    assert by_chat.context["cl"].result_count == len(rows) == 5
+    row = client.get(reverse("admin:django_llmchat_usage_change", args=[rows[2].pk]))
+    assert "gpt-4.1-mini" in row.content.decode() and "failed" in row.content.decode()
+
+    # staff who may view chats but not usage rows see the attempts, unlinked
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("fallback-viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_chat"))
+    client.force_login(viewer)
+    html = client.get(reverse("admin:django_llmchat_chat_change", args=[chat.pk])).content
+    html = html.decode()
+    assert "5 attempts: openai/gpt-4.1 failed · openai/gpt-4.1 failed" in html
+    assert reverse("admin:django_llmchat_usage_change", args=[rows[0].pk]) not in html

@@ -292,3 +292,61 @@ def test_the_fork_can_be_asked_on(chat, fake_llm):
     assert [m["role"] for m in sent][:3] == ["system", "user", "assistant"]
     assert sent[-1] == {"role": "user", "content": "And now?"}
     assert chat.messages.count() == 9  # the source did not move
+
+
+# -- the admin ------------------------------------------------------------------------------
+@pytest.fixture
+def admin_client(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("fork-admin", password="pw"))
+    return client
+
+
+def change_url(chat) -> str:
+    from django.urls import reverse
+
+    return reverse("admin:django_llmchat_chat_change", args=[chat.pk])
+
+
+def test_admin_shows_where_a_fork_came_from_read_only(chat, admin_client, settings):
+    settings.LLMCHAT = {**settings.LLMCHAT, "PROVIDERS": {"openai": {"api_key": "k"}}}
+    second_prompt = chat.transcript().filter(role="user")[1]
+    fork = chat.fork(second_prompt)
+    html = admin_client.get(change_url(fork)).content.decode()
+    # a fieldset of its own, open, before the settings: the source chat and the message
+    assert html.index(">Forked from</h2>") < html.index(">Settings</h2>")
+    assert f'<a href="{change_url(chat)}">Weather</a>' in html
+    at = f"?message={second_prompt.pk}#message-{second_prompt.pk}"
+    assert f'<a href="{change_url(chat)}{at}">#{second_prompt.pk} user: question 1</a>' in html
+    assert "another branch" not in html
+    # read-only: shown as text, no input; a save does not change the links
+    assert 'name="forked_from"' not in html and 'name="forked_from_message"' not in html
+    form = {"title": "Weather, again", "user": fork.user_id, "provider": fork.provider}
+    form |= {"model_id": fork.model_id, "params": "{}", "schema": "null", "tools": "[]"}
+    form |= {"context": "{}", "history": "null", "forked_from": fork.pk}
+    response = admin_client.post(change_url(fork), form)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    fork.refresh_from_db()
+    assert fork.title == "Weather, again"
+    assert (fork.forked_from, fork.forked_from_message) == (chat, second_prompt)
+    # the link opens the source's transcript on the page of that message
+    source = admin_client.get(f"{change_url(chat)}{at}").content.decode()
+    assert f'id="message-{second_prompt.pk}"' in source
+
+    # a chat that is no fork has no such fieldset
+    assert "Forked from" not in admin_client.get(change_url(chat)).content.decode()
+
+
+def test_admin_says_when_the_forked_message_is_off_the_active_path_or_gone(chat, admin_client):
+    first_answer = chat.transcript().filter(role="assistant", finish_reason="stop")[0]
+    other = Message.objects.create(
+        chat=chat, role="user", content="And tomorrow?", parent=first_answer, on_path=False
+    )
+    fork = chat.fork(other)
+    html = admin_client.get(change_url(fork)).content.decode()
+    assert f"#{other.pk} user: And tomorrow?</a> (in another branch than the active one)" in html
+
+    purge_chats(Chat.objects.filter(pk=chat.pk))  # the source deleted: the fork stays
+    fork.refresh_from_db()
+    assert (fork.forked_from_id, fork.forked_from_message_id) == (None, None)
+    page = admin_client.get(change_url(fork))
+    assert page.status_code == 200 and "Forked from" not in page.content.decode()

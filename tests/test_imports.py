@@ -8,6 +8,7 @@ import copy
 import datetime as dt
 import io
 import json
+import re
 import zipfile
 from io import StringIO
 from pathlib import Path
@@ -153,6 +154,14 @@ def test_the_command_reads_the_file_or_the_zip(fake_llm, alice, tmp_path):
         zf.writestr("user.json", "{}")
     with pytest.raises(CommandError, match="no conversations.json"):
         call_command("llmchat_import", str(empty_zip), "--user", "alice")
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(archive.read_bytes()[:200])  # a download cut short
+    with pytest.raises(CommandError, match="the archive cannot be read"):
+        call_command("llmchat_import", str(cut), "--user", "alice")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(CommandError, match="nested too deeply"):
+        call_command("llmchat_import", str(deep), "--user", "alice")
 
 
 def test_files_that_are_neither_format_are_refused_by_name(alice):
@@ -292,6 +301,63 @@ def test_a_broken_export_is_refused_naming_the_message(fake_llm, alice, bob, cha
     assert not Chat.objects.filter(user=bob).exists()  # nothing half-written
 
 
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda c: c["mapping"]["a2"]["message"].update(content="It is 6."), "conversation 0: "),
+        (lambda c: c["mapping"]["u1"].update(children=True), "a value of an unexpected type"),
+        (lambda c: c.update(current_node={"id": "a3"}), "(TypeError: unhashable type"),
+    ],
+)
+def test_a_value_of_another_type_than_chatgpts_is_refused_naming_the_conversation(
+    alice, change, error
+):
+    conversations = json.loads(CHATGPT.read_text())
+    change(conversations[0])
+    with pytest.raises(ImportFormatError, match=re.escape(error)):
+        import_data(conversations, user=alice)
+    assert not Chat.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda d: d["users"][0].update(chats=[3]), '"chats" must be a list of objects'),
+        (lambda d: d["users"][0].update(feedback=[3]), "user 0: a value of an unexpected type"),
+        (lambda d: d["users"][0]["chats"][0].update(messages=[[]]), "a value of an unexpected"),
+        (lambda d: d["users"][0]["chats"][0].update(retention_days=-1), "retention_days -1: "),
+        (lambda d: d["users"][0]["chats"][0].update(retention_days=""), "retention_days '': "),
+        (lambda d: d["users"][0]["chats"][0].update(model_id="m" * 300), "model_id 'mmm"),
+        (lambda d: d["users"][0]["chats"][0]["messages"][1].update(input_tokens=2**64), "large"),
+    ],
+)
+def test_a_value_the_database_cannot_store_is_refused_before_it(
+    fake_llm, alice, bob, change, error
+):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    make_chat(fake_llm, alice, title="Paris")
+    document = json.loads(json.dumps(lifecycle.export_user(alice, files=True), default=str))
+    change(document)
+    with pytest.raises(ImportFormatError, match=re.escape(error)):
+        import_data(document, user=bob)
+    assert not Chat.objects.filter(user=bob).exists()
+
+
+def test_what_the_database_refuses_is_an_import_error_and_the_chat_is_not_stored(alice):
+    conversations = json.loads(CHATGPT.read_text())
+    mapping = conversations[0]["mapping"]
+    long = "c" * 300  # the call's id: longer than its column
+    mapping[long] = {**mapping.pop("c1"), "id": long}
+    mapping["th"]["children"] = [long]
+    mapping["t1"]["parent"] = long
+    if connection.vendor == "sqlite":  # SQLite keeps any length
+        assert import_data(conversations, user=alice).chats[0].title == "Sums"
+        return
+    with pytest.raises(ImportFormatError, match="a value the database cannot store"):
+        import_data(conversations, user=alice)
+    assert not Chat.objects.exists()
+
+
 def test_a_chat_of_a_failed_import_is_rolled_back(fake_llm, alice, bob):
     fake_llm.configure("openai", "gpt-4.1-mini")
     make_chat(fake_llm, alice, title="Paris")
@@ -314,3 +380,120 @@ def test_a_single_conversation_object_is_read_too(fake_llm, alice):
     conv = json.loads(CHATGPT.read_text())[0]
     (chat,) = import_file(io.BytesIO(json.dumps(conv).encode()), user=alice).chats
     assert chat.title == "Sums"
+
+
+# -- what the chat page reads --------------------------------------------------------------
+def export_tree(conv: dict) -> list[tuple]:
+    """The conversation of conversations.json as its reader shows it, read here apart from
+    the importer: the messages shown (hidden ones and reasoning left out, their children
+    kept), depth first, alternatives oldest first; each ``(role, text, depth,
+    alternatives, on current_node's line)``, ``text`` ``None`` when it is not plain text
+    (code sent to a tool, an image)."""
+    mapping = conv["mapping"]
+
+    def shown(key: str) -> bool:
+        message = mapping[key].get("message") or {}
+        kind = (message.get("content") or {}).get("content_type")
+        return (
+            (message.get("author") or {}).get("role") in ("user", "assistant", "tool")
+            and not (message.get("metadata") or {}).get("is_visually_hidden_from_conversation")
+            and kind not in ("thoughts", "reasoning_recap", "user_editable_context")
+        )
+
+    def shown_below(keys: list[str]) -> list[str]:
+        out = []
+        for key in sorted(
+            keys, key=lambda k: (mapping[k]["message"] or {}).get("create_time") or 0
+        ):
+            out.extend([key] if shown(key) else shown_below(mapping[key]["children"]))
+        return out
+
+    line, key = set(), conv["current_node"]
+    while key is not None:
+        line.add(key)
+        key = mapping[key]["parent"]
+    rows: list[tuple] = []
+
+    def visit(keys: list[str], depth: int) -> None:
+        for key in keys:
+            message = mapping[key]["message"]
+            content = message["content"]
+            parts = content.get("parts") or []
+            plain = content["content_type"] == "text" and all(isinstance(p, str) for p in parts)
+            tool_bound = (message.get("recipient") or "all") != "all"
+            text = "\n".join(parts) if plain and not tool_bound else None
+            rows.append((message["author"]["role"], text, depth, len(keys), key in line))
+            visit(shown_below(mapping[key]["children"]), depth + 1)
+
+    roots = [k for k, node in mapping.items() if node["parent"] is None]
+    visit(shown_below(roots), 0)
+    return rows
+
+
+def page_tree(api, chat_id: int) -> list[tuple]:
+    """The chat as the page reads it (``GET chats/{id}/messages/?path=all``, every page):
+    ``(role, content, depth, len(siblings), on_path)`` depth first, siblings in the
+    order the API gives them."""
+    from tests.api.conftest import url
+
+    listed, link = [], url("chat-messages", pk=chat_id) + "?path=all&page_size=2"
+    while link:
+        page = api.get(link)
+        assert page.status_code == 200, page.content
+        listed += page.json()["results"]
+        link = page.json()["next"]
+    by_id = {m["id"]: m for m in listed}
+    children: dict = {}
+    for m in listed:
+        if m["role"] != "system":
+            children.setdefault(m["parent"], m["siblings"])
+    rows: list[tuple] = []
+
+    def visit(ids: list, depth: int) -> None:
+        for pk in ids:
+            m = by_id[pk]
+            rows.append((m["role"], m["content"], depth, len(m["siblings"]), m["on_path"]))
+            visit(children.get(pk, []), depth + 1)
+
+    visit(children.get(None, []), 0)
+    assert len(rows) == len([m for m in listed if m["role"] != "system"])  # one tree
+    return rows
+
+
+def test_the_page_reads_the_export_tree_its_active_path_and_alternatives(fake_llm, alice):
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from tests.api.conftest import url
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    conversations = json.loads(CHATGPT.read_text())
+    sums = import_file(CHATGPT, user=alice).chats[0]
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+
+    expected = export_tree(conversations[0])
+    got = page_tree(api, sums.pk)
+    assert [row[2:] for row in got] == [row[2:] for row in expected]  # shape, branches, path
+    for (role, content, *_), (want_role, text, *_) in zip(got, expected, strict=True):
+        assert role == want_role and (text is None or content == text)
+    assert [row[3] for row in got if row[4]] == [2, 1, 1, 1, 1, 1]  # the edited prompt: 2
+
+    # the chat page's list (the active path, ?page_size=200): the line to current_node,
+    # each message with as many alternatives as in the export ("‹ 2/2 ›")
+    path = api.get(url("chat-messages", pk=sums.pk) + "?page_size=200").json()["results"]
+    on_line = [row for row in expected if row[4]]
+    assert [(m["role"], len(m["siblings"])) for m in path] == [(r[0], r[3]) for r in on_line]
+    pairs = zip(path, on_line, strict=True)
+    assert all(text is None or m["content"] == text for m, (_, text, *_) in pairs)
+    edited = path[0]
+    assert edited["siblings"].index(edited["id"]) == 1  # the second version is shown
+    # the AI SDK's reload of the chat (ui/chat/{id}/messages): the same path's words
+    ui = api.get(url("ui-chat-messages", id=str(sums.pk))).json()
+    said = [
+        (m["role"], "".join(p.get("text", "") for p in m["parts"] if p["type"] == "text"))
+        for m in ui
+    ]
+    assert said[0] == ("user", "What is 3+3? Compute it.")
+    assert said[-2:] == [("user", "[image]\nAnd what is in this picture?"), ("assistant", "A cat.")]
+    assert "What is 2+2?" not in str(ui) and "Four." not in str(ui)

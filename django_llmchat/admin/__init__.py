@@ -1,6 +1,6 @@
-"""Admin: chats with their whole transcript, feedback on replies, runs, usage rows and
-the dashboard, share links, the model registry and the spending limits, each in its own module;
-importing this package registers them all."""
+"""Admin: chats with their whole transcript (and a page importing them), feedback on
+replies, runs, usage rows and the dashboard, share links, the model registry and the
+spending limits, each in its own module; importing this package registers them all."""
 
 from .chats import LEDGER_NOTE, ChatAdmin, ChatForm
 from .feedback import FeedbackAdmin, FeedbackFilter

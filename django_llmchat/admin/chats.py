@@ -1,5 +1,6 @@
-"""The chat admin: its form checks provider and model as the API does, the transcript,
-the ledger note on delete pages."""
+"""The chat admin: its form checks provider, model and double-texting policy as the API
+does, the transcript, where a fork came from, the import page, the ledger note on delete
+pages."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest, StreamingHttpResponse
+from django.urls import reverse
 from django.utils.formats import date_format
+from django.utils.html import format_html
 from django.utils.timezone import localtime
 
 from ..models import Chat, Usage
 from .base import _model_html, _money, _short, _Styled
 from .feedback import FeedbackFilter
+from .imports import import_view
 from .lifecycle import _users_of, erase_users_view, export_users_response
 from .organise import OrganiseAdminMixin, TagFilter, TagsFormMixin
 from .transcripts import build_transcript, transcript_page
@@ -24,11 +28,28 @@ class ChatForm(TagsFormMixin, forms.ModelForm):
     """The chat's settings, with the provider and the model checked as the REST API checks
     them (:func:`django_llmchat.inputs.check_choice`): a provider that is not configured,
     or a model ``LLMCHAT["ALLOWED_MODELS"]`` does not allow, is a form error, not a failed
-    next message."""
+    next message. ``double_texting`` is one of the policies or empty (the setting's), as
+    a prompt checks it (:func:`django_llmchat.runs.policy.policy_error`)."""
 
     class Meta:
         model = Chat
         fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "double_texting" in self.fields:
+            self.fields["double_texting"].widget = forms.Select(
+                choices=_policy_choices(self.initial.get("double_texting"))
+            )
+
+    def clean_double_texting(self) -> str:
+        from ..runs.policy import policy_error
+
+        value = self.cleaned_data.get("double_texting") or ""
+        problem = policy_error(value) if value else None
+        if problem is not None:
+            raise forms.ValidationError(f"Must be {problem.removeprefix('must be ')}.")
+        return value
 
     def clean(self) -> dict[str, Any]:
         from ..inputs import InputError, check_choice, check_model_id, check_provider
@@ -54,6 +75,19 @@ class ChatForm(TagsFormMixin, forms.ModelForm):
         return data
 
 
+def _policy_choices(current: Any) -> list[tuple[str, str]]:
+    """The double-texting policies, after "the setting's" (empty); a stored value that is
+    none of them is listed too, so the form shows it (and refuses it)."""
+    from ..conf import settings
+    from ..runs.policy import POLICIES
+
+    choices = [("", f'LLMCHAT["DOUBLE_TEXTING"] ({settings.DOUBLE_TEXTING})')]
+    choices += [(policy, policy) for policy in POLICIES]
+    if current and current not in POLICIES:
+        choices.append((current, current))
+    return choices
+
+
 LEDGER_NOTE = (
     "The usage rows of {what} stay: the usage ledger keeps each attempt's tokens and cost "
     "with the chat's id and title and the user's id, so the spending limits and the usage "
@@ -64,6 +98,7 @@ LEDGER_NOTE = (
 @admin.register(Chat)
 class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
     form = ChatForm
+    change_list_template = "admin/django_llmchat/chat/change_list.html"
     delete_confirmation_template = "admin/django_llmchat/chat/delete_confirmation.html"
     delete_selected_confirmation_template = (
         "admin/django_llmchat/chat/delete_selected_confirmation.html"
@@ -108,6 +143,8 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         "anonymised_at",
         "created_at",
         "updated_at",
+        "forked_from_link",
+        "forked_from_message_link",
     )
     date_hierarchy = "created_at"
     change_form_template = "admin/django_llmchat/chat/change_form.html"
@@ -122,6 +159,7 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
                     ("provider", "model_id"),
                     "agent",
                     "retention_days",
+                    "double_texting",
                     ("archived", "pinned"),
                     "tags",
                 ),
@@ -146,6 +184,41 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).with_totals().with_tags()
+
+    def get_fieldsets(self, request: HttpRequest, obj: Chat | None = None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or (obj.forked_from_id is None and obj.forked_from_message_id is None):
+            return fieldsets
+        fork = ("Forked from", {"fields": (("forked_from_link", "forked_from_message_link"),)})
+        return (fork, *fieldsets)
+
+    @admin.display(description="chat")
+    def forked_from_link(self, obj: Chat) -> str:
+        """The chat this one was forked from, a link to its page."""
+        if obj.forked_from_id is None:
+            return "— (deleted)"
+        url = reverse("admin:django_llmchat_chat_change", args=[obj.forked_from_id])
+        return format_html('<a href="{}">{}</a>', url, _short(str(obj.forked_from), 48))
+
+    @admin.display(description="at message")
+    def forked_from_message_link(self, obj: Chat) -> str:
+        """The source's message the fork ends with, a link to it in the source's
+        transcript (on the active path, or another branch)."""
+        message = obj.forked_from_message
+        if message is None:
+            return "— (deleted)"
+        url = reverse("admin:django_llmchat_chat_change", args=[message.chat_id])
+        where = "" if message.on_path else " (in another branch than the active one)"
+        return format_html(
+            '<a href="{}?message={}#message-{}">#{} {}: {}</a>{}',
+            url,
+            message.pk,
+            message.pk,
+            message.pk,
+            message.role,
+            _short(message.content, 40) or "—",
+            where,
+        )
 
     @admin.display(description="title", ordering="title")
     def short_title(self, obj: Chat) -> str:
@@ -186,10 +259,16 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         from django.urls import path
 
         switch = self.admin_site.admin_view(self.switch_view)
+        imports = self.admin_site.admin_view(self.import_view)
         return [
+            path("import/", imports, name="django_llmchat_chat_import"),
             path("<path:object_id>/switch/", switch, name="django_llmchat_chat_switch"),
             *super().get_urls(),
         ]
+
+    def import_view(self, request: HttpRequest):
+        """The import page (:func:`django_llmchat.admin.imports.import_view`)."""
+        return import_view(self, request)
 
     def switch_view(self, request: HttpRequest, object_id: str):
         """POST ``switch_to=<message id>``: that message's branch becomes the chat's
@@ -200,7 +279,6 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         from django.contrib import messages
         from django.core.exceptions import PermissionDenied
         from django.http import HttpResponseNotAllowed, HttpResponseRedirect
-        from django.urls import reverse
 
         from .. import runs
         from ..errors import ArgumentError, RunInProgress

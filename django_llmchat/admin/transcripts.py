@@ -18,8 +18,10 @@ TRANSCRIPT_PAGE_SIZE = 50
 
 def build_transcript(chat: Chat) -> dict[str, Any]:
     """The chat's active path arranged for display: each tool call with its result
-    beneath, and where the chat branches, the message's place among its alternatives
-    (``entry["branch"]``: ``index``, ``count``, ``previous``, ``next``).
+    beneath, where the chat branches the message's place among its alternatives
+    (``entry["branch"]``: ``index``, ``count``, ``previous``, ``next``), and a message's
+    usage rows when it took more than one attempt (``entry["attempts"]``: retries, model
+    fallbacks).
 
     Runs a constant number of queries whatever the transcript length."""
     feedback = Feedback.objects.select_related("user").order_by("id")
@@ -86,6 +88,7 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
                 "attachments": list(m.attachments.all()),
                 "feedback": list(m.feedback.all()),
                 "branch": _branch(m.pk, alternatives[m.pk]),
+                "attempts": _attempts(m),
             }
         )
         entries.extend({"run": run} for run in marks.get(m.pk, ()))
@@ -102,6 +105,16 @@ def build_transcript(chat: Chat) -> dict[str, Any]:
             else _money(total_cost.total)
         ),
     }
+
+
+def _attempts(m: Any) -> list[Any]:
+    """The provider attempts of a message (its usage rows, loaded with it) when they are
+    more than the one that answered: retries, and models it fell back from
+    (``LLMCHAT["FALLBACKS"]``); empty otherwise."""
+    rows = sorted(m.usages.all(), key=lambda row: row.pk)
+    if len(rows) > 1 or any((r.provider, r.model_id) != (m.provider, m.model_id) for r in rows):
+        return rows
+    return []
 
 
 def _branch(pk: int, ids: list[int]) -> dict[str, Any] | None:
