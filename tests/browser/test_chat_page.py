@@ -182,6 +182,21 @@ def wait_idle(page) -> None:
     page.wait_for_selector("#transcript[aria-busy=false]")
 
 
+def wait_shown(page, text: str) -> None:
+    """Wait until the transcript shows ``text``; when it does not, fail with what the page
+    shows instead (its transcript, notices and status line), not a bare timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    try:
+        page.locator("#transcript").get_by_text(text).wait_for()
+    except PlaywrightTimeoutError:
+        shown = page.locator("#transcript").inner_text(timeout=5_000)
+        status = page.locator("#status").inner_text(timeout=5_000)
+        raise AssertionError(
+            f"{text!r} was not shown; the transcript:\n{shown}\nthe status: {status!r}"
+        ) from None
+
+
 def start_fake_chat(page) -> str:
     """A chat on the fake provider (``ollama``), opened in the page; returns its id."""
     chat = page.evaluate(
@@ -1072,7 +1087,7 @@ def test_the_branch_switcher_is_a_readable_tappable_control(browser, example_ser
         wait_idle(page)
         fake_llm.script("A second answer.")
         regenerate(page)
-        page.locator("#transcript").get_by_text("A second answer.").wait_for()
+        wait_shown(page, "A second answer.")
         switcher = page.locator("#transcript .alternatives").last
         switcher.wait_for()
         for scheme in ("light", "dark"):  # the same control in both colour schemes
