@@ -30,6 +30,9 @@ import pytest
 from tests import test_js_clients
 from tests.conftest import unavailable
 
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
+
 JS = test_js_clients.JS
 # the live server of the JavaScript client tests (a module of its own here)
 node_packages = test_js_clients.node_packages

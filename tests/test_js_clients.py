@@ -29,6 +29,9 @@ import pytest
 
 from tests.conftest import import_or_unavailable, require_service, unavailable
 
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
+
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "tests" / "js"
 

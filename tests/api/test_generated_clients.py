@@ -31,6 +31,9 @@ import pytest
 from tests.conftest import import_or_unavailable
 from tests.test_js_clients import JS, ROOT, node_packages  # noqa: F401 - a fixture
 
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
+
 import_or_unavailable("openapi_python_client")
 
 GENERATED = ROOT / "tests" / ".generated"

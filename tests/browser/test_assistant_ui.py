@@ -106,6 +106,9 @@ USE_CHAT_BLOCKS = (
 )
 USE_CHAT_PAGE = """
 import { createRoot } from "react-dom/client";
+
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
 const query = new URLSearchParams(location.search);
 createRoot(document.getElementById("app")).render(
   <ChatLoader chatId={query.get("chat")} token={query.get("token")} />,

@@ -25,6 +25,9 @@ import pytest
 from django_llmchat.testing import FakeProviderServer, Fault, Reply
 from tests.conftest import IN_CI, unavailable
 
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
+
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -615,7 +618,7 @@ def test_the_frontends_docs_session_recipes_run_as_pasted(page):
     create, follow = _section_javascript(
         "frontends.md", "### Same origin: the session cookie and CSRF"
     )
-    assert 'document.cookie.match(/csrftoken=' in create
+    assert "document.cookie.match(/csrftoken=" in create
     assert "new EventSource(" in follow
     log_in(page)
     before = api_get(page, "/api/chats/?page_size=100")["results"]

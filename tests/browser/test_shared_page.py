@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from .test_chat_page import (  # noqa: F401 (fixtures)
     SHOTS,
     browser,
@@ -15,6 +17,9 @@ from .test_chat_page import (  # noqa: F401 (fixtures)
     log_in,
     page,
 )
+
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
 
 CALL = (
     "async ([method, path, body]) => {"
