@@ -473,10 +473,12 @@ class RulesMachine(RuleBasedStateMachine):
                 else:
                     body = {"content": text + "!", "double_texting": policy}
                     response = self.rest("post", "chat-messages", body, pk=self.chat.pk)
-                    if response.status_code != 202:
-                        assert response.status_code == 409 and policy == "reject"
+                    if response.status_code == 409:
+                        assert policy == "reject", response.json()
                         assert response.json()["code"] == "double_texting_rejected"
                         event("double texting rejected")
+                    elif response.status_code != 202:  # a spending limit reached
+                        self.refused(response.status_code, allowed=(429,))
             self.python(lambda: list(events))
         finally:
             events.close()
