@@ -30,6 +30,9 @@ from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_FLAGS
 from tests.conftest import unavailable
 from tests.test_js_clients import Servers
 
+# serves its own server on its own SQLite database, whatever DATABASE_URL says
+pytestmark = pytest.mark.own_database
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "tests" / "js" / "assistant-ui"
 DOC = ROOT / "docs" / "assistant-ui.md"
@@ -107,8 +110,6 @@ USE_CHAT_BLOCKS = (
 USE_CHAT_PAGE = """
 import { createRoot } from "react-dom/client";
 
-# serves its own server on its own SQLite database, whatever DATABASE_URL says
-pytestmark = pytest.mark.own_database
 const query = new URLSearchParams(location.search);
 createRoot(document.getElementById("app")).render(
   <ChatLoader chatId={query.get("chat")} token={query.get("token")} />,
