@@ -672,6 +672,8 @@ class RulesMachine(RuleBasedStateMachine):
 
     @rule()
     def encryption_on(self):
+        if self.override is not None:  # on already: one override, which teardown disables
+            return
         self.override = override_settings(LLMCHAT={**self.env.base, "ENCRYPTION_KEYS": [KEY]})
         self.override.enable()
         self.encrypted = True
