@@ -160,8 +160,14 @@ LLMCHAT = {
         }
     },
 }
-# and how fast: every API request, and the requests that start a run
-REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"llmchat": "600/min", "llmchat_runs": "30/min"}}
+# and how fast: every API request, and the requests that start a run (EXAMPLE_RUNS_RATE: a
+# DRF rate such as "100/min"; the browser tests start more runs a minute than a person)
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_RATES": {
+        "llmchat": "600/min",
+        "llmchat_runs": os.environ.get("EXAMPLE_RUNS_RATE") or "30/min",
+    }
+}
 if "ollama" in EXAMPLE_PROVIDERS:
     LLMCHAT["PROVIDERS"]["ollama"] = {"base_url": OLLAMA_URL.rstrip("/") + "/v1"}
 
