@@ -48,6 +48,7 @@ from .base import (
 )
 from .execution import Execution
 from .policy import ENQUEUE, REJECT, resolve
+from .transitions import ADMIT, START
 
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
@@ -211,13 +212,13 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
             chat._insert(prompt, attachments)
         else:
             _INSERT_MESSAGE.save(prompt)
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
     now = timezone.now()
     claimed = start and head is None
     if claimed:
-        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.status, run.attempt, run.started_at = START.target, 1, now
         run.worker, run.lease_expires_at = worker, _lease_until()
     elif wait:
         run.worker, run.lease_expires_at = worker, _lease_until()
@@ -283,7 +284,7 @@ def _enqueue_call(
 ):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
     the first attempt's pending usage row when given)."""
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
     after, count, top = seen if seen is not None else (None, 0, None)
@@ -317,7 +318,7 @@ def _enqueue_call(
         mark_saved(prompt, using)
     run.pk, run.prompt_id = run_id, prompt_id
     if claimed:
-        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.status, run.attempt, run.started_at = START.target, 1, now
         run.worker, run.lease_expires_at = worker, lease
     elif wait:
         run.worker, run.lease_expires_at = worker, lease

@@ -599,3 +599,53 @@ def test_a_session_admitted_and_never_run_leaves_no_attempt(chat, fake_llm):
     assert Run.objects.get(pk=run.pk).status == "cancelled"
     assert not Usage.objects.filter(run_id=run.pk).exists()
     assert [event.type for event in told] == ["run_finished"] and told[0].status == "cancelled"
+
+
+def test_a_queued_run_stopped_with_a_reason_ends_interrupted_in_one_call(chat):
+    """The transition ``stop_interrupted`` in one statement: the reason kept, the chat
+    released."""
+    ahead = taken_run(chat, lease=600)
+    queued, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="b"))
+    Run.objects.filter(pk=ahead.pk).update(status="succeeded", lease_expires_at=None)
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.interrupt(chat.pk, "too slow", run_id=queued.pk)
+    assert _statements(ctx) == ["SELECT llmchat_run_interrupt_v1"]
+    row = Run.objects.get(pk=queued.pk)
+    assert (row.status, row.interrupt_reason) == ("interrupted", "too slow")
+
+
+@pytest.mark.parametrize(
+    "function, status",
+    [("llmchat_run_end_v1", "running"), ("llmchat_run_interrupt_v1", "succeeded")],
+)
+def test_a_function_refuses_a_status_none_of_its_transitions_goes_to(chat, function, status):
+    """``llmchat_run_end_v1`` and ``llmchat_run_interrupt_v1`` take the status as a
+    parameter: one outside the transitions their header declares is refused, nothing
+    written (tests/runs/test_transitions.py reads the same list)."""
+    from django.db import DatabaseError
+
+    run, _execution = runs.enqueue(chat, Message(chat=chat, role="user", content="a"), start=True)
+    args = {
+        "llmchat_run_end_v1": [
+            (run.pk, "bigint"),
+            (run.attempt, "integer"),
+            (chat.pk, "bigint"),
+            (status, "text"),
+            *[(None, "text")] * 3,
+            (None, "timestamptz"),
+            (0, "bigint"),
+            (QUEUED_POSITION, "bigint"),
+        ],
+        "llmchat_run_interrupt_v1": [
+            (chat.pk, "bigint"),
+            (run.pk, "bigint"),
+            ("why", "text"),
+            (status, "text"),
+            (0, "bigint"),
+            (QUEUED_POSITION, "bigint"),
+        ],
+    }[function]
+    with pytest.raises(DatabaseError, match="does not go to"), transaction.atomic():
+        pg.call("default", function, *args)
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.cancel_requested) == ("running", False)

@@ -1,7 +1,7 @@
 -- llmchat_run_enqueue_v1: a prompt and the run answering it, admitted in one call.
 --
---   (none) -> queued                  a run is ahead of it, or p_start is false
---   (none) -> running                 p_start and nothing ahead: claimed by the caller
+-- transition: admit (none) -> queued  a run is ahead of it, or p_start is false
+-- transition: start (none) -> running  p_start and nothing ahead: claimed by the caller
 --
 -- The chat's row lock first (every transition of a chat takes it first), then the chat's
 -- next run (its head), the prompt (p_prompt: a llmchat_message row as JSON, its values

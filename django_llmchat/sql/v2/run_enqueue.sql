@@ -1,9 +1,8 @@
 -- llmchat_run_enqueue_v2: llmchat_run_enqueue_v1, and the first attempt of a run it starts
 -- opened in the same call.
 --
---   (none) -> queued                  as v1
---   (none) -> running                 as v1, with p_attempt (a llmchat_usage row as JSON,
---                                     status 'pending') written for it
+-- Its transitions are llmchat_run_enqueue_v1's (admit, start), and for a started run
+-- p_attempt (a llmchat_usage row as JSON, status 'pending') is written.
 --
 -- The caller read the chat's path before the call, built the run's first request from it
 -- and estimated its input: p_attempt is that attempt's pending usage row, so a process
