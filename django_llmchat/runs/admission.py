@@ -254,7 +254,7 @@ def stop_unfinished(chat_id: int, policy: str) -> Run | None:
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v2`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
     :func:`_enqueue` (where the policy is applied under the chat's lock)."""
@@ -291,7 +291,7 @@ def _enqueue_call(
     opened = attempt is not None and pg.available(using, Usage)
     outcome, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
         using,
-        "llmchat_run_enqueue_v2",
+        "llmchat_run_enqueue_v1",
         (chat.pk, "bigint"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
         (_INSERT_RUN.row(run, using), "jsonb"),
