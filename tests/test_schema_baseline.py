@@ -26,8 +26,10 @@ index, merged from another branch), from the repository's root:
 
 1. Make sure the database schema a migration writes is in the models (an index in the
    model's ``Meta.indexes``); delete the migration file, and write its name into
-   ``replaces`` of ``django_llmchat/migrations/0001_baseline.py`` if any database may have
-   applied it.
+   ``replaces`` of ``django_llmchat/migrations/0001_baseline.py`` (and into
+   :data:`REPLACED` below) if any database may have applied it. (Keeping it instead as
+   ``0003_...``, depending on ``0002_run_functions``, is allowed too: at most three
+   migrations; then only step 0 and the snapshots' commit apply.)
 2. Regenerate the schema operations of 0001 from the models::
 
        mv django_llmchat/migrations/0001_baseline.py /tmp/0001_baseline.py
@@ -143,7 +145,7 @@ def test_an_empty_database_migrates_to_the_schema_the_replaced_chain_gave(migrat
 def test_the_baseline_is_at_most_three_migrations_and_replaces_the_old_chain():
     loader = MigrationLoader(connection, ignore_no_migrations=True)
     mine = sorted(key for key in loader.disk_migrations if key[0] == APP)
-    assert mine == BASELINE
+    assert mine[:2] == BASELINE and len(mine) <= 3, mine
     assert loader.disk_migrations[BASELINE[0]].replaces == [(APP, name) for name in REPLACED]
     assert not loader.disk_migrations[BASELINE[1]].replaces
 
@@ -160,7 +162,7 @@ def test_a_database_that_applied_the_old_chain_is_migrated_to_the_baseline():
         loader = MigrationLoader(connection)
         assert BASELINE[0] in loader.applied_migrations
         assert BASELINE[1] not in loader.applied_migrations
-        assert loader.graph.leaf_nodes(APP) == [BASELINE[1]]
+        assert BASELINE[1] in loader.graph.forwards_plan(loader.graph.leaf_nodes(APP)[0])
         call_command("migrate", APP, verbosity=0)
         applied = {key for key in recorder.applied_migrations() if key[0] == APP}
         assert set(BASELINE) <= applied
