@@ -1,4 +1,4 @@
-"""What the migrations installing the run functions (``django_llmchat/sql/``) share."""
+"""What the migration installing the run functions (``django_llmchat/sql/v1/``) uses."""
 
 from pathlib import Path
 
@@ -19,11 +19,11 @@ class PostgreSQLOnly(migrations.RunSQL):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
-def install(version: str, *files: str) -> PostgreSQLOnly:
+def install(version: str, *files: str, before: str = "") -> PostgreSQLOnly:
     """The operation installing ``files`` of ``sql/<version>/`` (in order) on PostgreSQL,
-    reversed by that folder's ``drop.sql``."""
+    after the statement ``before`` when given, reversed by that folder's ``drop.sql``."""
     folder = SQL / version
     return PostgreSQLOnly(
-        sql=[(folder / name).read_text() for name in files],
+        sql=[*([before] if before else []), *((folder / name).read_text() for name in files)],
         reverse_sql=(folder / "drop.sql").read_text(),
     )

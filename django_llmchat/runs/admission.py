@@ -48,6 +48,7 @@ from .base import (
 )
 from .execution import Execution
 from .policy import ENQUEUE, REJECT, resolve
+from .transitions import ADMIT, START
 
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
@@ -211,13 +212,13 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
             chat._insert(prompt, attachments)
         else:
             _INSERT_MESSAGE.save(prompt)
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
     now = timezone.now()
     claimed = start and head is None
     if claimed:
-        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.status, run.attempt, run.started_at = START.target, 1, now
         run.worker, run.lease_expires_at = worker, _lease_until()
     elif wait:
         run.worker, run.lease_expires_at = worker, _lease_until()
@@ -253,7 +254,7 @@ def stop_unfinished(chat_id: int, policy: str) -> Run | None:
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v2`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
     :func:`_enqueue` (where the policy is applied under the chat's lock)."""
@@ -283,14 +284,14 @@ def _enqueue_call(
 ):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
     the first attempt's pending usage row when given)."""
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255])
+    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
     after, count, top = seen if seen is not None else (None, 0, None)
     opened = attempt is not None and pg.available(using, Usage)
     outcome, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
         using,
-        "llmchat_run_enqueue_v2",
+        "llmchat_run_enqueue_v1",
         (chat.pk, "bigint"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
         (_INSERT_RUN.row(run, using), "jsonb"),
@@ -317,7 +318,7 @@ def _enqueue_call(
         mark_saved(prompt, using)
     run.pk, run.prompt_id = run_id, prompt_id
     if claimed:
-        run.status, run.attempt, run.started_at = Run.RUNNING, 1, now
+        run.status, run.attempt, run.started_at = START.target, 1, now
         run.worker, run.lease_expires_at = worker, lease
     elif wait:
         run.worker, run.lease_expires_at = worker, lease

@@ -45,6 +45,7 @@ from .base import (
 )
 from .decisions import answer_calls, cancel_queued
 from .execution import Execution
+from .transitions import CLAIM, GIVE_UP, TAKE_OVER
 
 WAIT_POLL_SECONDS = 0.05
 WORKER_LOST_RESULT = ToolResult.error(
@@ -122,8 +123,8 @@ def claim(
             if head.status == Run.RUNNING and head.attempt >= int(settings.RUN_MAX_ATTEMPTS):
                 _give_up(head, now)
                 continue
+            step = TAKE_OVER if head.status == Run.RUNNING else CLAIM
             updates: dict[str, Any] = {
-                "status": Run.RUNNING,
                 "attempt": head.attempt + 1,
                 "worker": worker,
                 "lease_expires_at": _lease_until(),
@@ -133,9 +134,9 @@ def claim(
                 updates["started_at"] = now
             if task_id:
                 updates["task_id"] = task_id[:255]
-            taken = Run.objects.filter(pk=head.pk, status=head.status, attempt=head.attempt).update(
-                **updates
-            )
+            taken = Run.objects.filter(
+                pk=head.pk, status__in=step.sources, attempt=head.attempt
+            ).update(status=step.target, **updates)
             if not taken:  # cannot happen under the chat's lock; look again
                 continue
             if head.status == Run.RUNNING:
@@ -159,6 +160,7 @@ def claim(
                 _move_prompt_into_place(chat_id, head.prompt_id)
             _CHAT_RUNNING.run(chat_id, active_run=head.pk)
             taken_over = head.status == Run.RUNNING
+            head.status = step.target
             for name, value in updates.items():
                 setattr(head, name, value)
             execution = Execution(head, worker=worker)
@@ -262,8 +264,8 @@ def _give_up(run: Run, now) -> None:
         error_type="worker_lost",
         error=error,
     )
-    Run.objects.filter(pk=run.pk, status=Run.RUNNING, attempt=run.attempt).update(
-        status=Run.FAILED,
+    Run.objects.filter(pk=run.pk, status__in=GIVE_UP.sources, attempt=run.attempt).update(
+        status=GIVE_UP.target,
         error_type="worker_lost",
         error=error,
         finished_at=now,

@@ -30,6 +30,7 @@ from .base import (
 )
 from .execution import _next_run
 from .policy import INTERRUPTED_BY_PROMPT, ROLLBACK, ROLLED_BACK, stop_status
+from .transitions import RESUME, STOPS, WITHDRAW
 
 
 def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: str = "") -> bool:
@@ -40,8 +41,8 @@ def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: st
         run = Run.objects.filter(pk=run_id, status=Run.QUEUED).first()
         if run is None:
             return False
-        Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
-            status=Run.CANCELLED,
+        Run.objects.filter(pk=run_id, status__in=WITHDRAW.sources).update(
+            status=WITHDRAW.target,
             error_type=error_type,
             interrupt_reason=reason[:255],
             finished_at=Now(),
@@ -49,7 +50,7 @@ def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: st
         )
         _move_prompt_into_place(chat_id, run.prompt_id)
         following = _sync_chat(chat_id)
-        base._tell_followers(chat_id, run_id, Run.CANCELLED, error_type)
+        base._tell_followers(chat_id, run_id, WITHDRAW.target, error_type)
         if _waits_for_a_worker(following):
             transaction.on_commit(lambda: _send(following))
     return True
@@ -86,8 +87,9 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
             )
         if head.status == Run.AWAITING_APPROVAL:
             _answer_waiting_calls(chat_id, head)
-        changed = Run.objects.filter(pk=head.pk, status=head.status).update(
-            status=status,
+        step = STOPS[status]
+        changed = Run.objects.filter(pk=head.pk, status__in=step.sources).update(
+            status=step.target,
             interrupt_reason=reason,
             finished_at=Now(),
             lease_expires_at=None,
@@ -209,9 +211,9 @@ def _decide(chat_id: int, call: ToolCall, approval: str) -> Run | None:
         owner = Chat._base_manager.filter(pk=chat_id).values_list("user_id", flat=True).first()
         # the run keeps the reservation of its admission: nothing more is reserved
         _admit(Chat(pk=chat_id, user_id=owner), reserve=False)
-    Run.objects.filter(pk=head.pk, status=Run.AWAITING_APPROVAL).update(status=Run.QUEUED)
+    Run.objects.filter(pk=head.pk, status__in=RESUME.sources).update(status=RESUME.target)
     _sync_chat(chat_id)
-    head.status = Run.QUEUED
+    head.status = RESUME.target
     return head
 
 

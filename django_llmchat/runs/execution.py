@@ -26,7 +26,6 @@ from ..models import Message, Run, Usage
 from ..models.message import QUEUED_POSITION
 from ..prepared import (
     INT_ARG,
-    Arg,
     PreparedInsert,
     PreparedQuery,
     PreparedUpdate,
@@ -45,6 +44,7 @@ from .base import (
     logger,
 )
 from .policy import ROLLED_BACK
+from .transitions import ENDINGS, SUCCEED
 
 CANCEL_POLL_SECONDS = 0.25
 
@@ -57,15 +57,16 @@ _FENCED = (INT_ARG, 2_147_483_000)
 
 
 def _fenced(pk: int, attempt: int):
-    return Run._base_manager.filter(pk=pk, attempt=attempt, status=Run.RUNNING)
+    return Run._base_manager.filter(pk=pk, attempt=attempt, status__in=SUCCEED.sources)
 
 
+# the last step stored and the run ended: the transition ``succeed``
 _LAST_STEP = PreparedUpdate(
     Run,
     where=_fenced,
     placeholders=_FENCED,
     steps=F("steps") + 1,
-    status=Arg(str),
+    status=SUCCEED.target,
     finished_at=Now(),
     lease_expires_at=None,
 )
@@ -159,12 +160,16 @@ class Execution:
     def step_stored(self, *, final_status: str | None = None) -> None:
         """In the transaction storing a step: count it and renew the lease, or raise
         :class:`RunLostError` (rolling the step back) when the run is not ours any more.
-        ``final_status``: the run ends with this step (the caller took the chat's lock
-        first, with :meth:`lock_chat`)."""
+        ``final_status``: ``succeeded``, the run ends with this step (the caller took the
+        chat's lock first, with :meth:`lock_chat`)."""
+        if final_status not in (None, SUCCEED.target):
+            raise ArgumentError(
+                f"a run ends with its last step {SUCCEED.target}, not {final_status!r}"
+            )
         if final_status is None:
             changed = self._fenced().update(steps=F("steps") + 1, lease_expires_at=_lease_until())
         else:
-            changed = _LAST_STEP.run(self.pk, self.attempt, status=final_status)
+            changed = _LAST_STEP.run(self.pk, self.attempt)
             self.run.finished_at = timezone.now()
         if not changed:
             raise self._lost()
@@ -270,7 +275,10 @@ class Execution:
         else:
             with transaction.atomic():
                 _lock(self.chat_id)
-                changed = self._fenced().update(status=status, lease_expires_at=None, **updates)
+                step = ENDINGS[status]
+                changed = Run.objects.filter(
+                    pk=self.pk, attempt=self.attempt, status__in=step.sources
+                ).update(status=step.target, lease_expires_at=None, **updates)
                 if changed:
                     if rolled_back:
                         branches.roll_back(self.chat_id, self.pk, self.run.prompt_id)

@@ -20,17 +20,16 @@ from django.db.models import signals
 
 logger = logging.getLogger("django_llmchat.runs")
 
-VERSION = 2
+VERSION = 1
 """The newest version of the functions this code calls: ``django_llmchat/sql/v<N>/`` holds
 what version N added or changed, each function named with the version it came in
-(``llmchat_<transition>_v<N>``)."""
+(``llmchat_<transition>_v<N>``), installed by a migration of its own."""
 
 FUNCTIONS = (
     "llmchat_run_leaf_v1",
     "llmchat_run_place_prompt_v1",
     "llmchat_run_release_v1",
     "llmchat_run_enqueue_v1",
-    "llmchat_run_enqueue_v2",
     "llmchat_run_claim_v1",
     "llmchat_run_store_last_step_v1",
     "llmchat_run_end_v1",

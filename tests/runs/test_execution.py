@@ -65,6 +65,21 @@ def test_a_process_whose_run_was_taken_over_writes_nothing_more(chat):
     assert theirs.finish("succeeded") is True and fresh(run).status == "succeeded"
 
 
+def test_a_last_step_ends_a_run_succeeded_only(chat):
+    """The transition ``succeed``: a step ending the run ends it succeeded; any other final
+    status is refused before anything is written."""
+    run, mine = runs.enqueue(chat, prompt_of(chat), start=True)
+    with pytest.raises(
+        ArgumentError, match="^a run ends with its last step succeeded, not 'failed'$"
+    ):
+        mine.step_stored(final_status="failed")
+    assert (fresh(run).status, fresh(run).steps) == ("running", 0)
+    with transaction.atomic():
+        mine.lock_chat()
+        mine.step_stored(final_status="succeeded")
+    assert (fresh(run).status, fresh(run).steps) == ("succeeded", 1)
+
+
 def test_a_process_whose_run_was_given_up_writes_nothing_more(chat):
     """The status fences the writes too: a run failed meanwhile (its attempt unchanged)
     takes no renewal, step or end from the process that had it."""

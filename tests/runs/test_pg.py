@@ -91,7 +91,7 @@ def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_run_store_last_step_v1",
     ]
     assert len(wire.trips) == 2, wire.trips
@@ -111,7 +111,7 @@ def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
         chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_message",
-        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_run_store_last_step_v1",
     ]
     assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
@@ -127,7 +127,7 @@ def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         chat.ask("and here?")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_message",
         "INSERT llmchat_usage",
         "SELECT llmchat_run_store_last_step_v1",
@@ -166,7 +166,7 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_run_store_last_step_v1",
     ]
     admission = written["prompt"]
@@ -343,7 +343,7 @@ def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello again")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v2",
+        "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_run_store_last_step_v1",
     ]
     assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
@@ -451,12 +451,9 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
     assert described["llmchat_run_claim_v1"].startswith("queued -> running")
     assert all(described.values()), described
     try:
-        call_command("migrate", "django_llmchat", "0014", verbosity=0)  # version 2 removed
-        assert installed() == set(pg.FUNCTIONS) - {"llmchat_run_enqueue_v2"}
-        assert not pg.available("default")  # this release calls v2: the statements, then
-        call_command("migrate", "django_llmchat", "0013", verbosity=0)
+        call_command("migrate", "django_llmchat", "0001_baseline", verbosity=0)
         assert installed() == set()
-        assert not pg.available("default")  # checked again after a migration
+        assert not pg.available("default")  # checked again after a migration: statements
     finally:
         call_command("migrate", "django_llmchat", verbosity=0)
     assert installed() == set(pg.FUNCTIONS) and pg.available("default")
@@ -599,3 +596,53 @@ def test_a_session_admitted_and_never_run_leaves_no_attempt(chat, fake_llm):
     assert Run.objects.get(pk=run.pk).status == "cancelled"
     assert not Usage.objects.filter(run_id=run.pk).exists()
     assert [event.type for event in told] == ["run_finished"] and told[0].status == "cancelled"
+
+
+def test_a_queued_run_stopped_with_a_reason_ends_interrupted_in_one_call(chat):
+    """The transition ``stop_interrupted`` in one statement: the reason kept, the chat
+    released."""
+    ahead = taken_run(chat, lease=600)
+    queued, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="b"))
+    Run.objects.filter(pk=ahead.pk).update(status="succeeded", lease_expires_at=None)
+    with CaptureQueriesContext(connection) as ctx:
+        assert runs.interrupt(chat.pk, "too slow", run_id=queued.pk)
+    assert _statements(ctx) == ["SELECT llmchat_run_interrupt_v1"]
+    row = Run.objects.get(pk=queued.pk)
+    assert (row.status, row.interrupt_reason) == ("interrupted", "too slow")
+
+
+@pytest.mark.parametrize(
+    "function, status",
+    [("llmchat_run_end_v1", "running"), ("llmchat_run_interrupt_v1", "succeeded")],
+)
+def test_a_function_refuses_a_status_none_of_its_transitions_goes_to(chat, function, status):
+    """``llmchat_run_end_v1`` and ``llmchat_run_interrupt_v1`` take the status as a
+    parameter: one outside the transitions their header declares is refused, nothing
+    written (tests/runs/test_transitions.py reads the same list)."""
+    from django.db import DatabaseError
+
+    run, _execution = runs.enqueue(chat, Message(chat=chat, role="user", content="a"), start=True)
+    args = {
+        "llmchat_run_end_v1": [
+            (run.pk, "bigint"),
+            (run.attempt, "integer"),
+            (chat.pk, "bigint"),
+            (status, "text"),
+            *[(None, "text")] * 3,
+            (None, "timestamptz"),
+            (0, "bigint"),
+            (QUEUED_POSITION, "bigint"),
+        ],
+        "llmchat_run_interrupt_v1": [
+            (chat.pk, "bigint"),
+            (run.pk, "bigint"),
+            ("why", "text"),
+            (status, "text"),
+            (0, "bigint"),
+            (QUEUED_POSITION, "bigint"),
+        ],
+    }[function]
+    with pytest.raises(DatabaseError, match="does not go to"), transaction.atomic():
+        pg.call("default", function, *args)
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.cancel_requested) == ("running", False)

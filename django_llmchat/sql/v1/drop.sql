@@ -1,6 +1,7 @@
--- What migration 0014 installed, removed (its reverse).
+-- What migration 0002_run_functions installed, removed (its reverse).
 DROP FUNCTION IF EXISTS llmchat_run_enqueue_v1(
-    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint
+    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint, jsonb,
+    bigint, bigint, bigint
 );
 DROP FUNCTION IF EXISTS llmchat_run_store_last_step_v1(bigint, integer, bigint, jsonb, jsonb);
 DROP FUNCTION IF EXISTS llmchat_run_claim_v1(

@@ -1,9 +1,8 @@
 -- llmchat_run_claim_v1: take the chat's next run (its oldest unfinished one), in one call.
 --
---   queued  -> running                a queued run started (its prompt moved into place)
---   running -> running                a run whose lease ran out (its process died) taken
---                                     over, attempt + 1, the attempts its process left
---                                     pending marked 'lost'
+-- transition: claim queued -> running  a queued run started (its prompt moved into place)
+-- transition: take_over running -> running  a run whose lease ran out (its process died)
+--     taken over, attempt + 1, the attempts its process left pending marked 'lost'
 --
 -- The chat's row lock first, then its head run. outcome:
 --   'taken'    the head was taken: the OUT columns are the run as it now is, and
@@ -95,7 +94,7 @@ BEGIN
                                    ELSE head.cancel_requested END,
            started_at = coalesce(head.started_at, p_now),
            task_id = CASE WHEN p_task_id <> '' THEN p_task_id ELSE head.task_id END
-     WHERE r.id = head.id AND r.status = head.status AND r.attempt = head.attempt
+     WHERE r.id = head.id AND r.status IN ('queued', 'running') AND r.attempt = head.attempt
     RETURNING * INTO head;
     IF taken_over THEN
         UPDATE llmchat_usage u

@@ -1,16 +1,20 @@
 -- llmchat_run_end_v1: a run this process works on ends, pauses or goes back to the
 -- queue, in one call.
 --
---   running -> succeeded | failed | cancelled | interrupted     (finish)
---   running -> awaiting_approval                                 (pause: decisions wanted)
---   running -> queued                                            (requeue: a retry later)
+-- transition: succeed running -> succeeded  (finish)
+-- transition: fail running -> failed  (finish)
+-- transition: cancel running -> cancelled  (finish)
+-- transition: interrupt running -> interrupted  (finish)
+-- transition: pause running -> awaiting_approval  (decisions wanted)
+-- transition: requeue running -> queued  (a retry later)
 --
--- The chat's row lock first, then the fenced UPDATE of the run (this run, this attempt,
--- still running): when it matches no row the run is not the caller's any more and
--- nothing is written (outcome 'lost'). A NULL p_error_type, p_error, p_interrupt_reason
--- or p_finished_at leaves that column as it is. A finished run's prompt, if it still
--- waits in the queue's place, moves after the chat's messages; the run lets go of the
--- chat, and the chat's next run is returned (outcome 'ended').
+-- A p_status no transition above goes to is refused. The chat's row lock first, then the
+-- fenced UPDATE of the run (this run, this attempt, still running): when it matches no
+-- row the run is not the caller's any more and nothing is written (outcome 'lost'). A
+-- NULL p_error_type, p_error, p_interrupt_reason or p_finished_at leaves that column as
+-- it is. A finished run's prompt, if it still waits in the queue's place, moves after the
+-- chat's messages; the run lets go of the chat, and the chat's next run is returned
+-- (outcome 'ended').
 CREATE OR REPLACE FUNCTION llmchat_run_end_v1(
     p_run bigint,
     p_attempt integer,
@@ -33,6 +37,10 @@ DECLARE
     prompt bigint;
     head llmchat_run;
 BEGIN
+    IF p_status NOT IN ('succeeded', 'failed', 'cancelled', 'interrupted', 'awaiting_approval',
+                        'queued') THEN
+        RAISE EXCEPTION 'llmchat_run_end_v1: a running run does not go to %', p_status;
+    END IF;
     UPDATE llmchat_chat c SET updated_at = now() WHERE c.id = p_chat;
     UPDATE llmchat_run r
        SET status = p_status, lease_expires_at = NULL,

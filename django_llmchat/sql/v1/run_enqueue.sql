@@ -1,7 +1,8 @@
--- llmchat_run_enqueue_v1: a prompt and the run answering it, admitted in one call.
+-- llmchat_run_enqueue_v1: a prompt and the run answering it, admitted in one call, and
+-- the first attempt of a run it starts opened in the same call.
 --
---   (none) -> queued                  a run is ahead of it, or p_start is false
---   (none) -> running                 p_start and nothing ahead: claimed by the caller
+-- transition: admit (none) -> queued  a run is ahead of it, or p_start is false
+-- transition: start (none) -> running  p_start and nothing ahead: claimed by the caller
 --
 -- The chat's row lock first (every transition of a chat takes it first), then the chat's
 -- next run (its head), the prompt (p_prompt: a llmchat_message row as JSON, its values
@@ -9,6 +10,14 @@
 -- JSON) and the chat's cached status. The prompt follows the chat's active leaf (its
 -- parent); one asked while a run is ahead reads after everything else (its position +
 -- p_queued_offset) and gets its parent when its own run starts.
+--
+-- The caller read the chat's path before the call, built the run's first request from it
+-- and estimated its input: p_attempt is that attempt's pending usage row (a llmchat_usage
+-- row as JSON, status 'pending'), so a process dying during the provider call leaves it
+-- on the ledger. It is written only when the run started (nothing ahead of it) and the
+-- path is still the one read: its active leaf p_after, p_count messages, the highest id
+-- p_top (the prompt aside). Otherwise nothing of it is written (attempt_id NULL) and the
+-- caller reads the path again.
 --
 -- outcome: 'admitted'; 'no_chat' (no such chat: nothing written); 'paused' (p_wait and
 -- the chat's run waits for a tool-call decision: nothing written).
@@ -22,13 +31,18 @@ CREATE OR REPLACE FUNCTION llmchat_run_enqueue_v1(
     p_now timestamptz,
     p_lease_until timestamptz,
     p_queued_offset bigint,
+    p_attempt jsonb,
+    p_after bigint,
+    p_count bigint,
+    p_top bigint,
     OUT outcome text,
     OUT run_id bigint,
     OUT prompt_id bigint,
     OUT claimed boolean,
     OUT behind boolean,
     OUT prompt_parent bigint,
-    OUT chat_status text
+    OUT chat_status text,
+    OUT attempt_id bigint
 )
 LANGUAGE plpgsql
 AS $$
@@ -36,6 +50,9 @@ DECLARE
     head llmchat_run;
     prompt llmchat_message;
     run llmchat_run;
+    attempt llmchat_usage;
+    seen bigint;
+    top bigint;
 BEGIN
     UPDATE llmchat_chat SET updated_at = now() WHERE id = p_chat;
     IF NOT FOUND THEN
@@ -88,9 +105,24 @@ BEGIN
         chat_status := head.status;
     END IF;
     outcome := 'admitted';
+    IF p_attempt IS NULL OR NOT claimed OR prompt_parent IS DISTINCT FROM p_after THEN
+        RETURN;
+    END IF;
+    SELECT count(*), max(m.id) INTO seen, top FROM llmchat_message m
+     WHERE m.chat_id = p_chat AND m.on_path AND m.position < p_queued_offset
+       AND m.id IS DISTINCT FROM prompt_id;
+    IF seen <> p_count OR top IS DISTINCT FROM p_top THEN
+        RETURN;
+    END IF;
+    attempt := jsonb_populate_record(NULL::llmchat_usage, p_attempt);
+    attempt.id := nextval(pg_get_serial_sequence('llmchat_usage', 'id'));
+    attempt.run_id := run_id;
+    INSERT INTO llmchat_usage VALUES (attempt.*);
+    attempt_id := attempt.id;
 END;
 $$;
 
 COMMENT ON FUNCTION llmchat_run_enqueue_v1(
-    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint
-) IS '(none) -> queued | running: a prompt and the run answering it, admitted (and started when nothing is ahead)';
+    bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint, jsonb,
+    bigint, bigint, bigint
+) IS '(none) -> queued | running: a prompt and the run answering it, admitted (and started when nothing is ahead), a started run''s first attempt opened (its pending usage row)';

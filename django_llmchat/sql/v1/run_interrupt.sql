@@ -2,7 +2,8 @@
 -- one call.
 --
 --   running -> running, cancel_requested   its process stops at its next poll ('asked')
---   queued  -> cancelled | interrupted     ended now, its prompt placed ('ended')
+-- transition: stop_cancelled queued -> cancelled  ended now, its prompt placed ('ended')
+-- transition: stop_interrupted queued -> interrupted  as stop_cancelled
 --
 -- The chat's row lock first, then its head run (only run p_run when given). outcome:
 -- 'asked', 'ended' (stopped: the run; next_*: the chat's next run), 'none' (no run to
@@ -28,6 +29,9 @@ DECLARE
     head llmchat_run;
     following llmchat_run;
 BEGIN
+    IF p_status NOT IN ('cancelled', 'interrupted') THEN
+        RAISE EXCEPTION 'llmchat_run_interrupt_v1: a stopped run does not go to %', p_status;
+    END IF;
     outcome := 'none';
     UPDATE llmchat_chat c SET updated_at = now() WHERE c.id = p_chat;
     IF NOT FOUND THEN
@@ -54,7 +58,7 @@ BEGIN
     UPDATE llmchat_run r
        SET status = p_status, interrupt_reason = p_reason, finished_at = now(),
            lease_expires_at = NULL
-     WHERE r.id = head.id AND r.status = head.status;
+     WHERE r.id = head.id AND r.status = 'queued';
     IF NOT FOUND THEN
         RETURN;
     END IF;

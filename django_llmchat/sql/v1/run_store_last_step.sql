@@ -1,7 +1,7 @@
 -- llmchat_run_store_last_step_v1: a run's last provider response stored, and the run
 -- ended, in one call.
 --
---   running -> succeeded              fenced: this run, this attempt, still running
+-- transition: succeed running -> succeeded  fenced: this run, this attempt, still running
 --
 -- The chat's row lock first, then the fenced UPDATE of the run (its steps counted, its
 -- lease dropped): when it matches no row the run is not the caller's any more (another

@@ -1,19 +1,19 @@
 """The full-text index of message content (django_llmchat.search), kept by the database
-on every write path.
+on every write path: what migration ``0001_baseline`` runs after creating the tables (the
+models cannot express it).
 
 PostgreSQL: a ``tsvector`` column set from ``content`` by a ``BEFORE INSERT OR UPDATE``
 trigger in the text search configuration ``LLMCHAT["SEARCH"]["language"]`` as it is when
-this migration runs (default ``english``), and its GIN index. Existing rows are indexed
-once (an UPDATE of every non-empty message). SQLite (built
-with FTS5): an external-content FTS5 table and the triggers keeping it in step. Other
-databases: nothing (search falls back to ``LIKE``). Ciphertext (encryption at rest) is
-never indexed.
+the migration runs (default ``english``), and its GIN index. Existing rows are indexed
+once (an UPDATE of every non-empty message). SQLite (built with FTS5): an
+external-content FTS5 table and the triggers keeping it in step. Other databases: nothing
+(search falls back to ``LIKE``). Ciphertext (encryption at rest) is never indexed.
 
 Schema changes to ``llmchat_message`` made by later migrations on SQLite rebuild the
 table and drop its triggers: such a migration must run :func:`sqlite_forwards` again.
 """
 
-from django.db import OperationalError, migrations
+from django.db import OperationalError
 
 CIPHERTEXT = "llmchat-fernet:%"
 FTS = "llmchat_message_fts"
@@ -99,9 +99,3 @@ def backwards(apps, schema_editor):
         for name in ("insert", "delete", "update"):
             schema_editor.execute(f"DROP TRIGGER IF EXISTS llmchat_message_fts_{name}")
         schema_editor.execute(f"DROP TABLE IF EXISTS {FTS}")
-
-
-class Migration(migrations.Migration):
-    dependencies = [("django_llmchat", "0018_chat_retention_indexes")]
-
-    operations = [migrations.RunPython(forwards, backwards, elidable=False)]
