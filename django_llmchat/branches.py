@@ -354,21 +354,7 @@ def plant(
     :class:`~django_llmchat.errors.ArgumentError` naming the message whose links are
     wrong. Two queries (one ``INSERT``, one ``UPDATE`` of the links) per thousand."""
     summaries = summaries or {}
-    if len(parents) != len(messages):
-        raise ArgumentError("plant() needs one parent (or None) per message")
-    tree = {i for i, m in enumerate(messages) if m.role != "system" and i not in summaries}
-    for i, parent in enumerate(parents):
-        if parent is None:
-            continue
-        if i not in tree:
-            raise ArgumentError(f"message {i} is a system message: it has no parent")
-        if not isinstance(parent, int) or not 0 <= parent < i or parent not in tree:
-            raise ArgumentError(
-                f"message {i}'s parent must be an earlier message of the tree, got {parent!r}"
-            )
-    for i, covered in summaries.items():
-        if not isinstance(covered, int) or not 0 <= covered < len(messages) or covered == i:
-            raise ArgumentError(f"summary {i} must cover another message, got {covered!r}")
+    tree = _planted_tree(messages, parents, summaries)
     if leaf is None:
         leaf = max(tree, default=None)
     elif leaf not in tree:
@@ -394,6 +380,30 @@ def plant(
     linked = [m for i, m in enumerate(messages) if parents[i] is not None or i in summaries]
     if linked:
         Message.objects.bulk_update(linked, ["parent", "summary_until"], batch_size=1000)
+
+
+def _planted_tree(
+    messages: list[Message], parents: list[int | None], summaries: dict[int, int]
+) -> set[int]:
+    """The indexes of the tree's messages (neither system messages nor summaries), the
+    links of :func:`plant` checked: each parent an earlier message of the tree, each
+    summary covering another message."""
+    if len(parents) != len(messages):
+        raise ArgumentError("plant() needs one parent (or None) per message")
+    tree = {i for i, m in enumerate(messages) if m.role != "system" and i not in summaries}
+    for i, parent in enumerate(parents):
+        if parent is None:
+            continue
+        if i not in tree:
+            raise ArgumentError(f"message {i} is a system message: it has no parent")
+        if not isinstance(parent, int) or not 0 <= parent < i or parent not in tree:
+            raise ArgumentError(
+                f"message {i}'s parent must be an earlier message of the tree, got {parent!r}"
+            )
+    for i, covered in summaries.items():
+        if not isinstance(covered, int) or not 0 <= covered < len(messages) or covered == i:
+            raise ArgumentError(f"summary {i} must cover another message, got {covered!r}")
+    return tree
 
 
 def link_parents(chat_id: int) -> int:

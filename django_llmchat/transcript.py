@@ -1,6 +1,9 @@
 """Between ORM rows and provider values, the request side: the messages a run sends, built
 from the chat's active path and kept per process (only the rows added since are read
-again). The other side, storing what a step produced, is :mod:`django_llmchat.steps`."""
+again). The other side, storing what a step produced, is :mod:`django_llmchat.steps`.
+
+The SQL read of the path is ``transcript_rows``; one message row as a provider value is
+``transcript_messages``."""
 
 from __future__ import annotations
 
@@ -11,127 +14,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db import connections, router
+from django.db import router
 from django.db.models.signals import post_delete
 
 from .models import Attachment, Chat, Message, ToolCall, Usage
-from .models.message import QUEUED_POSITION, transcript_changed
-from .prepared import json_value, plain_rows, protected_columns
-from .providers.types import AttachmentData, ProviderMessage, ToolCallData
+from .models.message import transcript_changed
+from .prepared import json_value
+from .providers.types import ProviderMessage
+from .transcript_messages import _provider_message, call_item_ids, provider_message
+from .transcript_rows import _read
 from .values import Thinking
-
-
-def _provider_message(
-    *,
-    role: str,
-    content: str,
-    model_id: str,
-    provider: str,
-    thinking: Thinking | None,
-    item_ids: list[str | None],
-    reasoning_items: list | None,
-    is_error: bool,
-    cache_boundary: bool,
-    calls: list[tuple[str, str, Any, str, int | None]],
-    parent: tuple[str, str, int | None] | None,
-    attachments: list[Attachment],
-    message_ref: int | None = None,
-) -> ProviderMessage:
-    """One transcript message as the provider needs it. ``calls`` are ``(call_id, name,
-    arguments, thought_signature, pk)``; ``parent`` is the answered call's ``(call_id,
-    name, pk)``;
-    ``item_ids`` (one per call, :func:`call_item_ids`), ``reasoning_items`` and
-    ``is_error`` come from the message's ``raw``."""
-    return ProviderMessage(
-        role=role,
-        content=content,
-        attachments=[
-            AttachmentData(mime_type=a.mime_type, data=a.read(), filename=a.filename)
-            for a in attachments
-        ],
-        tool_calls=[
-            ToolCallData(
-                call_id=call_id,
-                name=name,
-                arguments=arguments or {},
-                thought_signature=signature or None,
-                item_id=item_id,
-                ref=ref,
-            )
-            for (call_id, name, arguments, signature, ref), item_id in zip(
-                calls, item_ids, strict=True
-            )
-        ],
-        tool_call_id=parent[0] if parent else None,
-        tool_name=parent[1] if parent else None,
-        tool_call_ref=parent[2] if parent else None,
-        is_error=is_error,
-        thinking=thinking,
-        reasoning_items=list(reasoning_items or []),
-        cache_boundary=cache_boundary,
-        model_id=model_id or None,
-        provider=provider or None,
-        ref=message_ref,
-    )
-
-
-def call_item_ids(raw: dict[str, Any], call_ids: list[str]) -> list[str | None]:
-    """The vendor's item id of each of a message's tool calls, in their order, from the
-    message's ``raw`` (a message stored before ``call_item_ids`` existed: by call id, so
-    calls sharing an id share one)."""
-    listed = raw.get("call_item_ids")
-    if isinstance(listed, list) and len(listed) == len(call_ids):
-        return [str(item) if item else None for item in listed]
-    by_id = raw.get("item_ids") if isinstance(raw.get("item_ids"), dict) else {}
-    return [by_id.get(call_id) for call_id in call_ids]
-
-
-def provider_message(
-    message: Message,
-    *,
-    calls: list[ToolCall] | None = None,
-    attachments: list[Attachment] | None = None,
-) -> ProviderMessage:
-    """A message row as the provider needs it: its tool calls and attachments are
-    ``calls`` and ``attachments`` when given (rows just written), else read from its
-    relations (loaded or not)."""
-    parent = message.parent_tool_call if message.parent_tool_call_id else None
-    raw = message.raw if isinstance(message.raw, dict) else {}
-    rows = [
-        (tc.call_id, tc.name, tc.arguments, tc.thought_signature, tc.pk)
-        for tc in (message.tool_calls.all() if calls is None else calls)
-    ]
-    return _provider_message(
-        role=message.role,
-        content=message.content,
-        model_id=message.model_id,
-        provider=message.provider,
-        thinking=message.thinking,
-        item_ids=call_item_ids(raw, [row[0] for row in rows]),
-        reasoning_items=raw.get("reasoning_items"),
-        is_error=bool(raw.get("error")),
-        cache_boundary=message.cache_boundary,
-        calls=rows,
-        parent=(parent.call_id, parent.name, parent.pk) if parent else None,
-        attachments=list(message.attachments.all() if attachments is None else attachments),
-        message_ref=message.pk,
-    )
-
-
-MESSAGE_COLUMNS = (
-    "id",
-    "role",
-    "content",
-    "model_id",
-    "provider",
-    "thinking_text",
-    "thinking_signature",
-    "raw",
-    "cache_boundary",
-    "parent_tool_call_id",
-    "summary_until_id",
-    "position",
-)
 
 HISTORY_CACHE_SIZE = 64
 """How many chats' built histories a process keeps (the least recently used go first)."""
@@ -204,75 +96,6 @@ transcript_changed.connect(_message_changed, dispatch_uid="llmchat-history-messa
 setting_changed.connect(
     lambda **kwargs: forget_history(), dispatch_uid="llmchat-history-settings", weak=False
 )
-
-
-def _history_sql(connection) -> str:
-    """The transcript read: the number of saved messages, joined to those after a given
-    ``(position, id)`` with whether each has tool calls and attachments."""
-    qn = connection.ops.quote_name
-    message = qn(Message._meta.db_table)
-    calls = qn(ToolCall._meta.db_table)
-    files = qn(Attachment._meta.db_table)
-    fields = {f.name: f for f in Message._meta.get_fields() if getattr(f, "column", None)}
-    by_attname = {f.attname: f for f in fields.values()}
-
-    def column(attname: str) -> str:
-        return qn(by_attname[attname].column)
-
-    chat, position, pk = column("chat_id"), column("position"), column("id")
-    call_message = qn(ToolCall._meta.get_field("message").column)
-    file_message = qn(Attachment._meta.get_field("message").column)
-    on_path = column("on_path")
-    selected = ", ".join(f"m.{column(name)}" for name in MESSAGE_COLUMNS)
-    return (
-        f"SELECT a.n, a.top, a.kept, {selected}, "
-        f"EXISTS (SELECT 1 FROM {calls} c WHERE c.{call_message} = m.{pk}), "
-        f"EXISTS (SELECT 1 FROM {files} f WHERE f.{file_message} = m.{pk}) "
-        f"FROM (SELECT COUNT(*) AS n, MAX({pk}) AS top, "
-        f"SUM(CASE WHEN {pk} = %s THEN 1 ELSE 0 END) AS kept FROM {message} "
-        f"WHERE {chat} = %s AND {on_path} = %s AND {position} < %s) a "
-        f"LEFT JOIN {message} m ON m.{chat} = %s AND m.{on_path} = %s AND m.{position} < %s "
-        f"AND (m.{position} > %s OR (m.{position} = %s AND m.{pk} > %s)) "
-        f"ORDER BY m.{position}, m.{pk}"
-    )
-
-
-_sql: dict[str, str] = {}
-_FIELDS_BY_ATTNAME = {
-    f.attname: f for f in Message._meta.get_fields() if getattr(f, "column", None)
-}
-_PLAIN = protected_columns(
-    [None, None, None, *(_FIELDS_BY_ATTNAME[name] for name in MESSAGE_COLUMNS), None, None]
-)
-"""The encrypted columns of the transcript read (content, thinking, raw): decrypted as the
-fields' ``from_db_value`` does, so a run never sends a ciphertext."""
-
-
-def _read(chat: Chat, after: tuple[int, int], anchor: int | None = None) -> list[tuple]:
-    """The chat's active path after ``after`` (``(position, id)``), with the count and
-    highest id of the whole path and whether ``anchor`` (a message id) is still on it;
-    the encrypted columns decrypted (the form the database returns: ``raw`` as JSON text)."""
-    using = router.db_for_read(Message)
-    connection = connections[using]
-    sql = _sql.get(connection.vendor)
-    if sql is None:
-        sql = _sql[connection.vendor] = _history_sql(connection)
-    # prompts queued behind the run wait for their own turn
-    params = [
-        anchor or 0,
-        chat.pk,
-        True,
-        QUEUED_POSITION,
-        chat.pk,
-        True,
-        QUEUED_POSITION,
-        after[0],
-        after[0],
-        after[1],
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return plain_rows(cursor.fetchall(), _PLAIN)
 
 
 def load_history(chat: Chat) -> LoadedHistory:

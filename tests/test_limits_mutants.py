@@ -21,7 +21,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_llmchat import limits, signals
+from django_llmchat import limits, limits_spend, signals
 from django_llmchat.errors import BudgetExceededError
 from django_llmchat.models import Chat, Limit, Run, Usage
 
@@ -497,7 +497,7 @@ def test_the_months_closed_days_are_kept_for_a_bounded_number_of_users(
 ):
     """The sums of closed days are kept per user and day, up to _CLOSED_DAYS_KEPT entries:
     the next one clears them first."""
-    monkeypatch.setattr(limits, "_CLOSED_DAYS_KEPT", 2)
+    monkeypatch.setattr(limits_spend, "_CLOSED_DAYS_KEPT", 2)
     others = [django_user_model.objects.create_user(f"u{n}") for n in range(2)]
     limits.spend(chat.user_id, now=NOON)
     limits.spend(others[0].pk, now=NOON)

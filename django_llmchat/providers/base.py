@@ -15,8 +15,9 @@ A bundled protocol is three modules: ``<vendor>.py`` (requests and whole answers
 read (finish reasons, usage, citations, call ids), which imports neither.
 
 Everything else lives here and beside it: one pooled httpx client per configuration and
-process, timeouts, the User-Agent, translation of HTTP and network failures into
-:mod:`django_llmchat.errors` (this module), SSE / NDJSON decoding (``framing``), the
+process, timeouts, the User-Agent (``base_clients``), translation of HTTP and network
+failures into :mod:`django_llmchat.errors` (``base_errors``, called from the error methods
+here, which a vendor module may override), SSE / NDJSON decoding (``framing``), the
 response builder vendor parsers feed (``parsing``), retry hints and backoff (``retry``)
 and the streamed call (``stream``). There is one implementation of an attempt: the async
 methods run the sync one in a worker thread.
@@ -26,10 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
-import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -37,17 +35,21 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .. import __version__
-from ..errors import (
-    AuthenticationError,
-    ContextLengthExceededError,
-    IncompleteStreamError,
-    OverloadedError,
-    ProviderError,
-    ProviderTimeoutError,
-    RateLimitError,
-)
+from ..errors import AuthenticationError, IncompleteStreamError, ProviderError
 from . import _json
+from . import base_clients as _clients
+from . import base_errors as _errors
+from .base_clients import (
+    CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    POOL_LIMITS,
+    USER_AGENT,
+    _ssl_context,
+    close_clients,
+)
+from .base_clients import (  # a forked worker runs it; tests call it here
+    _forget_clients_after_fork as _forget_clients_after_fork,
+)
 from .framing import NDJSONDecoder, SSEDecoder, iter_ndjson, iter_sse
 from .parsing import ResponseBuilder, StreamParser, parse_arguments
 from .redact import redact_request
@@ -76,19 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_llmchat.providers")
-
-USER_AGENT = f"django-llmchat/{__version__} httpx/{httpx.__version__}"
-
-DEFAULT_TIMEOUT = 120.0
-CONNECT_TIMEOUT = 10.0
-"""Longest wait for a TCP/TLS connection, whatever the (read) timeout is."""
-
-# Many concurrent streams share one pool per configuration; each holds a connection.
-POOL_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
-
-
-# Response headers never copied onto an error.
-_PRIVATE_HEADERS = frozenset({"set-cookie", "authorization", "x-api-key", "x-goog-api-key"})
 
 
 # -- small helpers -----------------------------------------------------------------------
@@ -126,18 +115,6 @@ def copy_params(params: Mapping[str, Any], names: Mapping[str, str]) -> dict[str
     return {field: params[key] for key, field in names.items() if params.get(key) is not None}
 
 
-def _sse_error_payload(text: str) -> Any:
-    """The first JSON event of an SSE-framed error body (``data: {"error": ...}``), else
-    the text itself."""
-    decoder = SSEDecoder()
-    for _name, data in [*decoder.feed(text.encode("utf-8")), *decoder.flush()]:
-        try:
-            return json.loads(data)
-        except ValueError:
-            continue
-    return text
-
-
 def _positional_count(function: Any) -> int:
     try:
         parameters = inspect.signature(function).parameters.values()
@@ -157,46 +134,6 @@ def _setting(name: str) -> Any:
         return getattr(settings, name)
     except Exception:  # ImproperlyConfigured outside a Django project
         return DEFAULTS[name]
-
-
-# -- clients -----------------------------------------------------------------------------
-
-_CLIENT_LOCK = threading.Lock()
-_SYNC_CLIENTS: dict[tuple, httpx.Client] = {}
-_SSL_CONTEXT: Any = None
-_GENERATION = 0
-"""Bumped when pooled clients are dropped (fork, close_clients): instances re-fetch theirs."""
-
-
-def _ssl_context() -> Any:
-    # Building a verifying SSL context is most of a client's construction cost: share one.
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = httpx.create_ssl_context()
-    return _SSL_CONTEXT
-
-
-def close_clients() -> None:
-    """Close and forget every pooled client."""
-    global _GENERATION
-    with _CLIENT_LOCK:
-        clients = list(_SYNC_CLIENTS.values())
-        _SYNC_CLIENTS.clear()
-        _GENERATION += 1
-    for client in clients:
-        client.close()
-
-
-def _forget_clients_after_fork() -> None:
-    # A forked worker must not share the parent's sockets; it builds its own clients.
-    global _CLIENT_LOCK, _GENERATION
-    _CLIENT_LOCK = threading.Lock()
-    _SYNC_CLIENTS.clear()
-    _GENERATION += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_clients_after_fork)
 
 
 # -- the provider ------------------------------------------------------------------------
@@ -241,7 +178,7 @@ class Provider:
         self.options = dict(options or {})
         self._transport = transport
         self._client: httpx.Client | None = None
-        self._generation = _GENERATION
+        self._generation = _clients._GENERATION
 
     def __repr__(self) -> str:  # never shows the key
         return f"<{type(self).__name__} {self.name} {self.base_url}>"
@@ -300,36 +237,13 @@ class Provider:
             raise NotImplementedError
         return self.stream_parser_class(self, request)
 
-    # -- errors --------------------------------------------------------------------------
+    # -- errors (base_errors) -------------------------------------------------------------
     def error_details(self, payload: Any) -> tuple[str, str | None]:
         """``(message, code)`` from an error body. Override for unusual shapes."""
-        if isinstance(payload, list) and payload:
-            payload = payload[0]
-        if isinstance(payload, dict):
-            err = payload.get("error", payload)
-            if isinstance(err, str):
-                return err, None
-            if isinstance(err, dict):
-                message = err.get("message") or payload.get("message") or ""
-                if not message and "detail" in payload:  # {"detail": "Invalid API Key"}
-                    detail = payload["detail"]
-                    if isinstance(detail, list):  # validation errors: [{"msg": ...}]
-                        detail = "; ".join(
-                            str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail
-                        )
-                    message = detail
-                code = err.get("type") or err.get("code") or err.get("status")
-                return str(message), (str(code) if code is not None else None)
-        return (str(payload)[:500] if payload else ""), None
+        return _errors.error_details(payload)
 
     def is_context_length_error(self, status: int | None, message: str, code: str | None) -> bool:
-        text = f"{code or ''} {message}".lower()
-        return (
-            "context_length" in text
-            or "context window" in text
-            or ("prompt is too long" in text)
-            or ("maximum context length" in text)
-        )
+        return _errors.is_context_length_error(message, code)
 
     def error_from_payload(
         self,
@@ -341,128 +255,36 @@ class Provider:
     ) -> ProviderError:
         """Turn an error answer (HTTP error body or a mid-stream error event) into an
         exception of the :mod:`django_llmchat.errors` tree, with its retry hints."""
-        message, code = self.error_details(payload)
-        message = message or (f"HTTP {status}" if status else "error")
-        codes = (code or "").lower()
-        # A mid-stream error often carries the HTTP status it stands for as its code.
-        numeric = codes.isascii() and codes.isdigit()  # int() refuses "²", which isdigit() takes
-        effective = status if status is not None else (int(codes) if numeric else None)
-        kw: dict[str, Any] = {
-            "provider": self.name,
-            "status": status,
-            "body": body if body is not None else (json.dumps(payload) if payload else None),
-            "headers": headers,
-            "code": code,
-        }
-        if effective in (401, 403) or "auth" in codes or "permission" in codes:
-            err: ProviderError = AuthenticationError(message, **kw)
-        elif effective == 429 or "rate_limit" in codes or codes == "resource_exhausted":
-            err = RateLimitError(message, **kw)
-        elif effective == 529 or "overloaded" in codes:
-            err = OverloadedError(message, **kw)
-        elif self.is_context_length_error(status, message, code):
-            err = ContextLengthExceededError(message, **kw)
-        else:
-            if status is None:
-                kw["retryable"] = (
-                    effective in ProviderError.retryable_statuses
-                    if effective is not None
-                    else codes in ("server_error", "api_error", "internal", "unavailable")
-                )
-            err = ProviderError(message, **kw)
-        return self._apply_retry_hints(err, payload)
+        return _errors.error_from_payload(self, payload, status=status, headers=headers, body=body)
 
     def error_from_response(self, response: httpx.Response) -> ProviderError:
         """The error an HTTP error answer stands for. Its body is JSON, or an SSE stream
         carrying the error as an event (a proxy answering a streamed request), or text."""
-        text = response.text
-        try:
-            payload: Any = json.loads(text) if text else None
-        except ValueError:
-            payload = _sse_error_payload(text)
-        headers = {
-            k.lower(): v for k, v in response.headers.items() if k.lower() not in _PRIVATE_HEADERS
-        }
-        return self.error_from_payload(
-            payload, status=response.status_code, headers=headers, body=text
-        )
+        return _errors.error_from_response(self, response)
 
     def _apply_retry_hints(self, err: ProviderError, payload: Any = None) -> ProviderError:
-        if err.retry_after is None:
-            err.retry_after = parse_retry_after(
-                err.headers, payload if payload is not None else err.body
-            )
-        should = (err.headers.get("x-should-retry") or "").lower()
-        if should == "true":
-            err.retryable = True
-        elif should == "false":
-            err.retryable = False
-        return err
+        return _errors.apply_retry_hints(err, payload)
 
     def finish_error(self, err: ProviderError) -> ProviderError:
         """Last pass over every error of an attempt: provider name, retry hints, the key
         scrubbed from its text."""
-        if err.provider is None:
-            err.provider = self.name
-        if err.retry_after is None or err.headers.get("x-should-retry"):
-            self._apply_retry_hints(err)
-        key = self.api_key
-        if key and len(key) >= 6:
-
-            def scrub(value: Any) -> Any:
-                return value.replace(key, "[redacted]") if isinstance(value, str) else value
-
-            err.message = scrub(err.message)
-            err.args = tuple(scrub(a) for a in err.args)
-            err.body = scrub(err.body)
-            err.code = scrub(err.code)
-            err.headers = {k: scrub(v) for k, v in err.headers.items()}
-        return err
+        return _errors.finish_error(err, self.name, self.api_key)
 
     def scrub_text(self, text: str) -> str:
-        key = self.api_key
-        return text.replace(key, "[redacted]") if key and len(key) >= 6 else text
+        return _errors.scrub_text(text, self.api_key)
 
     def transport_error(self, exc: Exception) -> ProviderError:
         """A failure before any response: connection refused, DNS, TLS, timeouts."""
-        where = self._where()
         detail = self.scrub_text(str(exc)) or type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException):
-            phase = {
-                httpx.ConnectTimeout: "connecting to",
-                httpx.ReadTimeout: "waiting for",
-                httpx.WriteTimeout: "sending to",
-                httpx.PoolTimeout: "waiting for a free connection to",
-            }.get(type(exc), "talking to")
-            return ProviderTimeoutError(
-                f"timed out {phase} {where} ({type(exc).__name__})", provider=self.name
-            )
-        if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
-            return ProviderTimeoutError(
-                f"connection to {where} failed ({type(exc).__name__}: {detail})",
-                provider=self.name,
-            )
-        return ProviderError(
-            f"request to {where} failed ({type(exc).__name__}: {detail})",
-            provider=self.name,
-            retryable=False,
-        )
+        return _errors.transport_error(exc, self._where(), detail, self.name)
 
     def midstream_error(self, exc: Exception) -> IncompleteStreamError:
         """A stream whose connection broke after its answer began."""
         detail = self.scrub_text(str(exc)) or "no detail"
-        return IncompleteStreamError(
-            f"stream from {self._where()} broke before its terminal event "
-            f"({type(exc).__name__}: {detail})",
-            provider=self.name,
-        )
+        return _errors.midstream_error(exc, self._where(), detail, self.name)
 
     def _where(self) -> str:
-        # Host only: a query string could carry a key.
-        try:
-            return httpx.URL(self.base_url).host or self.base_url
-        except Exception:
-            return self.name or "the provider"
+        return _errors.host(self.base_url, self.name)
 
     # -- retries -------------------------------------------------------------------------
     def retry_delay(self, error: ProviderError, attempt: int) -> float | None:
@@ -535,20 +357,20 @@ class Provider:
     @property
     def client(self) -> httpx.Client:
         """The pooled sync client for this configuration (created once per process)."""
-        if self._client is not None and self._generation == _GENERATION:
+        if self._client is not None and self._generation == _clients._GENERATION:
             return self._client
-        with _CLIENT_LOCK:
-            if self._generation != _GENERATION:
+        with _clients._CLIENT_LOCK:
+            if self._generation != _clients._GENERATION:
                 self._client = None
-                self._generation = _GENERATION
+                self._generation = _clients._GENERATION
             if self._client is None:
                 if self._transport is not None:
                     self._client = httpx.Client(transport=self._transport, **self._client_kwargs())
                 else:
                     key = self.client_key()
-                    client = _SYNC_CLIENTS.get(key)
+                    client = _clients._SYNC_CLIENTS.get(key)
                     if client is None:
-                        client = _SYNC_CLIENTS[key] = httpx.Client(**self._client_kwargs())
+                        client = _clients._SYNC_CLIENTS[key] = httpx.Client(**self._client_kwargs())
                     self._client = client
         return self._client
 

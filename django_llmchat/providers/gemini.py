@@ -87,25 +87,10 @@ def gemini_schema(schema: dict[str, Any], root: dict[str, Any] | None = None, de
             target = target.get(key, {}) if isinstance(target, dict) else {}
         merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
         return gemini_schema(merged, root, depth + 1)
-    out: dict[str, Any] = {}
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kinds = [k for k in kind if k != "null"]
-        if len(kinds) < len(kind):
-            out["nullable"] = True
-        kind = kinds[0] if kinds else None
-    if isinstance(kind, str):
-        out["type"] = kind.upper()
+    out = _gemini_type(schema)
     options = schema.get("anyOf") or schema.get("oneOf")
     if isinstance(options, list):
-        rest = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
-        if len(rest) < len(options):
-            out["nullable"] = True
-        if len(rest) == 1:
-            inner = gemini_schema(rest[0], root, depth + 1)
-            out = {**inner, **out}
-        elif rest:
-            out["anyOf"] = [gemini_schema(o, root, depth + 1) for o in rest]
+        out = _gemini_options(out, options, root, depth)
     if "const" in schema:
         out["enum"] = [schema["const"]]
     for key, value in schema.items():
@@ -116,6 +101,35 @@ def gemini_schema(schema: dict[str, Any], root: dict[str, Any] | None = None, de
         out["properties"] = {k: gemini_schema(v, root, depth + 1) for k, v in props.items()}
     if isinstance(schema.get("items"), dict):
         out["items"] = gemini_schema(schema["items"], root, depth + 1)
+    return out
+
+
+def _gemini_type(schema: dict[str, Any]) -> dict[str, Any]:
+    """``type`` upper-cased; a ``null`` among a list of types is ``nullable``."""
+    out: dict[str, Any] = {}
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        if len(kinds) < len(kind):
+            out["nullable"] = True
+        kind = kinds[0] if kinds else None
+    if isinstance(kind, str):
+        out["type"] = kind.upper()
+    return out
+
+
+def _gemini_options(
+    out: dict[str, Any], options: list, root: dict[str, Any], depth: int
+) -> dict[str, Any]:
+    """``anyOf`` / ``oneOf``: a ``null`` option is ``nullable``, one other option inlined."""
+    rest = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+    if len(rest) < len(options):
+        out["nullable"] = True
+    if len(rest) == 1:
+        inner = gemini_schema(rest[0], root, depth + 1)
+        out = {**inner, **out}
+    elif rest:
+        out["anyOf"] = [gemini_schema(o, root, depth + 1) for o in rest]
     return out
 
 

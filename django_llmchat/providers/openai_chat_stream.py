@@ -76,6 +76,22 @@ class ChatCompletionsStreamParser(StreamParser):
         if chunk.get("error"):
             raise self.provider.error_from_payload(chunk, body=data)
         out: list[ev.StreamEvent] = []
+        self._note(chunk)
+        choices = chunk.get("choices")
+        if not choices:
+            return out
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta:
+            self._delta(delta, out)
+        raw = choice.get("finish_reason")
+        if raw and self.raw_finish is None:
+            self.raw_finish = raw
+            self._end_turn(out)
+        return out
+
+    def _note(self, chunk: dict[str, Any]) -> None:
+        """What any chunk may carry about the whole answer: usage, model, id, citations."""
         usage = chunk.get("usage")
         if usage:
             self.usage = usage
@@ -86,44 +102,36 @@ class ChatCompletionsStreamParser(StreamParser):
             builder.response_id = vendor_id(chunk.get("id"))
         if self.cites and (chunk.get("search_results") or chunk.get("citations")):
             builder.citations = wire.citations_of(chunk)  # each chunk repeats the full list
-        choices = chunk.get("choices")
-        if not choices:
-            return out
-        choice = choices[0]
-        delta = choice.get("delta")
-        if delta:
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and isinstance(reasoning, str):
-                self.reasoning.append(reasoning)
-                out.append(ev.ReasoningDelta(reasoning))
-            content = delta.get("content")
+
+    def _delta(self, delta: dict[str, Any], out: list[ev.StreamEvent]) -> None:
+        """A choice's delta: reasoning, text, a refusal, tool call fragments, annotations."""
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            self.reasoning.append(reasoning)
+            out.append(ev.ReasoningDelta(reasoning))
+        content = delta.get("content")
+        if content:
+            if not isinstance(content, str):
+                content, thought = wire.split_content(content)
+                if thought:
+                    self.reasoning.append(thought)
+                    out.append(ev.ReasoningDelta(thought))
             if content:
-                if not isinstance(content, str):
-                    content, thought = wire.split_content(content)
-                    if thought:
-                        self.reasoning.append(thought)
-                        out.append(ev.ReasoningDelta(thought))
-                if content:
-                    if self.reasoning:
-                        out.append(self._end_reasoning())
-                    out.append(ev.TextDelta(content))
-            refusal = delta.get("refusal")
-            if refusal:
-                self.refusal = True
-                out.append(ev.TextDelta(refusal))
-            calls = delta.get("tool_calls")
-            if calls:
                 if self.reasoning:
                     out.append(self._end_reasoning())
-                self._fragments(calls, out)
-            notes = delta.get("annotations")
-            if notes:
-                builder.citations.extend(wire.citations_of({}, {"annotations": notes}))
-        raw = choice.get("finish_reason")
-        if raw and self.raw_finish is None:
-            self.raw_finish = raw
-            self._end_turn(out)
-        return out
+                out.append(ev.TextDelta(content))
+        refusal = delta.get("refusal")
+        if refusal:
+            self.refusal = True
+            out.append(ev.TextDelta(refusal))
+        calls = delta.get("tool_calls")
+        if calls:
+            if self.reasoning:
+                out.append(self._end_reasoning())
+            self._fragments(calls, out)
+        notes = delta.get("annotations")
+        if notes:
+            self.builder.citations.extend(wire.citations_of({}, {"annotations": notes}))
 
     def _fragments(self, fragments: list[dict[str, Any]], out: list[ev.StreamEvent]) -> None:
         for frag in fragments:

@@ -155,63 +155,74 @@ class ResponsesStreamParser(StreamParser):
         kind = item.get("type")
         item_id = item.get("id") or ""
         if kind == "function_call":
-            call = self._call(payload, item_id)
-            if call is not None and call["done"]:
-                return []
-            if call is not None:
-                call["done"] = True
-                if item.get("call_id") is None and call["call_id"] is not None:
-                    item = {**item, "call_id": call["call_id"]}
-            return [
-                ev.ToolCallDone(
-                    item_id=item_id or None,
-                    call_id=wire.item_call_id(item),
-                    name=item.get("name") or (call or {}).get("name", ""),
-                    arguments=item.get("arguments") or "{}",
-                )
-            ]
+            return self._function_call_done(payload, item, item_id)
         if kind == "reasoning":
-            self.builder.reasoning_items.append(item)
-            text = wire.summary_text(item)
-            if not text:
-                text = _joined_summary(self.reasoning_text.get(item_id) or [])
-            if not text:
-                return []
-            if item_id not in self.reasoning_order:
-                self.reasoning_order.append(item_id)
-            if self.reasoning_order[0] != item_id:
-                text = "\n\n" + text
-            return [
-                ev.ReasoningDone(
-                    ev.ReasoningPart(type="text", text=text, format=wire.REASONING_FORMAT)
-                )
-            ]
+            return self._reasoning_done(item, item_id)
         if kind == "message":
-            prior = self.text_length - _message_text_length(item)
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text":
-                    text = part.get("text") or ""
-                    for ann in part.get("annotations") or []:
-                        citation = wire.annotation_citation(ann, text)
-                        if citation is not None:
-                            self.builder.citations.append(
-                                wire.shift_citation(citation, max(prior, 0))
-                            )
-                    prior += len(text)
+            self._message_done(item)
             return []
         if kind == "web_search_call":
-            call = wire.web_search_call(item)
-            self.builder.server_tool_calls.append(call)
-            action = item.get("action") or {}
-            if action.get("type") == "open_page":
-                return [ev.WebSearchStatus("open_page", url=action.get("url"))]
-            sources = [
-                {"title": s.get("title"), "url": s.get("url")}
-                for s in action.get("sources") or []
-                if isinstance(s, dict)
-            ]
-            return [ev.WebSearchDone(action.get("query"), sources=sources)]
+            return self._web_search_done(item)
         return []
+
+    def _function_call_done(
+        self, payload: dict[str, Any], item: dict[str, Any], item_id: str
+    ) -> list[ev.StreamEvent]:
+        call = self._call(payload, item_id)
+        if call is not None and call["done"]:
+            return []
+        if call is not None:
+            call["done"] = True
+            if item.get("call_id") is None and call["call_id"] is not None:
+                item = {**item, "call_id": call["call_id"]}
+        return [
+            ev.ToolCallDone(
+                item_id=item_id or None,
+                call_id=wire.item_call_id(item),
+                name=item.get("name") or (call or {}).get("name", ""),
+                arguments=item.get("arguments") or "{}",
+            )
+        ]
+
+    def _reasoning_done(self, item: dict[str, Any], item_id: str) -> list[ev.StreamEvent]:
+        self.builder.reasoning_items.append(item)
+        text = wire.summary_text(item)
+        if not text:
+            text = _joined_summary(self.reasoning_text.get(item_id) or [])
+        if not text:
+            return []
+        if item_id not in self.reasoning_order:
+            self.reasoning_order.append(item_id)
+        if self.reasoning_order[0] != item_id:
+            text = "\n\n" + text
+        return [
+            ev.ReasoningDone(ev.ReasoningPart(type="text", text=text, format=wire.REASONING_FORMAT))
+        ]
+
+    def _message_done(self, item: dict[str, Any]) -> None:
+        """The citations of a finished message's text parts, placed in the whole text."""
+        prior = self.text_length - _message_text_length(item)
+        for part in item.get("content") or []:
+            if part.get("type") == "output_text":
+                text = part.get("text") or ""
+                for ann in part.get("annotations") or []:
+                    citation = wire.annotation_citation(ann, text)
+                    if citation is not None:
+                        self.builder.citations.append(wire.shift_citation(citation, max(prior, 0)))
+                prior += len(text)
+
+    def _web_search_done(self, item: dict[str, Any]) -> list[ev.StreamEvent]:
+        call = wire.web_search_call(item)
+        self.builder.server_tool_calls.append(call)
+        action = item.get("action") or {}
+        if action.get("type") == "open_page":
+            return [ev.WebSearchStatus("open_page", url=action.get("url"))]
+        sources = [
+            {"title": s.get("title"), "url": s.get("url")}
+            for s in action.get("sources") or []
+            if isinstance(s, dict)
+        ]
+        return [ev.WebSearchDone(action.get("query"), sources=sources)]
 
     # -- server-side web search ------------------------------------------------------
     def on_response_web_search_call_searching(self, payload: dict[str, Any]) -> list:

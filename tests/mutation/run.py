@@ -1,5 +1,5 @@
-"""Mutation testing of the core: mutmut over the run package and limits.py (``[tool.mutmut]`` in
-pyproject.toml), the critical functions first, within a time budget.
+"""Mutation testing of the core: mutmut over the run package, limits.py and limits_spend.py
+(``[tool.mutmut]`` in pyproject.toml), the critical functions first, within a time budget.
 
     python tests/mutation/run.py                    # make mutation: every mutant
     MUTATION_BUDGET=240 python tests/mutation/run.py
@@ -36,6 +36,7 @@ MODULES = (
     "runs.decisions",
     "runs.execution",
     "limits",
+    "limits_spend",
 )
 # kept for the report after the budget's end
 REPORT_SECONDS = 10
@@ -234,8 +235,8 @@ def report(found: dict[str, tuple[str, str]], elapsed: float, budget: float, cut
     ran = sum(1 for _, status in found.values() if status != "not run")
     print()
     print(
-        f"Mutation testing of runs/ and limits.py: {ran} of {len(found)} mutants run "
-        f"in {elapsed:.0f} s"
+        f"Mutation testing of runs/, limits.py and limits_spend.py: {ran} of {len(found)} "
+        f"mutants run in {elapsed:.0f} s"
         + (f" (budget {budget:.0f} s{', used up' if cut else ''})" if budget else "")
     )
     print(f"  {'':<34}" + "".join(f"{s:>11}" for s in columns))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -55,6 +56,16 @@ def _short(value: Any, limit: int = 300) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class _View:
+    """What the screen shows while a run streams."""
+
+    at_line_start: bool = False
+    thinking: bool = False  # dim reasoning text is being printed
+    pending: list[str] = field(default_factory=list)  # call ids whose results are not shown
+    interrupt: Interrupt | None = None
 
 
 class Command(BaseCommand):
@@ -211,71 +222,73 @@ class Command(BaseCommand):
     ) -> Interrupt | None:
         """Print the events of one run; returns its ``Interrupt``, if it ended with one.
         ``pending`` are call ids whose results this run will add (after approvals)."""
-        pending = list(pending or [])  # tool calls whose results are not shown yet
-        at_line_start = False
-        thinking = False
+        view = _View(pending=list(pending or []))
         events = None
-        interrupt: Interrupt | None = None
         try:
-            if pending:
+            if view.pending:
                 self._line()
-                at_line_start = True
+                view.at_line_start = True
             events = chat.stream(prompt)
             for event in events:
-                if pending and not isinstance(event, ToolCallDone):
-                    at_line_start = self._show_results(chat, pending, at_line_start)
-                if thinking and not isinstance(event, ReasoningDelta):
-                    self._out(RESET)
-                    thinking = False
-                if isinstance(event, TextDelta):
-                    self._out(event.content)
-                    at_line_start = event.content.endswith("\n")
-                elif isinstance(event, ReasoningDelta):
-                    if self.tty:
-                        if not thinking:
-                            self._out(DIM)
-                            thinking = True
-                        self._out(event.content)
-                        at_line_start = event.content.endswith("\n")
-                elif isinstance(event, ReasoningDone):
-                    if self.tty and not at_line_start:
-                        self._line()
-                        at_line_start = True
-                elif isinstance(event, ToolCallDone):
-                    if not at_line_start:
-                        self._line()
-                    arguments = _short(event.arguments)
-                    self._line(self._paint(f"→ {event.name}({arguments})", CYAN))
-                    at_line_start = True
-                    pending.append(event.call_id)
-                elif isinstance(event, SkillActivation):
-                    self._line(self._paint(f"\n[skill {event.name}]", DIM))
-                    at_line_start = True
-                elif isinstance(event, GuardrailTripwire):
-                    reason = f": {event.reason}" if event.reason else ""
-                    self._line(self._paint(f"\n[blocked by {event.guardrail_id}{reason}]", RED))
-                    at_line_start = True
-                elif isinstance(event, Interrupt):
-                    interrupt = event
-            if pending:
-                at_line_start = self._show_results(chat, pending, at_line_start)
+                self._show(chat, event, view)
+            if view.pending:
+                view.at_line_start = self._show_results(chat, view.pending, view.at_line_start)
         except KeyboardInterrupt:
             if events is not None:
                 events.close()  # the run stops; nothing of the unfinished step is stored
-            if thinking:
+            if view.thinking:
                 self._out(RESET)
             self._line(self._paint("\n[stopped]", RED))
             return None
         except LLMChatError as exc:
             self._line(self._paint(f"\n[error: {exc}]", RED))
             return None
-        if thinking:
+        if view.thinking:
             self._out(RESET)
-        if not at_line_start:
+        if not view.at_line_start:
             self._line()
+        interrupt = view.interrupt
         if interrupt is not None and interrupt.reason != "approval_required":
             self._line(self._paint(f"[interrupted: {interrupt.reason}]", RED))
         return interrupt
+
+    def _show(self, chat: Chat, event: Any, view: _View) -> None:
+        """Print one event of a run, as ``view`` (what is on the screen) stands."""
+        if view.pending and not isinstance(event, ToolCallDone):
+            view.at_line_start = self._show_results(chat, view.pending, view.at_line_start)
+        if view.thinking and not isinstance(event, ReasoningDelta):
+            self._out(RESET)
+            view.thinking = False
+        if isinstance(event, TextDelta):
+            self._out(event.content)
+            view.at_line_start = event.content.endswith("\n")
+        elif isinstance(event, ReasoningDelta):
+            if self.tty:
+                if not view.thinking:
+                    self._out(DIM)
+                    view.thinking = True
+                self._out(event.content)
+                view.at_line_start = event.content.endswith("\n")
+        elif isinstance(event, ReasoningDone):
+            if self.tty and not view.at_line_start:
+                self._line()
+                view.at_line_start = True
+        elif isinstance(event, ToolCallDone):
+            if not view.at_line_start:
+                self._line()
+            arguments = _short(event.arguments)
+            self._line(self._paint(f"→ {event.name}({arguments})", CYAN))
+            view.at_line_start = True
+            view.pending.append(event.call_id)
+        elif isinstance(event, SkillActivation):
+            self._line(self._paint(f"\n[skill {event.name}]", DIM))
+            view.at_line_start = True
+        elif isinstance(event, GuardrailTripwire):
+            reason = f": {event.reason}" if event.reason else ""
+            self._line(self._paint(f"\n[blocked by {event.guardrail_id}{reason}]", RED))
+            view.at_line_start = True
+        elif isinstance(event, Interrupt):
+            view.interrupt = event
 
     def _show_results(self, chat: Chat, pending: list[str], at_line_start: bool) -> bool:
         calls = ToolCall.objects.filter(chat=chat, call_id__in=pending).select_related("result")
