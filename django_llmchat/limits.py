@@ -52,7 +52,7 @@ from .conf import settings
 from .errors import BudgetExceededError
 from .estimates import estimate_tokens
 from .models.limit import LIMIT_FIELDS
-from .prepared import PreparedQuery
+from .prepared import PreparedQuery, annotation_names
 from .pricing import price
 from .providers.types import AttachmentData, ProviderMessage
 from .values import Tokens
@@ -271,7 +271,7 @@ def _query(runs: bool, closed: bool, chat: bool = False) -> tuple[PreparedQuery,
             return get_user_model().objects.filter(pk=user_id).annotate(**annotations)
 
         placeholders = [_USER_ARG, *_MOMENTS[: 1 + closed + runs], *([_CHAT_ARG] if chat else [])]
-        names = list(build(*placeholders).query.annotation_select)
+        names = annotation_names(build(*placeholders))
         query = PreparedQuery(lambda *a: build(*a).values_list(*names), placeholders)
         found = _QUERIES[(runs, closed, chat)] = (query, names)
     return found
