@@ -78,7 +78,6 @@ LIMIT_NAMES = LIMIT_FIELDS
 MONEY_LIMITS = frozenset({"usd_per_day", "usd_per_month"})
 # the limits checked before every provider call; the others only when a run is queued
 SPEND_LIMITS = ("usd_per_day", "usd_per_month", "tokens_per_day")
-DEFAULT_SOFT = None
 DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 """The output tokens a run reserves when its request sets no ``max_tokens``
 (``LLMCHAT["LIMITS"]["reserve_output_tokens"]`` replaces it)."""
@@ -128,7 +127,7 @@ def _number(name: str, value: Any) -> Any:
     if value is None:
         return None
     if name in MONEY_LIMITS or name == "soft":
-        return value if isinstance(value, Decimal) else Decimal(str(value))
+        return Decimal(str(value))
     return int(value)
 
 
@@ -237,12 +236,11 @@ def _verdict(chat, *, admission: bool, prompt: int | None = None) -> Verdict | N
         "usd_per_day": windows.get("day", (None, None))[1],
         "tokens_per_day": windows.get("day", (None, None))[1],
         "usd_per_month": windows.get("month", (None, None))[1],
-        "concurrent_runs": None,
     }
     oldest = found.get("oldest_run")
     resets["runs_per_hour"] = oldest + timedelta(hours=1) if oldest is not None else None
     names = LIMIT_NAMES if admission else SPEND_LIMITS
-    soft = limits.get("soft", DEFAULT_SOFT)
+    soft = limits.get("soft")
     for name in names:
         allowed = limits.get(name)
         if allowed is None or name not in found:

@@ -16,7 +16,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .models.limit import LIMIT_FIELDS
-from .prepared import PreparedQuery
+from .prepared import PreparedQuery, annotation_names
 
 # placeholders of the prepared check: a user id within a 32-bit AutoField's range (a
 # lookup out of a column's range is never run), moments that never start a window
@@ -135,7 +135,7 @@ def _query(runs: bool, closed: bool, chat: bool = False) -> tuple[PreparedQuery,
             return get_user_model().objects.filter(pk=user_id).annotate(**annotations)
 
         placeholders = [_USER_ARG, *_MOMENTS[: 1 + closed + runs], *([_CHAT_ARG] if chat else [])]
-        names = list(build(*placeholders).query.annotation_select)
+        names = annotation_names(build(*placeholders))
         query = PreparedQuery(lambda *a: build(*a).values_list(*names), placeholders)
         found = _QUERIES[(runs, closed, chat)] = (query, names)
     return found

@@ -25,7 +25,8 @@ placeholder or an expression as value), the ORM does the work instead.
 Besides the compiled SQL, the model-state helpers the rest of the package uses in place of
 private attributes: :func:`is_new` and :func:`database_of` (``Model._state``),
 :func:`mark_saved` (a row written without ``save()``) and :func:`known_relations` (rows
-just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done``).
+just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done``), and
+:func:`annotation_names` (``Query.annotation_select``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from .providers._json import loads
 __all__ = [
     "Arg",
     "INT_ARG",
+    "annotation_names",
     "DeferredAttribute",  # the base of a field's descriptor_class (Django's own default)
     "PreparedIn",
     "PreparedInsert",
@@ -74,6 +76,7 @@ __all__ = [
     "PreparedUpdate",
     "RowsJustWritten",
     "database_of",
+    "forget_rows",
     "is_new",
     "json_value",
     "known_relations",
@@ -540,6 +543,12 @@ class PreparedUpdate(PreparedQuery):
             return cursor.rowcount
 
 
+def annotation_names(queryset: QuerySet) -> list[str]:
+    """The names of ``queryset``'s annotations, in the order it selects them
+    (``Query.annotation_select``): the columns ``values_list(*names)`` gives."""
+    return list(queryset.query.annotation_select)
+
+
 def is_new(obj: Model) -> bool:
     """Whether ``obj`` is not yet saved: its next ``save()`` is an INSERT."""
     return obj._state.adding
@@ -612,6 +621,14 @@ def known_rows(instance: Any, name: str) -> list | None:
     if isinstance(rows, list):
         return rows
     return getattr(rows, "_result_cache", None)
+
+
+def forget_rows(instance: Any, name: str) -> None:
+    """Forget the rows of relation ``name`` loaded on ``instance`` (by
+    ``prefetch_related`` or :func:`known_relations`): the next read asks the database."""
+    cache = instance.__dict__.get("_prefetched_objects_cache")
+    if cache:
+        dict.pop(cache, name, None)
 
 
 def json_value(value: Any) -> Any:

@@ -68,6 +68,9 @@ DATABASES = {
 # may run on another server session, so no server-side cursors (docs/deployment.md).
 if os.environ.get("PGBOUNCER"):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# a second database, for the tests that route the package's models to it
+# (tests/runs/test_routed.py, which turns DATABASE_ROUTERS on for themselves)
+DATABASES["routed"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
 STATIC_URL = "/static/"
 MEDIA_ROOT = os.path.join(os.path.dirname(__file__), ".media")

@@ -3,7 +3,6 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_llmchat.checks import check_settings
-from django_llmchat.conf import settings as llm_settings
 
 
 def ids(errors):
@@ -12,15 +11,6 @@ def ids(errors):
 
 def test_defaults_are_clean():
     assert check_settings() == []
-
-
-def test_conf_reloads_on_override_settings():
-    assert llm_settings.MAX_STEPS == 16
-    with override_settings(LLMCHAT={"MAX_STEPS": 3}):
-        assert llm_settings.MAX_STEPS == 3
-    assert llm_settings.MAX_STEPS == 16
-    with pytest.raises(AttributeError, match="NOPE"):
-        _ = llm_settings.NOPE
 
 
 @pytest.mark.parametrize(

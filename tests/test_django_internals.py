@@ -423,3 +423,215 @@ def test_the_fence_is_where_the_internals_are():
     for name in ("_state", "_result_cache", "_prefetch_done", "_prefetched_objects_cache"):
         assert f".{name}" in source
     assert prepared.__doc__ and "Django internals" in prepared.__doc__
+
+
+# -- every framework private the package names, fenced and listed -----------------------------
+
+# the fenced modules: the only ones that may name a private attribute of Django, DRF or
+# drf-spectacular (or of the standard library)
+FENCES = (FENCE, PACKAGE / "api" / "schema_views.py")
+
+# every private attribute the fenced modules name, and what it is (each one checked above
+# or below)
+FENCED_PRIVATES = {
+    "_state": "Model._state (.adding, .db): is_new, database_of, mark_saved",
+    "_result_cache": "QuerySet._result_cache: RowsJustWritten, known_rows",
+    "_prefetch_done": "QuerySet._prefetch_done: RowsJustWritten",
+    "_prefetched_objects_cache": "Model._prefetched_objects_cache: known_relations",
+    "_swagger_ui_resource": "drf-spectacular SpectacularSwaggerView._swagger_ui_resource",
+    "_swagger_ui_favicon": "drf-spectacular SpectacularSwaggerView._swagger_ui_favicon",
+    "_redoc_standalone": "drf-spectacular SpectacularRedocView._redoc_standalone",
+}
+# the same, without a leading underscore: Query.annotation_select (prepared.annotation_names)
+FENCED_INTERNALS = {"annotation_select"}
+
+# underscored names that are documented public API
+DOCUMENTED_PRIVATES = DOCUMENTED_UNDERSCORED | {
+    "_make",  # collections.namedtuple's documented constructor from an iterable
+    "_asdict",
+    "_replace",
+    "_fields",
+}
+# framework privates flagged wherever they appear outside the fences, though the package
+# defines a name alike for its own objects (overrides in a fence, or its own attributes)
+FRAMEWORK_PRIVATES = ALWAYS_PRIVATE | {
+    "_swagger_ui_resource",
+    "_swagger_ui_favicon",
+    "_redoc_standalone",
+    "_readable_fields",  # DRF Serializer
+    "_get_obj_does_not_exist_redirect",  # the admin's ModelAdmin
+}
+# flagged on any object but ``self``: the package's own attribute of that name is fine
+FRAMEWORK_PRIVATES_OF_OTHERS = {"_request"}  # DRF Request._request (Django's request)
+
+
+def _all_modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" not in path.parts:
+            yield path, ast.parse(path.read_text(), filename=str(path))
+
+
+def _defined_names(trees) -> tuple[set[str], tuple[str, ...]]:
+    """Every name the package defines itself (functions, classes, variables, arguments,
+    attributes it sets, keyword names), and the prefixes of the names it builds with
+    f-strings (``f"_last_run_{name}"``, annotations read back with ``getattr``)."""
+    own, prefixes = set(), set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg:
+            own.add(node.arg)
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            if isinstance(first, ast.Constant) and str(first.value).startswith("_"):
+                if len(str(first.value)) > 2:
+                    prefixes.add(str(first.value))
+    return own, tuple(prefixes)
+
+
+def _attribute_names(tree):
+    """``(node, name, on_self)`` for each ``x._name`` and ``getattr/hasattr/setattr(x,
+    "_name")`` in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            yield node, node.attr, on_self
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            first = node.args[0]
+            on_self = isinstance(first, ast.Name) and first.id in ("self", "cls")
+            yield node, node.args[1].value, on_self
+
+
+def framework_privates_named(modules) -> list[tuple[Path, int, str]]:
+    """Where the package names a private attribute it does not define itself (a private of
+    Django, DRF, drf-spectacular or the standard library), or one of the known framework
+    privates: ``(module, line, name)``."""
+    modules = list(modules)
+    own, prefixes = _defined_names(tree for _, tree in modules)
+    found = []
+    for path, tree in modules:
+        for node, name, on_self in _attribute_names(tree):
+            if name in FENCED_INTERNALS:
+                found.append((path, node.lineno, name))
+                continue
+            if not name.startswith("_") or name.startswith("__") or name in DOCUMENTED_PRIVATES:
+                continue
+            if (
+                name in FRAMEWORK_PRIVATES
+                or (name in FRAMEWORK_PRIVATES_OF_OTHERS and not on_self)
+                or (name not in own and not name.startswith(prefixes))
+            ):
+                found.append((path, node.lineno, name))
+    return found
+
+
+def test_every_framework_private_is_fenced_and_listed():
+    """Scanning the whole package: a private attribute of Django, DRF, drf-spectacular or
+    the standard library is named only in a fenced module, and listed above by name."""
+    outside, unlisted = [], []
+    for path, line, name in framework_privates_named(_all_modules()):
+        where = f"{path.relative_to(PACKAGE.parent)}:{line}: .{name}"
+        if path not in FENCES:
+            outside.append(where)
+        elif name not in FENCED_PRIVATES and name not in FENCED_INTERNALS:
+            unlisted.append(where)
+    assert outside == [], "framework privates outside the fenced modules:\n" + "\n".join(outside)
+    assert unlisted == [], "framework privates not listed in FENCED_PRIVATES:\n" + "\n".join(
+        unlisted
+    )
+
+
+def test_every_listed_private_is_used_in_a_fence():
+    named = {name for path, _, name in framework_privates_named(_all_modules())}
+    assert set(FENCED_PRIVATES) | FENCED_INTERNALS <= named
+
+
+def test_the_package_scan_sees_framework_privates(tmp_path):
+    """The scan finds a DRF serializer's ``_readable_fields``, a DRF request's
+    ``._request``, ``getattr(x, "_private")`` and ``Query.annotation_select``; not
+    ``self._request``, a name the module defines, ``_meta`` or a namedtuple's ``_make``."""
+    module = tmp_path / "leak.py"
+    module.write_text(
+        "class A:\n"
+        "    def f(self, s, request, qs, Row):\n"
+        "        self._mine = self._request = 1\n"
+        "        s._readable_fields, request._request, self._request, self._mine\n"
+        "        getattr(qs, '_hidden'), qs.query.annotation_select, qs.model._meta\n"
+        "        return Row._make([])\n"
+    )
+    found = framework_privates_named([(module, ast.parse(module.read_text()))])
+    assert sorted(name for _, _, name in found) == [
+        "_hidden",
+        "_readable_fields",
+        "_request",
+        "annotation_select",
+    ]
+
+
+def test_query_annotation_select():
+    """``Query.annotation_select``: the names ``prepared.annotation_names`` gives, in the
+    order ``values_list`` selects them (the spending check's columns, ``limits.py``)."""
+    from django.db.models import Count, F, Value
+
+    queryset = Chat.objects.annotate(b=Value(1), a=F("pk"), c=Count("messages"))
+    assert prepared.annotation_names(queryset) == ["b", "a", "c"]
+    assert list(queryset.query.annotation_select) == ["b", "a", "c"]
+    chat = Chat.objects.create()
+    row = queryset.filter(pk=chat.pk).values_list(*prepared.annotation_names(queryset)).get()
+    assert row == (1, chat.pk, 0)
+
+
+def test_drf_spectacular_asset_hooks():
+    """``SpectacularSwaggerView._swagger_ui_resource`` / ``_swagger_ui_favicon`` and
+    ``SpectacularRedocView._redoc_standalone``: static methods the views call for their
+    assets' URLs, which ``api/schema_views.py`` overrides."""
+    import inspect
+
+    from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
+
+    from django_llmchat.api.schema_views import SchemaRedocView, SchemaSwaggerView
+
+    hooks = [
+        (SpectacularSwaggerView, SchemaSwaggerView, "_swagger_ui_resource", ["filename"]),
+        (SpectacularSwaggerView, SchemaSwaggerView, "_swagger_ui_favicon", []),
+        (SpectacularRedocView, SchemaRedocView, "_redoc_standalone", []),
+    ]
+    for base, ours, name, parameters in hooks:
+        assert isinstance(inspect.getattr_static(base, name), staticmethod)
+        assert list(inspect.signature(getattr(base, name)).parameters) == parameters
+        assert name in inspect.getsource(base.get)
+        assert getattr(ours, name) is not getattr(base, name)
+
+
+def test_known_rows_and_forget_rows_read_the_prefetch_cache():
+    """``known_rows`` reads the rows of a relation prefetched (or just written) without a
+    query; ``forget_rows`` drops them, so the next read asks the database."""
+    from django_llmchat.prepared import forget_rows, known_rows
+
+    chat, message, call, usage = _reply()
+    assert known_rows(message, "usages") is None
+    forget_rows(message, "usages")  # nothing loaded: nothing to forget
+    fetched = Message.objects.prefetch_related("usages").get(pk=message.pk)
+    assert known_rows(fetched, "usages") == [usage]
+    known_relations(message, usages=[usage], tool_calls=[])
+    assert known_rows(message, "usages") == [usage] and known_rows(message, "tool_calls") == []
+    forget_rows(fetched, "usages")
+    forget_rows(message, "usages")
+    assert known_rows(fetched, "usages") is None and known_rows(message, "usages") is None
+    assert known_rows(message, "tool_calls") == []
+    with _queries() as queries:
+        assert list(message.usages.all()) == [usage]
+    assert len(queries.captured_queries) == 1

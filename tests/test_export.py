@@ -8,12 +8,11 @@ from decimal import Decimal
 from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.test import override_settings
 from django.urls import reverse
 
 from django_llmchat.export import (
-    filter_chats,
     finetune_example,
     finetune_lines,
     transcripts_json,
@@ -181,32 +180,6 @@ def test_raw_arguments_that_never_parsed_go_back_as_they_came():
     example = json.loads(next(finetune_lines([chat])))
     calls = [m for m in example["messages"] if m.get("tool_calls")]
     assert calls[0]["tool_calls"][0]["function"]["arguments"] == '{"city": "Os'
-
-
-def test_filters_and_the_command(django_user_model, tmp_path):
-    ann = django_user_model.objects.create_user("ann")
-    bob = django_user_model.objects.create_user("bob")
-    liked, (reply,) = _chat(ann, "liked")
-    reply.rate(1, user=ann)
-    _chat(ann, "plain")
-    theirs, _ = _chat(bob, "bob's")
-    assert [c.title for c in filter_chats(users=[ann])] == ["liked", "plain"]
-    assert [c.title for c in filter_chats(rating=1)] == ["liked"]
-    assert list(filter_chats(rating=-1)) == []
-    assert [c.title for c in filter_chats(chat_ids=[theirs.pk])] == ["bob's"]
-
-    out = StringIO()
-    call_command("llmchat_export_finetune", "--user", "ann", "--rating", "1", stdout=out)
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 1 and check_line(lines[0])["messages"][-1]["content"] == "Hello!"
-
-    target = tmp_path / "train.jsonl"
-    err = StringIO()
-    call_command("llmchat_export_finetune", "--chat", str(theirs.pk), "-o", str(target), stderr=err)
-    assert [check_line(line) for line in target.read_text().splitlines()]
-    assert "Wrote 1 conversation to" in err.getvalue()
-    with pytest.raises(CommandError, match="No user"):
-        call_command("llmchat_export_finetune", "--user", "nobody")
 
 
 def test_the_admin_action_downloads_the_selected_chats(admin_client):

@@ -8,7 +8,6 @@ import traceback
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -479,15 +478,3 @@ def test_a_queued_run_whose_task_was_lost_is_sent_again(inline, monkeypatch):
     assert runs.stale_runs() == []  # not yet: its task may still come
     Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=1))
     assert [r.pk for r in runs.stale_runs()] == [run.pk]
-
-
-def test_llmchat_recover_command(inline, capsys):
-    inline.script("A")
-    chat = Chat.objects.create()
-    prompt = chat.add_message(role="user", content="Q")
-    _dead_run(chat, prompt)
-    call_command("llmchat_recover", "--inline")
-    assert transcript(chat) == [("user", "Q"), ("assistant", "A")]
-    assert "1 run" in capsys.readouterr().out
-    call_command("llmchat_recover")
-    assert "no run" in capsys.readouterr().out.lower()

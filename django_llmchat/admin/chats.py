@@ -287,7 +287,8 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         chat = self.get_object(request, object_id)
         if chat is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            self.message_user(request, f"No chat with ID “{object_id}”.", messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
         if not self.has_change_permission(request, chat):
             raise PermissionDenied
         target = request.POST.get("switch_to", "")

@@ -79,6 +79,14 @@ class LLMChatView(GenericAPIView):
             return post
         return super().get_serializer_class()
 
+    asgi = False
+    """Whether the request came through ASGI (set by :meth:`initialize_request`)."""
+
+    def initialize_request(self, request, *args, **kwargs):
+        # DRF's documented hook, given Django's own request: whether it came through ASGI
+        self.asgi = isinstance(request, ASGIRequest)
+        return super().initialize_request(request, *args, **kwargs)
+
     def get_authenticators(self):
         return [cls() for cls in default_authenticators()]
 
@@ -111,7 +119,7 @@ class LLMChatView(GenericAPIView):
         return isinstance(getattr(self.request, "accepted_renderer", None), EventStreamRenderer)
 
     def is_asgi(self) -> bool:
-        return isinstance(self.request._request, ASGIRequest)
+        return self.asgi
 
 
 def admit(inline: InlineRun) -> InlineRun:

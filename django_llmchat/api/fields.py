@@ -117,7 +117,8 @@ class CompiledRepresentation:
         if plan is None:
             plan = [
                 (f.field_name, _getter(f, self.relations), _renderer(f))
-                for f in self._readable_fields
+                for f in self.fields.values()
+                if not f.write_only
             ]
             self.__dict__["_compiled_plan_cache"] = plan
         return plan

@@ -1,5 +1,10 @@
 """``schema/``, ``docs/`` and ``redoc/``: the API's OpenAPI schema, and Swagger UI and
-Redoc to read it (their assets served by this site with ``drf_spectacular_sidecar``)."""
+Redoc to read it (their assets served by this site with ``drf_spectacular_sidecar``).
+
+The one module of the package that uses drf-spectacular internals: the views' private
+``_swagger_ui_resource``, ``_swagger_ui_favicon`` and ``_redoc_standalone``, overridden to
+serve the assets from this site (``tests/test_django_internals.py`` names and checks each,
+and that no other module names one)."""
 
 from __future__ import annotations
 

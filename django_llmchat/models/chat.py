@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 from ..aio import stream_in_thread
 from ..conf import settings
 from ..errors import ArgumentError
-from ..prepared import is_new
+from ..prepared import forget_rows, is_new, known_rows
 from ..values import TOKEN_FIELDS, Cost, Tokens
 from .attachment import Attachment
 from .llm_model import find_model
@@ -539,7 +539,7 @@ class AbstractChat(models.Model):
             return sorted(names.split("\n")) if names else []
         if self.pk is None:
             return []
-        cached = getattr(self, "_prefetched_objects_cache", {}).get("tag_rows")
+        cached = known_rows(self, "tag_rows")
         if cached is not None:
             return sorted(row.name for row in cached)
         return sorted(self.tag_rows.values_list("name", flat=True))
@@ -580,7 +580,7 @@ class AbstractChat(models.Model):
                 [ChatTag(chat_id=self.pk, name=n) for n in names if n not in current]
             )
         self.__dict__["_tag_names"] = "\n".join(names)
-        getattr(self, "_prefetched_objects_cache", {}).pop("tag_rows", None)
+        forget_rows(self, "tag_rows")
         return self
 
     # -- running the loop -----------------------------------------------------------------

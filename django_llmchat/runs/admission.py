@@ -160,7 +160,7 @@ def enqueue(
     if regenerate and prompt is not None:
         raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
     policy = ENQUEUE if prompt is None else resolve(chat, double_texting)
-    worker = worker_name() if (start or wait) else ""
+    worker = worker_name()
     using = router.db_for_write(Run)
     try:
         # the PostgreSQL face (one call) is tested on PostgreSQL, not by the mutation

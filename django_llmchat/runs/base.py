@@ -72,12 +72,9 @@ _CHAT_RELEASED = PreparedUpdate(
 
 def worker_name() -> str:
     """``host:pid`` of this process, with the Celery worker's name when there is one."""
-    try:
-        from celery import current_task
+    from celery import current_task
 
-        hostname = getattr(getattr(current_task, "request", None), "hostname", None)
-    except Exception:  # pragma: no cover - celery is a dependency
-        hostname = None
+    hostname = getattr(getattr(current_task, "request", None), "hostname", None)
     return f"{hostname or socket.gethostname()}:{os.getpid()}"[:255]
 
 

@@ -90,7 +90,7 @@ def claim(
         found = _claim_call(chat_id, run_id, task_id, waiting, worker, using)
         if found is not None:
             return found
-    for _ in range(100):  # each pass fails one run that cannot be resumed, or returns
+    while True:  # each pass fails one run that cannot be resumed, or returns
         with transaction.atomic():
             if not _lock(chat_id):
                 return Claim(state=NOTHING)
@@ -166,7 +166,6 @@ def claim(
             execution = Execution(head, worker=worker)
             execution.taken_over = taken_over
             return Claim(execution=execution)
-    raise RuntimeError(f"could not claim a run of chat {chat_id}")  # pragma: no cover
 
 
 def _claim_call(
@@ -239,12 +238,8 @@ def _resume_soon(run: Run) -> None:
 
 
 def _busy_or_paused(head: Run, now) -> Claim:
-    if head.status == Run.AWAITING_APPROVAL:
-        return Claim(state=PAUSED)
-    retry_in = None
-    if head.lease_expires_at is not None:
-        retry_in = max(0.0, (head.lease_expires_at - now).total_seconds())
-    return Claim(state=BUSY, retry_in=retry_in)
+    # only for a head whose lease is live (a head awaiting approval is PAUSED before)
+    return Claim(state=BUSY, retry_in=max(0.0, (head.lease_expires_at - now).total_seconds()))
 
 
 def _give_up(run: Run, now) -> None:
@@ -285,9 +280,7 @@ def wait_for_turn(run: Run, *, poll: float = WAIT_POLL_SECONDS) -> Execution:
     worker = run.worker or worker_name()
     while True:
         found = claim(run.chat_id, run_id=run.pk, waiting=True, worker=worker)
-        if found.execution is not None:
-            if found.execution.pk != run.pk:  # pragma: no cover - claim takes only ``run``
-                raise RuntimeError("claimed another run than the one waited for")
+        if found.execution is not None:  # claim(run_id=..., waiting=True) takes only ``run``
             return found.execution
         if found.state == NOTHING:
             raise RunLostError(f"run {run.pk} was finished before its turn came")

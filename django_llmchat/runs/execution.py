@@ -265,7 +265,6 @@ class Execution:
     def _transition(self, status: str, **updates: Any) -> bool:
         if self.done:
             return False
-        head = None
         # stopped by a new prompt under the rollback policy: what the run stored goes
         # with its end, in its transaction (the statements)
         rolled_back = status in Run.FINISHED and updates.get("interrupt_reason") == ROLLED_BACK

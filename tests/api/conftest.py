@@ -6,7 +6,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_llmchat.models import Chat
+from django_llmchat.models import Chat, LLMModel
 
 
 class Clients:
@@ -97,3 +97,31 @@ def close_response(response) -> None:
     finally:
         for patch in patches:
             patch.stop()
+
+
+@pytest.fixture
+def registry():
+    rows = [
+        ("openai", "gpt-4.1", "GPT-4.1", "gpt-4.1", 1_047_576, ["streaming", "tools", "vision"]),
+        ("openai", "gpt-4.1-mini", "GPT-4.1 mini", "gpt-4.1", 1_047_576, ["streaming", "tools"]),
+        (
+            "anthropic",
+            "claude-haiku-4-5",
+            "Claude Haiku 4.5",
+            "claude-haiku",
+            200_000,
+            ["tools", "vision", "thinking"],
+        ),
+        ("gemini", "gemini-2.5-flash", "Gemini 2.5 Flash", "gemini-2.5", 1_048_576, ["streaming"]),
+    ]
+    return [
+        LLMModel.objects.create(
+            provider=p, model_id=m, name=n, family=f, context_window=c, capabilities=caps
+        )
+        for p, m, n, f, c, caps in rows
+    ]
+
+
+def ids(response):
+    assert response.status_code == 200, response.content
+    return [row["model_id"] for row in response.json()["results"]]

@@ -12,7 +12,7 @@ from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
 
 from .conftest import sse_frames, url
-from .test_runs import api_lookup, api_transfer
+from .test_views_runs import api_lookup, api_transfer
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from django_llmchat.testing import Reply
 from tests.conftest import require_service
 
 from .conftest import sse_frames, url
-from .test_runs import paused  # noqa: F401 - a fixture: a run waiting for two approvals
 from .test_ui_chat import chunks, post, user
+from .test_views_runs import paused  # noqa: F401 - a fixture: a run waiting for two approvals
 
 pytestmark = pytest.mark.django_db
 
@@ -246,7 +246,7 @@ def test_a_replayed_ui_stream_names_repeated_vendor_ids_as_the_first_did(
     request gives each call the ``toolCallId`` the first stream gave it."""
     from django_llmchat.testing import ToolCall as ScriptedCall
 
-    from .test_runs import api_lookup
+    from .test_views_runs import api_lookup
 
     fake_llm.configure(
         "deepseek",

@@ -35,7 +35,7 @@ KEY = Fernet.generate_key().decode()
 AT_REST = {
     "ENCRYPTION_KEYS": [KEY],
     "REDACT_STORED": True,
-    "REDACT": "tests.test_redaction.mask",
+    "REDACT": "tests.providers.test_redact.mask",
 }
 
 

@@ -14,8 +14,8 @@ from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.tools import tool
 
 from .conftest import url
-from .test_runs import api_lookup, api_transfer
 from .test_ui_chat import chunks, post, user
+from .test_views_runs import api_lookup, api_transfer
 
 pytestmark = pytest.mark.django_db
 

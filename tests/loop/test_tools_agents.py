@@ -7,20 +7,15 @@ import time
 import pytest
 from pydantic import BaseModel
 
-from django_llmchat.agents import Agent, interrupt
+from django_llmchat.agents import interrupt
 from django_llmchat.context import Context
-from django_llmchat.errors import ArgumentError, StructuredOutputError
+from django_llmchat.errors import StructuredOutputError
 from django_llmchat.events import (
-    GuardrailModification,
-    GuardrailTripwire,
     Interrupt,
-    RunFinished,
     RunStarted,
-    SkillActivation,
     TextDelta,
     ToolCallDone,
 )
-from django_llmchat.guardrails import Guardrail, GuardrailResult
 from django_llmchat.models import Chat, Message, ToolCall, Usage
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as Call
@@ -191,31 +186,6 @@ def test_approval_pauses_and_resumes(chat, fake_llm):
     assert results(chat)[1]["error"]["type"] == "denied"
 
 
-class Calculator(Agent):
-    model = "gpt-4.1-mini"
-    provider = "openai"
-    instructions = "You add numbers."
-    tools = [add]
-    max_steps = 2
-
-
-def test_agent_instructions_tools_and_max_steps(fake_llm):
-    fake_llm.configure("openai", "gpt-4.1-mini")
-    chat = Calculator.start_chat()
-    assert chat.agent == f"{__name__}.Calculator"
-    fake_llm.script(*[Reply(tool_calls=[Call("add", {"a": i})]) for i in range(3)])
-    events = list(Chat.objects.get(pk=chat.pk).stream("count"))
-    assert events[-2] == Interrupt(reason="max_steps") and events[-1].status == "interrupted"
-    body = fake_llm.requests[0].body
-    assert "You add numbers." in json.dumps(body)
-    assert "add" in json.dumps(body["tools"])
-    # transcript is valid: every call answered
-    assert all(tc.get_result() is not None for tc in ToolCall.objects.all())
-    # complete() resumes after the interrupt
-    fake_llm.script(Reply("The answer is 3."))
-    assert chat.complete().content == "The answer is 3."
-
-
 def test_tool_interrupt_then_complete_resumes(chat, fake_llm):
     fake_llm.script(
         Reply(tool_calls=[Call("add", {"a": 1}), Call("stop_here", {"reason": "needs a human"})])
@@ -231,73 +201,6 @@ def test_tool_interrupt_then_complete_resumes(chat, fake_llm):
     events = list(chat.stream())
     assert events[-2] == Interrupt(reason="needs a human") and events[-1].status == "interrupted"
     assert len(fake_llm.requests) == calls_before
-
-
-class NoSecrets(Guardrail):
-    id = "no-secrets"
-
-    def check(self, text, *, phase, context):
-        if "password" in text:
-            return GuardrailResult.block("mentions a password")
-        if "damn" in text:
-            return GuardrailResult.transform(text.replace("damn", "d***"))
-        return None
-
-
-class Guarded(Agent):
-    guardrails = [NoSecrets]
-
-
-def test_guardrails(fake_llm):
-    fake_llm.configure("openai", "gpt-4.1-mini")
-    chat = Guarded.start_chat()
-    events = list(chat.stream("my password is hunter2"))
-    assert events == [
-        GuardrailTripwire(guardrail_id="no-secrets", reason="mentions a password", phase="before"),
-        RunFinished(run_id="", status="blocked"),
-    ]
-    assert chat.messages.count() == 0 and not fake_llm.requests
-    fake_llm.script(Reply("damn right"))
-    events = list(chat.stream("damn it"))
-    mods = [e for e in events if isinstance(e, GuardrailModification)]
-    assert [m.phase for m in mods] == ["before", "after"]
-    assert list(chat.messages.values_list("content", flat=True)) == ["d*** it", "d*** right"]
-    fake_llm.script(Reply("the password is swordfish"))
-    reply = chat.ask("what is it?")
-    assert reply is None
-    assert chat.last_run.tripwire.phase == "after"
-    assert not chat.messages.filter(content__contains="swordfish").exists()
-
-
-def test_skills(fake_llm, tmp_path):
-    skill = tmp_path / "code-review"
-    skill.mkdir()
-    (skill / "SKILL.md").write_text(
-        "---\nname: code-review\ndescription: Reviews code\n---\nCheck for bugs first."
-    )
-
-    class Reviewer(Agent):
-        skills = [str(tmp_path)]
-
-    fake_llm.configure("openai", "gpt-4.1-mini")
-    chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
-    from django_llmchat.runner import Runner
-
-    fake_llm.script(
-        Reply(tool_calls=[Call("skill_activate", {"name": "code-review"})]), Reply("Reviewed.")
-    )
-    chat.add_message(role="user", content="review this")
-    runner = Runner(chat)
-    runner.agent = Reviewer()
-    from django_llmchat.skills import load_skills
-
-    runner.context.skills = load_skills(Reviewer.skills)
-    runner.begin(None)  # a run continuing the saved history
-    events = list(runner.run())
-    assert SkillActivation("code-review") in events
-    assert "Check for bugs first." in chat.messages.get(role="tool").content
-    assert "code-review: Reviews code" in json.dumps(fake_llm.requests[0].body)
-    assert runner.context.skills.activated == ["code-review"]
 
 
 def test_cancel_mid_stream(chat, fake_llm):
@@ -422,25 +325,3 @@ def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
     assert not Chat.objects.get(pk=chat.pk).interrupt("nothing is running")
     fake_llm.script(Reply("resumed"))
     assert chat.complete().content == "resumed"
-
-
-@pytest.mark.django_db
-def test_an_agent_defined_in_a_shell_is_refused_naming_where_it_must_live():
-    """A class pasted into ``manage.py shell`` (or defined in a function) has a dotted
-    path nothing can import: ``start_chat`` says so before a chat is stored, instead of
-    a worker failing later with "cannot import agent"."""
-    shell: dict = {"__name__": "__main__"}
-    exec(
-        "from django_llmchat.agents import Agent\n"
-        "class Pasted(Agent):\n"
-        "    model = 'gpt-4.1-mini'\n",
-        shell,
-    )
-
-    class Local(Agent):
-        model = "gpt-4.1-mini"
-
-    for agent in (shell["Pasted"], Local):
-        with pytest.raises(ArgumentError, match=r"define the class in a module of your project"):
-            agent.start_chat()
-    assert not Chat.objects.exists()

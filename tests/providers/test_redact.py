@@ -203,13 +203,13 @@ def test_the_hook_must_return_text():
 
 
 def test_dotted_path_and_checks():
-    with override_settings(LLMCHAT={"REDACT": "tests.test_redaction.mask"}):
+    with override_settings(LLMCHAT={"REDACT": "tests.providers.test_redact.mask"}):
         request = ProviderRequest(
             model_id="m", messages=[ProviderMessage(role="user", content="mail a@b.co")]
         )
         assert redact_request(request).messages[0].content == "mail [email]"
         assert not [e for e in run_checks() if e.id.startswith("llmchat.E06")]
-    with override_settings(LLMCHAT={"REDACT": "tests.test_redaction.nothing_here"}):
+    with override_settings(LLMCHAT={"REDACT": "tests.providers.test_redact.nothing_here"}):
         errors = [e for e in run_checks() if e.id == "llmchat.E060"]
         assert errors and "LLMCHAT['REDACT']" in errors[0].msg
     with override_settings(LLMCHAT={"REDACT": 42}):

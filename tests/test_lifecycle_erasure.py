@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
-from io import StringIO
 
 import pytest
-from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
@@ -16,7 +14,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_llmchat import lifecycle
-from django_llmchat.admin import erase_llmchat_data, export_llmchat_data
 from django_llmchat.dashboard import usage_summary
 from django_llmchat.models import Attachment, Chat, IdempotencyKey, Message, Run, Usage
 from tests.lifecycle_helpers import files_of, make_chat, redis_events, stream_exists
@@ -93,27 +90,6 @@ def test_the_export_holds_chats_messages_tool_calls_attachments_and_usage(fake_l
     assert base64.b64decode(attachment["data_base64"]) == b"my private notes"
 
 
-def test_the_export_command_writes_json(fake_llm, alice, bob, tmp_path):
-    configure(fake_llm)
-    make_chat(fake_llm, alice)
-    make_chat(fake_llm, bob, title="Bob's")
-    out = StringIO()
-    call_command("llmchat_export_user", "alice", stdout=out)
-    (entry,) = json.loads(out.getvalue())["users"]
-    assert entry["user"]["username"] == "alice" and len(entry["chats"]) == 1
-    target = tmp_path / "bob.json"
-    err = StringIO()
-    call_command(
-        "llmchat_export_user", str(bob.pk), "--pk", "--files", output=str(target), stderr=err
-    )
-    (entry,) = json.loads(target.read_text())["users"]
-    assert entry["chats"][0]["title"] == "Bob's"
-    assert "data_base64" in entry["chats"][0]["messages"][0]["attachments"][0]
-    assert "Wrote 1 chats and 2 usage rows of bob" in err.getvalue()
-    with pytest.raises(CommandError, match="No user with username 'carol'"):
-        call_command("llmchat_export_user", "carol")
-
-
 @pytest.mark.redis
 def test_erasure_removes_transcripts_files_streams_keys_and_anonymises_the_ledger(
     fake_llm, events, alice, bob
@@ -165,142 +141,12 @@ def test_erasure_is_refused_while_a_run_is_in_progress(fake_llm, alice):
     assert Chat.objects.filter(pk=chat.pk).exists()
 
 
-def test_the_erase_command_asks_first_and_may_delete_the_account(fake_llm, alice, monkeypatch):
-    configure(fake_llm)
-    make_chat(fake_llm, alice)
-    monkeypatch.setattr("builtins.input", lambda prompt: "no")
-    with pytest.raises(CommandError, match="Nothing was erased"):
-        call_command("llmchat_erase_user", "alice")
-    assert Chat.objects.filter(user=alice).exists()
-    asked = []
-    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or "yes")
-    out = StringIO()
-    call_command("llmchat_erase_user", "alice", "--delete-user", stdout=out)
-    assert "Erase 1 chat of alice and anonymise 2 usage rows and delete the account" in asked[0]
-    assert "Erased 1 chat of alice (1 attachment files" in out.getvalue()
-    assert "the account is deleted" in out.getvalue()
-    assert not get_user_model().objects.filter(pk=alice.pk).exists()
-    assert Usage.objects.count() == 2 and not Usage.objects.exclude(user_id=None).exists()
-
-
-@pytest.mark.parametrize("stdin", ["closed", "empty"])
-def test_the_erase_command_with_no_terminal_asks_for_yes(fake_llm, alice, monkeypatch, stdin):
-    import os
-    import sys
-
-    configure(fake_llm)
-    make_chat(fake_llm, alice)
-    # what cron, CI or `... < /dev/null` give it: input() meets end of file
-    source = open(os.devnull) if stdin == "closed" else StringIO("")
-    monkeypatch.setattr(sys, "stdin", source)
-    try:
-        with pytest.raises(CommandError) as info:
-            call_command("llmchat_erase_user", "alice", stdout=StringIO())
-    finally:
-        source.close()
-    assert "Nothing was erased" in str(info.value) and "Pass --yes" in str(info.value)
-    assert not isinstance(info.value.__cause__, EOFError) and info.value.__suppress_context__
-    assert Chat.objects.filter(user=alice).exists()
-    assert Usage.objects.filter(user_id=alice.pk).count() == 2
-
-
 # -- the admin -------------------------------------------------------------------------------
 @pytest.fixture
 def staff(client, django_user_model):
     user = django_user_model.objects.create_superuser("admin", "a@example.com", "pw")
     client.force_login(user)
     return client
-
-
-def test_the_chat_admin_exports_the_users_of_the_selected_chats(fake_llm, alice, bob, staff):
-    configure(fake_llm)
-    chat = make_chat(fake_llm, alice)
-    make_chat(fake_llm, bob)
-    response = staff.post(
-        reverse("admin:django_llmchat_chat_changelist"),
-        {"action": "export_users_data", "_selected_action": [chat.pk]},
-    )
-    assert response.status_code == 200 and response["Content-Type"] == "application/json"
-    assert 'filename="llmchat-export-alice.json"' in response["Content-Disposition"]
-    (entry,) = json.loads(response.content)["users"]
-    assert entry["user"]["username"] == "alice" and len(entry["chats"]) == 1
-
-
-def test_the_chat_admin_erases_after_a_confirmation(fake_llm, alice, bob, staff):
-    configure(fake_llm)
-    chat = make_chat(fake_llm, alice)
-    make_chat(fake_llm, bob)
-    files = files_of(chat)
-    changelist = reverse("admin:django_llmchat_chat_changelist")
-    selected = {"action": "erase_users_data", "_selected_action": [chat.pk]}
-    page = staff.post(changelist, selected)
-    assert page.status_code == 200
-    assert "alice: 1 chat, 4 messages, 2 usage rows to anonymise" in page.text
-    assert "Their usage rows stay for the accounts, anonymised" in page.text
-    assert Chat.objects.filter(pk=chat.pk).exists()
-    done = staff.post(changelist, {**selected, "post": "yes"}, follow=True)
-    assert "Erased 1 chats of alice; 2 usage rows anonymised." in done.text
-    assert not Chat.objects.filter(user=alice).exists() and Chat.objects.filter(user=bob).exists()
-    assert not any(storage().exists(name) for name in files)
-
-
-def test_the_user_admin_takes_the_actions(fake_llm, alice, staff, monkeypatch):
-    configure(fake_llm)
-    make_chat(fake_llm, alice)
-    user_admin = admin.site._registry[get_user_model()]
-    monkeypatch.setattr(
-        user_admin, "actions", [*user_admin.actions, export_llmchat_data, erase_llmchat_data]
-    )
-    changelist = reverse("admin:auth_user_changelist")
-    exported = staff.post(
-        changelist, {"action": "export_llmchat_data", "_selected_action": [alice.pk]}
-    )
-    assert json.loads(exported.content)["users"][0]["user"]["username"] == "alice"
-    selected = {"action": "erase_llmchat_data", "_selected_action": [alice.pk]}
-    assert "alice: 1 chat" in staff.post(changelist, selected).text
-    staff.post(changelist, {**selected, "post": "yes"})
-    assert not Chat.objects.filter(user=alice).exists()
-    assert get_user_model().objects.filter(pk=alice.pk).exists()
-
-
-def test_the_chat_delete_pages_say_the_ledger_stays(fake_llm, alice, staff):
-    configure(fake_llm)
-    chat = make_chat(fake_llm, alice)
-    files = files_of(chat)
-    page = staff.get(reverse("admin:django_llmchat_chat_delete", args=[chat.pk]))
-    assert page.status_code == 200
-    assert "The usage rows of this chat stay" in page.text
-    assert "This chat has 2 usage rows" in page.text
-    selected = staff.post(
-        reverse("admin:django_llmchat_chat_changelist"),
-        {"action": "delete_selected", "_selected_action": [chat.pk]},
-    )
-    assert "The usage rows of these chats stay" in selected.text
-    staff.post(reverse("admin:django_llmchat_chat_delete", args=[chat.pk]), {"post": "yes"})
-    assert not Chat.objects.filter(pk=chat.pk).exists()
-    assert Usage.objects.filter(chat_id=chat.pk).count() == 2
-    assert not any(storage().exists(name) for name in files)
-
-
-def test_the_admin_keeps_a_chat_with_a_run_in_progress(fake_llm, alice, staff):
-    """Its delete page is refused, and so is a bulk delete that selects it; the idle
-    chats delete as usual (each under its lock, so no run starts meanwhile)."""
-    from django_llmchat.models import Run
-
-    configure(fake_llm)
-    busy, idle = make_chat(fake_llm, alice), make_chat(fake_llm, alice)
-    Run.objects.create(chat=busy, status=Run.AWAITING_APPROVAL)
-    page = staff.get(reverse("admin:django_llmchat_chat_delete", args=[busy.pk]))
-    assert page.status_code == 403
-    changelist = reverse("admin:django_llmchat_chat_changelist")
-    selected = {"action": "delete_selected", "_selected_action": [busy.pk, idle.pk]}
-    assert staff.post(changelist, {**selected, "post": "yes"}).status_code == 403
-    assert Chat.objects.filter(pk__in=[busy.pk, idle.pk]).count() == 2
-    only_idle = {"action": "delete_selected", "_selected_action": [idle.pk], "post": "yes"}
-    staff.post(changelist, only_idle)
-    assert list(Chat.objects.filter(pk__in=[busy.pk, idle.pk]).values_list("pk", flat=True)) == [
-        busy.pk
-    ]
 
 
 def test_the_api_delete_removes_the_files_and_keeps_the_ledger(fake_llm, alice):
