@@ -151,7 +151,12 @@ _export("django_llmchat.api.schema_settings", "SCHEMA_SETTINGS")
 __all__ = sorted(_EXPORTS)
 
 
+_FACE_MODULES = tuple(module.rpartition(".")[2] for module in FACE[1:])
+
+
 def __getattr__(name: str) -> Any:
+    if name in _FACE_MODULES:  # django_llmchat.events.TextDelta after `import django_llmchat`
+        return importlib.import_module(f"{__name__}.{name}")
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'django_llmchat' has no attribute {name!r}")
@@ -162,4 +167,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__all__, *_FACE_MODULES})

@@ -40,6 +40,20 @@ def test_every_name_of_the_face_imports(module):
     assert set(face.__all__) <= set(dir(face))
 
 
+def test_the_face_modules_are_attributes_of_the_package():
+    code = (
+        "import django_llmchat\n"
+        "assert django_llmchat.events.TextDelta('x').content == 'x'\n"
+        "errors = django_llmchat.errors\n"
+        "assert issubclass(errors.ProviderError, errors.LLMChatError)\n"
+        "assert {'events', 'errors', 'testing', 'providers'} <= set(dir(django_llmchat))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         django_llmchat.Nope  # noqa: B018
