@@ -148,7 +148,11 @@ _export(
 _export("django_llmchat.api.schema", "TOOL_NAME_PATTERN")
 _export("django_llmchat.api.schema_settings", "SCHEMA_SETTINGS")
 
-__all__ = sorted(_EXPORTS)
+# need the optional REST layer (the "api" extra: DRF, drf-spectacular): importable, but
+# left out of ``from django_llmchat import *``
+_OPTIONAL = frozenset({"TOOL_NAME_PATTERN", "SCHEMA_SETTINGS"})
+
+__all__ = sorted(set(_EXPORTS) - _OPTIONAL)
 
 
 _FACE_MODULES = tuple(module.rpartition(".")[2] for module in FACE[1:])
@@ -167,4 +171,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__, *_FACE_MODULES})
+    return sorted({*globals(), *_EXPORTS, *_FACE_MODULES})
