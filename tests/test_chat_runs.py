@@ -252,3 +252,13 @@ def test_a_queued_run_is_not_working(status, queued, working, awaiting, unfinish
         found.is_unfinished,
         found.is_finished,
     ) == (queued, working, awaiting, unfinished, finished)
+
+
+def test_a_branched_stream_closed_early_ends_its_run_cancelled(chat, fake_llm):
+    first = off_path(chat, fake_llm)
+    fake_llm.script(Reply("Lyon is the second city."))
+    events = chat.stream("And its second city?", parent=first)
+    next(events)  # the run started: its prompt stored after ``first``
+    assert Message.objects.get(content="And its second city?").parent_id == first.pk
+    events.close()
+    assert chat.runs.order_by("-id").first().status == "cancelled"
