@@ -1,4 +1,5 @@
-"""Running the synchronous loop from async code: a worker thread feeds an asyncio queue."""
+"""Running the synchronous loop from async code: a worker thread feeds an asyncio queue
+(:func:`stream_in_thread`), or is awaited for its result (:func:`call_in_thread`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,25 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .conf import settings
 
 _END = object()
+
+
+async def call_in_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Await ``func(*args, **kwargs)`` called in a worker thread, which closes its own
+    database connections when it returns: the async twin of a blocking verb."""
+
+    def call() -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()  # the worker thread's own connections
+
+    return await sync_to_async(call, thread_sensitive=False)()
 
 
 async def stream_in_thread(

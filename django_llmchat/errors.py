@@ -289,3 +289,27 @@ def safe_error(exc: BaseException) -> tuple[str, str]:
             # our own messages (a bad argument, a busy chat) name no secret
             return kind, message or str(exc)[:500]
     return "internal_error", "The reply failed."
+
+
+__all__ = [
+    "LLMChatError",
+    "ArgumentError",
+    "InputError",
+    "ConfigurationError",
+    "UnsupportedFeatureError",
+    "ProviderError",
+    "AuthenticationError",
+    "RateLimitError",
+    "ContextLengthExceededError",
+    "OverloadedError",
+    "ProviderTimeoutError",
+    "IncompleteStreamError",
+    "StructuredOutputError",
+    "InterruptError",
+    "ChatBusyError",
+    "RunInProgress",
+    "DoubleTextingRejected",
+    "RunLostError",
+    "BudgetExceededError",
+    "safe_error",
+]

@@ -405,3 +405,33 @@ def to_sse(event: StreamEvent, id: str | int | None = None) -> str:
     if id is not None:
         frame += f"id: {id}\n"
     return frame + "\n"
+
+
+__all__ = [
+    "StreamEvent",
+    "TextDelta",
+    "TextDone",
+    "ToolCallDelta",
+    "ToolCallDone",
+    "ReasoningPart",
+    "ReasoningDelta",
+    "ReasoningDone",
+    "WebSearchStatus",
+    "WebSearchDone",
+    "GuardrailTripwire",
+    "GuardrailModification",
+    "SkillActivation",
+    "Interrupt",
+    "TokenUsageDone",
+    "FinishReasonDone",
+    "ToolApprovalRequest",
+    "ToolResultDone",
+    "StepFinished",
+    "RunStarted",
+    "RunFinished",
+    "ContextCompacted",
+    "BudgetWarning",
+    "event_type",
+    "event_from_dict",
+    "to_sse",
+]

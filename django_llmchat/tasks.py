@@ -318,7 +318,9 @@ def complete_chat(
     reply_to: int | None = None,
 ) -> str:
     """Answer run ``run_id`` of the chat, after the runs ahead of it (``run_chat`` with
-    ``drain=False``). ``attempt`` counts the retries after provider errors so far;
+    ``drain=False``): the Celery task ``chat.ask_later()`` sends (its registered name stays
+    ``runs.COMPLETE_CHAT``; ``Chat.complete`` and ``Provider.complete`` are other things).
+    ``attempt`` counts the retries after provider errors so far;
     ``reply_to`` (a prompt's id) is what tasks of earlier versions sent instead of
     ``run_id``."""
     close_old_connections()

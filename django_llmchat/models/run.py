@@ -90,11 +90,29 @@ class AbstractRun(models.Model):
 
     @property
     def is_finished(self) -> bool:
+        """Ended: succeeded, failed, cancelled or interrupted."""
         return self.status in self.FINISHED
 
     @property
-    def is_working(self) -> bool:
+    def is_unfinished(self) -> bool:
+        """Still to answer or answering: queued, running or awaiting approval."""
         return self.status in self.UNFINISHED
+
+    @property
+    def is_queued(self) -> bool:
+        """Waiting for its turn, a worker, or a retry: no process works on it."""
+        return self.status == self.QUEUED
+
+    @property
+    def is_working(self) -> bool:
+        """A process works on it now (``running``); a queued run or one waiting for a
+        tool-call decision is not working (see :attr:`is_unfinished`)."""
+        return self.status == self.RUNNING
+
+    @property
+    def is_awaiting_approval(self) -> bool:
+        """Paused until every waiting tool call is approved or denied."""
+        return self.status == self.AWAITING_APPROVAL
 
     @property
     def tokens(self) -> Tokens:

@@ -204,3 +204,56 @@ def clear_provider_cache() -> None:
 
 
 on_change(clear_provider_cache)
+
+
+# The face for writing and calling providers (read lazily: a protocol module is imported
+# when one of its names is first read).
+_EXPORTS = {
+    **{
+        name: ".types"
+        for name in (
+            "AttachmentData",
+            "Capabilities",
+            "ProviderMessage",
+            "ProviderRequest",
+            "ProviderResponse",
+            "ToolCallData",
+            "ToolSpec",
+        )
+    },
+    **{
+        name: ".base"
+        for name in ("Provider", "as_authentication_error", "copy_params", "merge_vendor_options")
+    },
+    **{
+        name: ".openai_chat"
+        for name in (
+            "ChatCompletionsProvider",
+            "OpenAIChatProvider",
+            "OllamaProvider",
+            "OpenRouterProvider",
+            "DeepSeekProvider",
+            "MistralProvider",
+            "PerplexityProvider",
+            "OpenAICompatibleProvider",
+        )
+    },
+    "OpenAIResponsesProvider": ".openai_responses",
+    "XAIProvider": ".openai_responses",
+    "AnthropicProvider": ".anthropic",
+    "GeminiProvider": ".gemini",
+    "redact_request": ".redact",
+    "feature_matrix": ".matrix",
+}
+__all__ += sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

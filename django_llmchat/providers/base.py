@@ -404,7 +404,9 @@ class Provider:
     def complete(
         self, request: ProviderRequest, *, on_retry: OnRetry | None = None
     ) -> ProviderResponse:
-        """One whole answer, retried on retryable errors.
+        """One whole answer, retried on retryable errors: one non-streaming provider call
+        (not ``Chat.complete``, which runs a chat's loop; nor ``tasks.complete_chat``, the
+        Celery task working a chat's queued runs).
 
         ``on_retry(error, retry_number)`` is called for each failed attempt that will be
         retried (``retry_number`` counts from 1), before the wait.

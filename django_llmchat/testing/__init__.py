@@ -16,8 +16,21 @@ Pytest users can register :mod:`django_llmchat.testing.pytest_plugin` for a read
 ``fake_llm`` fixture. See ``docs/testing.md``.
 """
 
+import importlib
+from typing import Any
+
 from .server import PROVIDER_NAMES, FakeProviderServer, Responder, echo
 from .wire import FORMATS, Fault, RecordedRequest, Reply, ToolCall
+
+# read lazily: the pytest plugin imports pytest, the invariants and the demo the models
+_EXPORTS = {
+    "FakeLLM": ".pytest_plugin",
+    "assert_one_path": ".invariants",
+    "path_problems": ".invariants",
+    "DEMO_TOOLS": ".demo",
+    "DEMO_MODEL": ".demo",
+    "demo_server": ".demo",
+}
 
 __all__ = [
     "FORMATS",
@@ -29,4 +42,16 @@ __all__ = [
     "Responder",
     "ToolCall",
     "echo",
+    *_EXPORTS,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
