@@ -98,7 +98,10 @@ class Runner(ProviderAttempts, ToolRunning):
             self.context.skills = (
                 skills if isinstance(skills, SkillsContext) else load_skills(list(skills))
             )
+        self.run_row: Run | None = None  # the run, once admitted or taken
+        self.prompt: Message | None = None  # the prompt the admission stored, if any
         self.execution: runs.Execution | None = None
+        self.trace_context = None  # the run's span's context (telemetry)
         # ``retry_on(exc)``: whether a failed run goes back to the queue (a task retries it)
         self.retry_on: Any = None
         self.holds_text = any(AFTER in g.phases for g in self.guardrails)
@@ -176,18 +179,22 @@ class Runner(ProviderAttempts, ToolRunning):
         attachments: list[tuple] | None = None,
         *,
         regenerate: bool = False,
+        later: bool = False,
     ) -> list:
         """The first half of :meth:`begin`: store ``prompt`` with its run through the gate
         (:func:`django_llmchat.runs.enqueue`: over a limit
         :class:`~django_llmchat.errors.BudgetExceededError`, nothing stored), without
-        waiting for its turn. ``regenerate``: answer the last prompt again instead."""
+        waiting for its turn. ``regenerate``: answer the last prompt again instead.
+        ``later``: the run is queued for a worker, whose task is sent when the
+        transaction commits (:meth:`ask_later`). A blocked prompt raises
+        :class:`Blocked` and stores nothing. The stored prompt is :attr:`prompt`."""
         chat = self.chat
         events: list[StreamEvent] = []
         message = None
         if prompt is not None:
             text, events = self.check_prompt(prompt)
             message = Message(chat=chat, role="user", content=text)
-        elif not regenerate:
+        elif not regenerate and not later:
             # continuing: the chat's next run, when nobody else is on it (a run queued
             # again after tool-call decisions, one whose worker died), is this one
             found = runs.claim(chat.pk)
@@ -200,17 +207,23 @@ class Runner(ProviderAttempts, ToolRunning):
                     "or deny them (or cancel the run) first"
                 )
         first = None
-        if message is not None and runs.opens_attempt(chat, attachments, self.double_texting):
+        if (
+            not later
+            and message is not None
+            and runs.opens_attempt(chat, attachments, self.double_texting)
+        ):
             first = self._first_call(message)
         if message is not None:
             # read after the path was: a path the admission finds as read is before it
             message.position = clock_position()
+        task_id = uuid.uuid4().hex if later else ""
         run, execution = runs.enqueue(
             chat,
             message,
             attachments,
-            start=True,
-            wait=True,
+            task_id=task_id,
+            start=not later,
+            wait=not later,
             regenerate=regenerate,
             attempt=first.row if first is not None else None,
             seen=first.seen if first is not None else None,
@@ -221,7 +234,12 @@ class Runner(ProviderAttempts, ToolRunning):
             self._first = first
             self._answering = (first.seen, first.prompt, message)
         self._admitted = run.verdict  # the admission's check serves the first call
-        self.run_row, self.execution = run, execution
+        self.run_row, self.execution, self.prompt = run, execution, message
+        if later:
+            chat_id, run_id = chat.pk, run.pk
+            transaction.on_commit(
+                lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
+            )
         return events
 
     def _first_call(self, prompt: Message) -> FirstCall | None:
@@ -485,25 +503,15 @@ class Runner(ProviderAttempts, ToolRunning):
 
     def ask_later(self, prompt: str, attachments: list[tuple]):
         """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
-        when the transaction commits; the user Message, or ``None`` when blocked."""
-        chat = self.chat
+        when the transaction commits (:meth:`admit`, ``later=True``); the user Message, or
+        ``None`` when blocked."""
         try:
-            text, _events = self.check_prompt(prompt)
+            self.admit(prompt, attachments, later=True)
         except Blocked as exc:
-            self._blocked_run(exc.event)
+            self.blocked(exc.event)
             return None
-        message = Message(chat=chat, role="user", content=text)
-        task_id = uuid.uuid4().hex
-        # through the gate: over a limit BudgetExceededError, nothing stored
-        run, _ = runs.enqueue(
-            chat, message, attachments, task_id=task_id, double_texting=self.double_texting
-        )
-        chat.last_run = run
-        chat_id, run_id = chat.pk, run.pk
-        transaction.on_commit(
-            lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
-        )
-        return message
+        self.chat.last_run = self.run_row
+        return self.prompt
 
     def decide(self, call_id: str, approval: str, *, resume: bool):
         """Record a decision on a waiting tool call; when none is left waiting (and
@@ -531,7 +539,7 @@ class Runner(ProviderAttempts, ToolRunning):
         """Ask the chat's current run to stop (no runner needed: its agent may be gone)."""
         return runs.interrupt(chat.pk, reason)
 
-    def _blocked_run(self, event: GuardrailTripwire) -> Run:
+    def blocked(self, event: GuardrailTripwire) -> Run:
         """What ``last_run`` is after a before-guardrail blocked the prompt: nothing was
         stored, so an unsaved Run saying why."""
         run = Run(
@@ -545,9 +553,24 @@ class Runner(ProviderAttempts, ToolRunning):
         self.chat.last_run = run
         return run
 
-    def _remember(self) -> None:
+    def cancel_before_loop(self) -> bool:
+        """The run ends ``cancelled`` before its loop began (its stream closed at once):
+        the attempt its admission opened goes; a run still queued is cancelled (and its
+        followers told) by :func:`~django_llmchat.runs.cancel_queued`. Returns whether
+        this call ended a run this process held (its followers are to be told)."""
+        self.discard_first_call()
+        run, execution = self.run_row, self.execution
+        if execution is None:
+            if run is not None and run.pk is not None:
+                runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")
+            return False
+        if execution.done:
+            return False
+        return execution.finish(Run.CANCELLED, interrupt_reason="stream_closed")
+
+    def remember(self) -> None:
         """``chat.last_run``: the run worked on, with what this call saw."""
-        run = getattr(self, "run_row", None)
+        run = self.run_row
         if run is None:
             return
         result = self.result
