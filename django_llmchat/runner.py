@@ -16,20 +16,19 @@ from typing import Any
 
 from django.db import transaction
 
-from . import branches, limits, runs
+from . import branches, runs
 from .agents import Agent, load_agent
 from .attempts import FirstCall, ProviderAttempts
 from .conf import settings
 from .context import Context
 from .errors import (
     ArgumentError,
-    BudgetExceededError,
     ChatBusyError,
     InterruptError,
     RunLostError,
     safe_error,
 )
-from .events import BudgetWarning, GuardrailTripwire, Interrupt, StreamEvent
+from .events import GuardrailTripwire, Interrupt, StreamEvent
 from .guardrails import AFTER, BEFORE, as_guardrail, screen
 from .history import History
 from .models import Chat, Message, Run, ToolCall
@@ -37,10 +36,12 @@ from .models.llm_model import model_limits
 from .models.message import clock_position
 from .prepared import database_of
 from .providers import get_provider
-from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
+from .providers.types import ProviderMessage, ProviderRequest
+from .runner_budget import RunBudget
+from .runner_request import provider_request
 from .session import Blocked, RunSession
-from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
-from .toolrun import ToolRunning
+from .skills import SkillsContext, load_skills
+from .toolrun import ToolRunner
 from .tools import Tool, get_tools
 from .transcript import (
     answered_history,
@@ -65,8 +66,14 @@ class RunResult:
     events: list[StreamEvent] = field(default_factory=list)
 
 
-class Runner(ProviderAttempts, ToolRunning):
-    """Runs the loop for one chat. Build one per run."""
+class Runner:
+    """Runs the loop for one chat. Build one per run.
+
+    The loop's parts are collaborators it holds: :attr:`attempts` (the provider calls,
+    :class:`~django_llmchat.attempts.ProviderAttempts`), :attr:`tool_runs` (the tool
+    calls, :class:`~django_llmchat.toolrun.ToolRunner`) and :attr:`budget` (the spending
+    limits, :class:`~django_llmchat.runner_budget.RunBudget`). A
+    :class:`~django_llmchat.session.RunSession` drives it through its public methods."""
 
     def __init__(
         self,
@@ -106,12 +113,11 @@ class Runner(ProviderAttempts, ToolRunning):
         self.retry_on: Any = None
         self.holds_text = any(AFTER in g.phases for g in self.guardrails)
         self.history: History | None = None
-        self.last_tokens = None  # the input tokens the last response reported
-        # spending limits: the check that admitted the run serves its first call
-        self._admitted: limits.Verdict | None = None
-        self._warned: set[str] = set()
+        self.budget = RunBudget(chat)  # its spending limits, checked before each call
         # tool calls this run stored (or found) and has not answered yet
         self.unanswered: list[ToolCall] = []
+        self.attempts = ProviderAttempts(self)
+        self.tool_runs = ToolRunner(self)
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -128,41 +134,10 @@ class Runner(ProviderAttempts, ToolRunning):
             raise Blocked(tripwire)
         return text, events
 
-    def _request(self, history: list[ProviderMessage]) -> ProviderRequest:
-        system: list[ProviderMessage] = []
-        if self.agent is not None:
-            text = self.agent.render_instructions(self.context)
-            if text:
-                system.append(ProviderMessage(role="system", content=text))
-        if self.context.skills is not None and self.context.skills.skills:
-            system.append(ProviderMessage(role="system", content=self.context.skills.catalog()))
-        specs = [t.spec() for t in self.tools.values()]
-        if self.context.skills is not None and self.context.skills.skills:
-            specs.append(
-                ToolSpec(
-                    name=ACTIVATE_TOOL,
-                    description="Load the full instructions of one of the available skills.",
-                    parameters={
-                        "type": "object",
-                        "properties": {
-                            "name": {
-                                "type": "string",
-                                "enum": sorted(self.context.skills.skills),
-                            }
-                        },
-                        "required": ["name"],
-                    },
-                )
-            )
-        params = {**(self.agent.params if self.agent else {}), **(self.chat.params or {})}
-        return ProviderRequest(
-            model_id=self.chat.model_id,
-            messages=system + _results_after_calls(history),
-            tools=specs,
-            params=params,
-            schema=self.chat.schema,
-            chat=self.chat,
-        )
+    def request_for(self, history: list[ProviderMessage]) -> ProviderRequest:
+        """The provider request of one step on ``history``
+        (:func:`~django_llmchat.runner_request.provider_request`)."""
+        return provider_request(self, history)
 
     # -- starting -------------------------------------------------------------------------
     def begin(self, prompt: str | None, attachments: list[tuple] | None = None) -> list:
@@ -231,9 +206,9 @@ class Runner(ProviderAttempts, ToolRunning):
         )
         if first is not None and first.row.pk is not None:
             first.prompt.ref = message.pk  # what the reply follows
-            self._first = first
-            self._answering = (first.seen, first.prompt, message)
-        self._admitted = run.verdict  # the admission's check serves the first call
+            self.attempts.first = first
+            self.attempts.answering = (first.seen, first.prompt, message)
+        self.budget.admitted = run.verdict  # the admission's check serves the first call
         self.run_row, self.execution, self.prompt = run, execution, message
         if later:
             chat_id, run_id = chat.pk, run.pk
@@ -261,11 +236,11 @@ class Runner(ProviderAttempts, ToolRunning):
             limits=model_limits,
             last_step=last_reported_step,
         )
-        request = history.fit_now(self._request)
+        request = history.fit_now(self.request_for)
         if request is None:
             return None
         self.history = history
-        row = self._pending_row(request, chat.provider, chat.model_id, "chat")
+        row = self.attempts.pending_row(request, chat.provider, chat.model_id, "chat")
         return FirstCall(history, request, row, loaded.seen, message)
 
     def take_turn(self) -> None:
@@ -311,8 +286,8 @@ class Runner(ProviderAttempts, ToolRunning):
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            if self._first is not None:  # read before the admission
-                self.history = self._first.history
+            if self.attempts.first is not None:  # read before the admission
+                self.history = self.attempts.first.history
                 history, pending_ids = self.history.messages, []
             else:
                 loaded = load_history(chat)
@@ -342,7 +317,7 @@ class Runner(ProviderAttempts, ToolRunning):
             self.unanswered = list(pending)
             while True:
                 if pending:
-                    stop = yield from self._run_tools(pending, history, again=again)
+                    stop = yield from self.tool_runs.run(pending, history, again=again)
                     if stop is not None:
                         self.result.interrupt = stop
                         yield stop
@@ -361,14 +336,14 @@ class Runner(ProviderAttempts, ToolRunning):
                     yield event
                     outcome = (Run.INTERRUPTED, "", "", "max_steps")
                     return
-                exceeded = yield from self._check_budget()
+                exceeded = yield from self.budget.check()
                 if exceeded is not None:  # the steps paid for so far are stored
                     event = Interrupt(reason="budget")
                     self.result.interrupt = event
                     yield event
                     outcome = (Run.INTERRUPTED, "budget", exceeded.message, "budget")
                     return
-                response = yield from self._step(stream=stream)
+                response = yield from self.attempts.step(stream=stream)
                 steps += 1
                 self.result.steps = steps
                 if response is None:  # blocked by an after-guardrail
@@ -391,8 +366,8 @@ class Runner(ProviderAttempts, ToolRunning):
                     outcome = (Run.INTERRUPTED, "", "", exc.reason or "")
                     return
                 if not calls:  # stored with the step: the run succeeded
-                    if self._answering is not None and steps == 1:
-                        seen, asked, prompt = self._answering
+                    if self.attempts.answering is not None and steps == 1:
+                        seen, asked, prompt = self.attempts.answering
                         remember_answered(
                             chat,
                             seen,
@@ -423,7 +398,7 @@ class Runner(ProviderAttempts, ToolRunning):
                 outcome = (Run.FAILED, error_type, error, "")
             raise
         finally:
-            self.discard_first_call()
+            self.attempts.discard_first_call()
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
                 Chat.objects.filter(pk=chat.pk).update(context=caller)
@@ -438,9 +413,11 @@ class Runner(ProviderAttempts, ToolRunning):
             outcome = (Run.FAILED, "internal_error", "The reply failed.", "")
         status, error_type, error, reason = outcome
         if status == Run.CANCELLED:
-            self.answer_unanswered("cancelled", "The run was cancelled before this call ran.")
+            self.tool_runs.answer_unanswered(
+                "cancelled", "The run was cancelled before this call ran."
+            )
         elif status in (Run.FAILED, Run.QUEUED):
-            self.answer_unanswered(
+            self.tool_runs.answer_unanswered(
                 "execution_error",
                 "The run failed before this call's result was stored; it is not run again.",
             )
@@ -450,29 +427,6 @@ class Runner(ProviderAttempts, ToolRunning):
             execution.requeue(error_type, error)
         else:
             execution.finish(status, error_type=error_type, error=error, interrupt_reason=reason)
-
-    def _check_budget(self):
-        """The user's spending limits before a provider call (one query): returns the
-        :class:`BudgetExceededError` over a hard limit; yields a ``BudgetWarning`` once per
-        run and limit past the soft fraction."""
-        verdict, self._admitted = self._admitted, None
-        try:
-            if verdict is None:
-                verdict = limits.check(self.chat)
-        except BudgetExceededError as exc:
-            return exc
-        for warning in verdict.warnings if verdict is not None else []:
-            if warning.limit in self._warned:
-                continue
-            self._warned.add(warning.limit)
-            limits.warn(self.chat, warning)
-            yield BudgetWarning(
-                limit=warning.limit,
-                used=str(warning.used),
-                allowed=str(warning.allowed),
-                resets_at=warning.resets_at.isoformat() if warning.resets_at else None,
-            )
-        return None
 
     # -- what the chat's methods call (Chat.ask, stream, ask_later, approve, interrupt) ----
     def ask(self, prompt: str | None, attachments: list[tuple]):
@@ -503,12 +457,11 @@ class Runner(ProviderAttempts, ToolRunning):
 
     def ask_later(self, prompt: str, attachments: list[tuple]):
         """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
-        when the transaction commits (:meth:`admit`, ``later=True``); the user Message, or
+        when the transaction commits: a :class:`~django_llmchat.session.RunSession`
+        admitted ``later``, through the same gate as every run. The user Message, or
         ``None`` when blocked."""
-        try:
-            self.admit(prompt, attachments, later=True)
-        except Blocked as exc:
-            self.blocked(exc.event)
+        session = RunSession(self, prompt, attachments, later=True).admit()
+        if session.blocked is not None:
             return None
         self.chat.last_run = self.run_row
         return self.prompt
@@ -558,7 +511,7 @@ class Runner(ProviderAttempts, ToolRunning):
         the attempt its admission opened goes; a run still queued is cancelled (and its
         followers told) by :func:`~django_llmchat.runs.cancel_queued`. Returns whether
         this call ended a run this process held (its followers are to be told)."""
-        self.discard_first_call()
+        self.attempts.discard_first_call()
         run, execution = self.run_row, self.execution
         if execution is None:
             if run is not None and run.pk is not None:
@@ -583,33 +536,3 @@ class Runner(ProviderAttempts, ToolRunning):
 
 def _none_if_empty(tokens):
     return None if tokens.is_empty else tokens
-
-
-def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage]:
-    """Providers want each tool result right after the message that called it; a result
-    stored later is moved up to its call. Results pair with their calls by the stored
-    call (vendors repeat or omit call ids), by id only for messages built by hand."""
-
-    def key(ref: int | None, call_id: str | None) -> Any:
-        return ("ref", ref) if ref is not None else ("id", call_id)
-
-    results: dict[Any, ProviderMessage] = {}
-    for m in history:
-        if m.role == "tool" and (m.tool_call_ref is not None or m.tool_call_id):
-            results.setdefault(key(m.tool_call_ref, m.tool_call_id), m)
-    if not results:
-        return history
-    ordered: list[ProviderMessage] = []
-    placed: set[int] = set()  # ids of the result messages already in place
-    for m in history:
-        if m.role == "tool" and id(m) in placed:
-            continue
-        ordered.append(m)
-        if m.role == "tool":
-            placed.add(id(m))  # an orphan result (its call is not here) keeps its place
-        for call in m.tool_calls:
-            result = results.get(key(call.ref, call.call_id))
-            if result is not None and id(result) not in placed:
-                ordered.append(result)
-                placed.add(id(result))
-    return ordered

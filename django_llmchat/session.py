@@ -72,7 +72,9 @@ class RunSession:
     ``RunFinished`` (the Python API) rather than only kept in :attr:`error` (the
     streams and the task, which report it themselves). ``totals=False``: the
     ``RunFinished`` leaves out the last message, tokens and cost (no queries; ``ask()``,
-    which returns the message, has no reader for them).
+    which returns the message, has no reader for them). ``later=True``: :meth:`admit`
+    queues the run for a worker, its task sent when the transaction commits
+    (``Chat.ask_later``); such a session is only admitted, never iterated.
 
     Its state is typed: :attr:`phase` (:class:`~django_llmchat.run_state.Phase`) and,
     once the run ended, :attr:`outcome` (:class:`~django_llmchat.run_state.Outcome`),
@@ -96,6 +98,7 @@ class RunSession:
         raise_errors: bool = True,
         build_runner: Callable[[], Runner] | None = None,
         totals: bool = True,
+        later: bool = False,
     ):
         self._runner = runner
         self._build_runner = build_runner
@@ -110,6 +113,7 @@ class RunSession:
         self.retry_on = retry_on
         self.publish = publish
         self.raise_errors = raise_errors
+        self.later = later
         self.phase = Phase.NEW
         self.blocked: GuardrailTripwire | None = None
         self.outcome: Outcome | None = None
@@ -171,7 +175,9 @@ class RunSession:
         if self.execution is None and self.resume is None:
             runner = self.runner
             try:
-                self._pre = runner.admit(self.prompt, self.attachments, regenerate=self.regenerate)
+                self._pre = runner.admit(
+                    self.prompt, self.attachments, regenerate=self.regenerate, later=self.later
+                )
             except Blocked as exc:
                 self.blocked = exc.event
                 runner.blocked(exc.event)
@@ -183,13 +189,18 @@ class RunSession:
         return self
 
     def __next__(self) -> StreamEvent:
+        if self.later:
+            raise TypeError("a run admitted later is a worker's to run: it is not iterated")
         if self._events is None:
             self._events = self._sequence()
         return next(self._events)
 
     def close(self) -> None:
         """End the session: a run it began ends ``cancelled`` (its usage rows kept), one
-        admitted but not begun is cancelled; either way followers are told."""
+        admitted but not begun is cancelled; either way followers are told. A run
+        admitted ``later`` is the worker's: closing leaves it queued."""
+        if self.later:
+            return
         if self._events is not None:
             self._events.close()
         if self.phase is Phase.ADMITTED:
