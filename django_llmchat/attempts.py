@@ -6,12 +6,12 @@ Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
 ``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
 run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
 process, the vendor's stream breaking. Every attempt, a summary's included, is billed by
-:meth:`ProviderAttempts._billed`: the vendor's counts when they came; else (an attempt that
+:meth:`ProviderAttempts.billed`: the vendor's counts when they came; else (an attempt that
 ended before its response, or a response whose vendor reported no usage) its estimated
 input and the output weighed from what it received, priced, marked ``estimated``.
 
-:class:`ProviderAttempts` is a part of :class:`~django_llmchat.runner.Runner`: it works
-on the runner's chat, execution, history and result."""
+:class:`ProviderAttempts` is a collaborator of :class:`~django_llmchat.runner.Runner`
+(``runner.attempts``): it works on the runner's chat, execution, history and result."""
 
 from __future__ import annotations
 
@@ -19,8 +19,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from . import dbconn, runs, telemetry
+from .attempts_billing import Received, billed
+from .attempts_summary import summarize
 from .errors import (
     ConfigurationError,
     ContextLengthExceededError,
@@ -32,18 +35,16 @@ from .errors import (
 from .estimates import estimate_tokens
 from .events import (
     FinishReasonDone,
-    ReasoningDelta,
     StepFinished,
     StreamEvent,
     TextDelta,
     TextDone,
     TokenUsageDone,
-    ToolCallDelta,
     ToolCallDone,
 )
 from .fallbacks import Target, fallbacks_for, falls_back
 from .guardrails import AFTER, screen
-from .history import History, check_summary_response, summary_request
+from .history import History
 from .inputs import model_allowed
 from .models import Usage
 from .providers import get_provider
@@ -53,56 +54,16 @@ from .steps import (
     open_attempt,
     record_failed_attempts,
     save_step,
-    save_summary,
     usage_row,
     write_attempts,
 )
 from .transcript import path_leaf
-from .values import Cost, Thinking, Tokens, usd_text
+from .values import Cost, Tokens, usd_text
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 logger = logging.getLogger("django_llmchat.runner")
-
-
-class Received:
-    """What one streamed attempt received so far: the text, reasoning and tool-call
-    argument fragments, and the vendor's usage once it arrived. An attempt that ends
-    before its response does (stopped, its stream dropped or broken) is billed from it:
-    :meth:`ProviderAttempts._billed`."""
-
-    __slots__ = ("arguments", "reasoning", "text", "tokens")
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.arguments: list[str] = []  # every provider streams a call's arguments as deltas
-        self.tokens: Tokens | None = None
-
-    def add(self, event: StreamEvent) -> None:
-        kind = type(event)
-        if kind is TextDelta:
-            self.text.append(event.content)
-        elif kind is ReasoningDelta:
-            self.reasoning.append(event.content)
-        elif kind is ToolCallDelta:
-            if event.name:
-                self.arguments.append(event.name)
-            self.arguments.append(event.arguments_delta)
-        elif kind is TokenUsageDone:
-            self.tokens = event.token_usage
-
-    @property
-    def anything(self) -> bool:
-        """Whether the vendor sent anything of an answer (else it charged nothing)."""
-        return bool(self.text or self.reasoning or self.arguments) or self.tokens is not None
-
-    def message(self) -> ProviderMessage:
-        """What streamed, as one assistant message (what the token estimator weighs)."""
-        reasoning = "".join(self.reasoning)
-        return ProviderMessage(
-            role="assistant",
-            content="".join(self.text) + "".join(self.arguments),
-            thinking=Thinking(reasoning) if reasoning else None,
-        )
 
 
 @dataclass
@@ -120,27 +81,36 @@ class FirstCall:
 
 
 class ProviderAttempts:
-    """The provider calls of :class:`~django_llmchat.runner.Runner`."""
+    """The provider calls of a :class:`~django_llmchat.runner.Runner`'s run: a
+    collaborator the runner holds (``runner.attempts``), working on its chat, execution,
+    history and result."""
 
-    _first: FirstCall | None = None
-    # the path the first call was made ready on, its prompt (provider message, row)
-    _answering: tuple | None = None
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        self.first: FirstCall | None = None
+        """The run's first call, made ready before its admission (used once)."""
+        self.answering: tuple | None = None
+        """The path the first call was made ready on, its prompt (provider message, row)."""
+        self.last_tokens: Tokens | None = None
+        """The tokens the last response reported (what the estimates are scaled by)."""
 
     # -- one provider response ------------------------------------------------------------
-    def _step(self, *, stream: bool):
+    def step(self, *, stream: bool):
         """One step's request, shaped by the history policy, and its response; a vendor
         refusing the request as too long gets one compaction (or a tighter window) and one
         retry."""
-        history = self.history
+        history = self.runner.history
         self.last_tokens = None
-        if self._first is not None:
-            request = self._first.request
+        if self.first is not None:
+            request = self.first.request
         else:
-            request = yield from history.fit(self._request, compact=self._compact)
+            request = yield from history.fit(self.runner.request_for, compact=self._compact)
         try:
             response = yield from self._call(request, stream=stream)
         except ContextLengthExceededError:
-            request = yield from history.fit(self._request, overflow=request, compact=self._compact)
+            request = yield from history.fit(
+                self.runner.request_for, overflow=request, compact=self._compact
+            )
             response = yield from self._call(request, stream=stream)
         if self.last_tokens is not None:
             history.observed(request, self.last_tokens)
@@ -158,7 +128,7 @@ class ProviderAttempts:
         """Store one step (its message, tool calls and usage rows), fenced by the run; its
         calls are the run's unanswered ones until their results are stored. ``target``:
         the model that answered (a fallback), else the chat's."""
-        chat = self.chat
+        chat = self.runner.chat
         target = target or Target(chat.provider, chat.model_id)
         message, calls = save_step(
             chat,
@@ -167,11 +137,11 @@ class ProviderAttempts:
             model_id=target.model_id,
             content=content,
             usages=usages,
-            execution=self.execution,
+            execution=self.runner.execution,
             final=final,
-            parent_id=path_leaf(self.history.messages),
+            parent_id=path_leaf(self.runner.history.messages),
         )
-        self.unanswered = list(calls)
+        self.runner.unanswered = list(calls)
         return message, calls
 
     def _store_stopped(
@@ -182,7 +152,7 @@ class ProviderAttempts:
         usage rows; its tool calls, unfinished, are not. ``None`` when the run is no
         longer this process's (nothing is stored). ``target``: the model that was
         answering."""
-        chat, execution = self.chat, self.execution
+        chat, execution = self.runner.chat, self.runner.execution
         target = target or Target(chat.provider, chat.model_id)
         response = ProviderResponse(
             content=text,
@@ -194,7 +164,7 @@ class ProviderAttempts:
             message, _ = self._save(response, text, usages, target=target)
         except RunLostError:
             return None
-        self.result.message = message
+        self.runner.result.message = message
         return StepFinished(
             message_id=message.pk,
             step=execution.run.steps,
@@ -206,102 +176,73 @@ class ProviderAttempts:
             model_id=message.model_id or target.model_id,
         )
 
-    def _open_attempt(
+    def open_attempt(
         self, request: ProviderRequest, provider: str, model_id: str, *, operation: str = "chat"
     ) -> Usage:
         """The pending Usage row of an attempt about to call ``provider``, written now (or
         with the run's admission, for its first call)."""
-        first, self._first = self._first, None
+        first, self.first = self.first, None
         if first is not None and first.request is request and operation == "chat":
             opened = first.row
         else:
-            opened = open_attempt(self._pending_row(request, provider, model_id, operation))
-        opened.span = telemetry.start_attempt(self, request, provider, model_id, operation)
+            opened = open_attempt(self.pending_row(request, provider, model_id, operation))
+        opened.span = telemetry.start_attempt(self.runner, request, provider, model_id, operation)
         return opened
 
-    def _pending_row(
+    def pending_row(
         self, request: ProviderRequest, provider: str, model_id: str, operation: str
     ) -> Usage:
         """The pending Usage row of an attempt (unsaved): its input tokens as the history
         estimates them, their cost (marked estimated)."""
         estimate = None
-        if self.history is not None:
+        if self.runner.history is not None:
             try:
-                estimate = self.history.count(request.messages)
+                estimate = self.runner.history.count(request.messages)
             except Exception:  # an estimator's failure never stops a call
-                logger.exception("chat %s: could not estimate a request", self.chat.pk)
+                logger.exception("chat %s: could not estimate a request", self.runner.chat.pk)
         row = usage_row(
-            self.chat,
+            self.runner.chat,
             provider=provider,
             model_id=model_id,
             status=Usage.PENDING,
             tokens=Tokens(input_tokens=estimate) if estimate is not None else None,
             started=time.monotonic(),
-            run_id=self.execution.pk if self.execution is not None else None,
+            run_id=self.runner.execution.pk if self.runner.execution is not None else None,
         )
         row.duration_ms, row.operation = None, operation
         row.status, row.estimated = Usage.PENDING, True
         return row
 
-    def _billed(
+    def billed(
         self,
         pending: Usage | None,
         received: Received,
         answer: ProviderResponse | None = None,
     ) -> tuple[Tokens | None, bool]:
-        """The tokens an ended attempt is billed for and whether they are estimated: the
-        vendor's counts when they arrived (with its ``answer``, the response it ended
-        with, else in its stream); else, for what they leave out, the request's input
-        tokens as its pending row estimated them and the output as the token estimator
-        weighs the answer (a vendor that reported no usage) or, for an attempt that ended
-        before its response (stopped, its stream dropped or broken), what streamed (text,
-        reasoning, tool-call arguments). ``(None, False)`` when nothing of an answer came
-        (a refused request: the vendor charged nothing)."""
-        if answer is not None:
-            tokens = answer.tokens
-            message = ProviderMessage(
-                role="assistant",
-                content=answer.content,
-                tool_calls=list(answer.tool_calls),
-                thinking=answer.thinking,
-            )
-        elif not received.anything:
-            return None, False
-        else:
-            tokens = received.tokens or Tokens()
-            message = received.message()
-        filled: dict[str, int] = {}
-        if tokens.input_tokens is None and pending is not None:
-            if pending.input_tokens is not None:
-                filled["input_tokens"] = pending.input_tokens
-        if tokens.output_tokens is None:
-            weighed = bool(message.content or message.tool_calls or message.thinking)
-            filled["output_tokens"] = self._weigh(message) if weighed else 0
-            if message.thinking is not None and tokens.thinking_tokens is None:
-                filled["thinking_tokens"] = self._weigh(
-                    ProviderMessage(role="assistant", thinking=message.thinking)
-                )
-        return (replace(tokens, **filled) if filled else tokens), bool(filled)
+        """The tokens an ended attempt is billed for and whether they are estimated
+        (:func:`~django_llmchat.attempts_billing.billed`, weighed by the run's
+        estimator)."""
+        return billed(pending, received, answer, self._weigh)
 
     def _weigh(self, message: ProviderMessage) -> int:
         """``message``'s tokens by the run's estimator (scaled as the history's)."""
         try:
-            if self.history is not None:
-                return self.history.estimate(message)
+            if self.runner.history is not None:
+                return self.runner.history.estimate(message)
             return estimate_tokens(message)
         except Exception:  # an estimator's failure never loses the row
-            logger.exception("chat %s: could not estimate a reply", self.chat.pk)
+            logger.exception("chat %s: could not estimate a reply", self.runner.chat.pk)
             return estimate_tokens(message)
 
     def discard_first_call(self) -> None:
         """A run that ended before its first call: the attempt its admission opened was
         never made, so its pending row goes (it was never paid for)."""
-        first, self._first = self._first, None
+        first, self.first = self.first, None
         if first is not None and first.row.pk is not None:
             Usage.objects.filter(pk=first.row.pk, status=Usage.PENDING).delete()
 
     @staticmethod
-    def _close_attempt(pending: Usage | None, row: Usage, response=None) -> Usage:
+    def close_attempt(pending: Usage | None, row: Usage, response=None) -> Usage:
         """``row``, the ended attempt, as the close of its ``pending`` row (and of its
         span)."""
         closed = closed_attempt(pending, row)
@@ -309,74 +250,16 @@ class ProviderAttempts:
         return closed
 
     def _compact(self, covered, until_id, previous, budget):
-        """Write and store a summary of ``covered`` (the messages up to ``until_id``,
-        after the ``previous`` summary): one request to the summary model, its own usage
-        row. Returns the summary row, or ``None`` when the summary model failed (the run
-        goes on with a window)."""
-        chat, execution, options = self.chat, self.execution, self.history.options
-        provider_name = options.summary_provider or chat.provider
-        model_id = options.summary_model or chat.model_id
-        started = time.monotonic()
-        pending = None
-        try:
-            provider = (
-                self.provider if provider_name == chat.provider else get_provider(provider_name)
-            )
-            request = summary_request(options, model_id, covered, previous, budget)
-            request.chat = chat  # what LLMCHAT["REDACT"] is told of
-            pending = self._open_attempt(request, provider_name, model_id, operation="summary")
-            response = provider.complete(request)
-            content = check_summary_response(provider_name, response.content)
-        except Exception as exc:
-            ours = not isinstance(exc, ProviderError)  # a fault of ours fails the run
-            if pending is not None or not ours:  # an attempt was made: it is on the ledger
-                failed = usage_row(
-                    chat,
-                    provider=provider_name,
-                    model_id=model_id,
-                    status=Usage.FAILED,
-                    started=started,
-                    error=f"{type(exc).__name__}: {exc}" if ours else str(exc),
-                    run_id=execution.pk,
-                )
-                failed.operation = "summary"
-                record_failed_attempts([self._close_attempt(pending, failed)])
-            if ours:
-                raise
-            logger.warning(
-                "chat %s: the summary failed, a window is sent instead: %s", chat.pk, exc
-            )
-            return None
-        tokens, estimated = self._billed(pending, Received(), response)
-        usage = usage_row(
-            chat,
-            provider=provider_name,
-            model_id=response.model_id or model_id,
-            status=Usage.SUCCEEDED,
-            tokens=tokens,
-            started=started,
-            first_token=time.monotonic(),
-            run_id=execution.pk,
-        )
-        usage.operation, usage.estimated = "summary", estimated
-        self._close_attempt(pending, usage, response)
-        return save_summary(
-            chat,
-            content=content,
-            until_id=until_id,
-            provider=provider_name,
-            model_id=response.model_id or model_id,
-            usage=usage,
-            execution=execution,
-        )
+        """A summary of ``covered`` (:func:`~django_llmchat.attempts_summary.summarize`)."""
+        return summarize(self, covered, until_id, previous, budget)
 
     def _next_fallback(self, candidates: list[Target], error: ProviderError):
         """The next of ``candidates`` (``LLMCHAT["FALLBACKS"]`` of the failing model,
         consumed) a call may move on to after ``error``, as ``(target, provider)``, or
         ``None``: a model ``ALLOWED_MODELS`` leaves out or whose provider is not
         configured is skipped (the reason logged); over a spending limit
-        (:meth:`_check_budget`, the check before every provider call) nothing is tried."""
-        chat = self.chat
+        (``runner.budget``, the check before every provider call) nothing is tried."""
+        chat = self.runner.chat
         while candidates:
             target = candidates.pop(0)
             if not model_allowed(target.provider, target.model_id):
@@ -388,14 +271,14 @@ class ProviderAttempts:
                 continue
             try:
                 provider = (
-                    self.provider
+                    self.runner.provider
                     if target.provider == chat.provider
                     else get_provider(target.provider)
                 )
             except ConfigurationError as exc:
                 logger.warning("chat %s: fallback %s skipped: %s", chat.pk, target, exc)
                 continue
-            exceeded = yield from self._check_budget()
+            exceeded = yield from self.runner.budget.check()
             if exceeded is not None:
                 logger.warning(
                     "chat %s: no fallback after %s: %s", chat.pk, error, exceeded.message
@@ -405,13 +288,13 @@ class ProviderAttempts:
         return None
 
     def _call(self, request: ProviderRequest, *, stream: bool):
-        chat, provider, execution = self.chat, self.provider, self.execution
+        chat, provider, execution = self.runner.chat, self.runner.provider, self.runner.execution
         assert execution is not None
         failed: list[Usage] = []
         clock = {"started": time.monotonic(), "first_token": None}
         # with after-guardrails, the step's events wait until they pass: a blocked reply
         # never leaves (to the caller, to Redis, to the database)
-        held: list[StreamEvent] | None = [] if self.holds_text else None
+        held: list[StreamEvent] | None = [] if self.runner.holds_text else None
         shown: list[str] = []  # the text the caller has seen of this step
         yielded = False  # whether the caller has seen anything of this step
         # the model answering: the chat's, then, once its retries are used up on a
@@ -419,7 +302,7 @@ class ProviderAttempts:
         target = Target(chat.provider, chat.model_id)
         candidates: list[Target] | None = None
 
-        pending = [self._open_attempt(request, target.provider, target.model_id)]
+        pending = [self.open_attempt(request, target.provider, target.model_id)]
         received = Received()  # what a stopped or broken attempt is billed for
 
         def attempt(status: str, *, answer=None, error: str = "", response=None) -> Usage:
@@ -427,7 +310,7 @@ class ProviderAttempts:
             over the attempt's pending row), billed by :meth:`_billed`: the vendor's
             counts with its ``answer``, else our estimate of what it received. ``response``
             goes to the attempt's span."""
-            tokens, estimated = self._billed(pending[0], received, answer)
+            tokens, estimated = self.billed(pending[0], received, answer)
             row = usage_row(
                 chat,
                 provider=target.provider,
@@ -440,14 +323,14 @@ class ProviderAttempts:
                 run_id=execution.pk,
             )
             row.estimated = estimated
-            return self._close_attempt(pending[0], row, response)
+            return self.close_attempt(pending[0], row, response)
 
         def on_retry(error: ProviderError, number: int) -> None:
             ended = attempt(Usage.FAILED, error=str(error))
             write_attempts([ended])  # closed now: the next attempt has a row of its own
             failed.append(ended)
             clock["started"], clock["first_token"] = time.monotonic(), None
-            pending[0] = self._open_attempt(request, target.provider, target.model_id)
+            pending[0] = self.open_attempt(request, target.provider, target.model_id)
 
         while True:
             dbconn.release()  # nothing to ask the database while the model works
@@ -462,7 +345,7 @@ class ProviderAttempts:
                                 clock["first_token"] = time.monotonic()
                             if execution.poll():
                                 dbconn.release()
-                            if isinstance(event, TextDone) and self.guardrails:
+                            if isinstance(event, TextDone) and self.runner.guardrails:
                                 continue  # re-emitted after the after-guardrails
                             if held is not None:
                                 held.append(event)
@@ -514,7 +397,7 @@ class ProviderAttempts:
                 received = Received()
                 if held is not None:
                     held.clear()
-                pending[0] = self._open_attempt(request, target.provider, target.model_id)
+                pending[0] = self.open_attempt(request, target.provider, target.model_id)
             except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
                 error = f"{type(exc).__name__}: {exc}"
                 record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
@@ -534,10 +417,12 @@ class ProviderAttempts:
         self.last_tokens = response.tokens  # the vendor's (what the estimates are scaled by)
         billed = succeeded.tokens  # the vendor's, else our estimate (``succeeded.estimated``)
         # after-guardrails
-        content, modified, tripwire = screen(self.guardrails, content, AFTER, self.context)
+        content, modified, tripwire = screen(
+            self.runner.guardrails, content, AFTER, self.runner.context
+        )
         if tripwire is not None:
             record_failed_attempts(failed + [succeeded])
-            self.result.tripwire = tripwire
+            self.runner.result.tripwire = tripwire
             yield tripwire
             return None
         final = not response.tool_calls
@@ -550,12 +435,12 @@ class ProviderAttempts:
             succeeded.message = None
             write_attempts([succeeded])
             raise
-        self.result.message = message
+        self.runner.result.message = message
         if not billed.is_empty:
             # a deferred total is read from the usage rows, which now include this step
-            if not self.context.token_usage_deferred:
-                usage = self.context.token_usage
-                self.context.token_usage = billed if usage is None else usage + billed
+            if not self.runner.context.token_usage_deferred:
+                usage = self.runner.context.token_usage
+                self.runner.context.token_usage = billed if usage is None else usage + billed
         if held:
             first_text = True
             for event in held:
@@ -580,7 +465,7 @@ class ProviderAttempts:
             yield FinishReasonDone(
                 finish_reason=response.finish_reason, raw_finish_reason=response.raw_finish_reason
             )
-        elif content and self.guardrails:
+        elif content and self.runner.guardrails:
             yield TextDone(content)
         yield StepFinished(
             message_id=message.pk,

@@ -16,20 +16,19 @@ from typing import Any
 
 from django.db import transaction
 
-from . import branches, limits, runs
+from . import branches, runs
 from .agents import Agent, load_agent
 from .attempts import FirstCall, ProviderAttempts
 from .conf import settings
 from .context import Context
 from .errors import (
     ArgumentError,
-    BudgetExceededError,
     ChatBusyError,
     InterruptError,
     RunLostError,
     safe_error,
 )
-from .events import BudgetWarning, GuardrailTripwire, Interrupt, StreamEvent
+from .events import GuardrailTripwire, Interrupt, StreamEvent
 from .guardrails import AFTER, BEFORE, as_guardrail, screen
 from .history import History
 from .models import Chat, Message, Run, ToolCall
@@ -37,10 +36,12 @@ from .models.llm_model import model_limits
 from .models.message import clock_position
 from .prepared import database_of
 from .providers import get_provider
-from .providers.types import ProviderMessage, ProviderRequest, ToolSpec
+from .providers.types import ProviderMessage, ProviderRequest
+from .runner_budget import RunBudget
+from .runner_request import provider_request
 from .session import Blocked, RunSession
-from .skills import ACTIVATE_TOOL, SkillsContext, load_skills
-from .toolrun import ToolRunning
+from .skills import SkillsContext, load_skills
+from .toolrun import ToolRunner
 from .tools import Tool, get_tools
 from .transcript import (
     answered_history,
@@ -65,8 +66,14 @@ class RunResult:
     events: list[StreamEvent] = field(default_factory=list)
 
 
-class Runner(ProviderAttempts, ToolRunning):
-    """Runs the loop for one chat. Build one per run."""
+class Runner:
+    """Runs the loop for one chat. Build one per run.
+
+    The loop's parts are collaborators it holds: :attr:`attempts` (the provider calls,
+    :class:`~django_llmchat.attempts.ProviderAttempts`), :attr:`tool_runs` (the tool
+    calls, :class:`~django_llmchat.toolrun.ToolRunner`) and :attr:`budget` (the spending
+    limits, :class:`~django_llmchat.runner_budget.RunBudget`). A
+    :class:`~django_llmchat.session.RunSession` drives it through its public methods."""
 
     def __init__(
         self,
@@ -98,17 +105,19 @@ class Runner(ProviderAttempts, ToolRunning):
             self.context.skills = (
                 skills if isinstance(skills, SkillsContext) else load_skills(list(skills))
             )
+        self.run_row: Run | None = None  # the run, once admitted or taken
+        self.prompt: Message | None = None  # the prompt the admission stored, if any
         self.execution: runs.Execution | None = None
+        self.trace_context = None  # the run's span's context (telemetry)
         # ``retry_on(exc)``: whether a failed run goes back to the queue (a task retries it)
         self.retry_on: Any = None
         self.holds_text = any(AFTER in g.phases for g in self.guardrails)
         self.history: History | None = None
-        self.last_tokens = None  # the input tokens the last response reported
-        # spending limits: the check that admitted the run serves its first call
-        self._admitted: limits.Verdict | None = None
-        self._warned: set[str] = set()
+        self.budget = RunBudget(chat)  # its spending limits, checked before each call
         # tool calls this run stored (or found) and has not answered yet
         self.unanswered: list[ToolCall] = []
+        self.attempts = ProviderAttempts(self)
+        self.tool_runs = ToolRunner(self)
 
     # -- setup ----------------------------------------------------------------------------
     @property
@@ -125,41 +134,10 @@ class Runner(ProviderAttempts, ToolRunning):
             raise Blocked(tripwire)
         return text, events
 
-    def _request(self, history: list[ProviderMessage]) -> ProviderRequest:
-        system: list[ProviderMessage] = []
-        if self.agent is not None:
-            text = self.agent.render_instructions(self.context)
-            if text:
-                system.append(ProviderMessage(role="system", content=text))
-        if self.context.skills is not None and self.context.skills.skills:
-            system.append(ProviderMessage(role="system", content=self.context.skills.catalog()))
-        specs = [t.spec() for t in self.tools.values()]
-        if self.context.skills is not None and self.context.skills.skills:
-            specs.append(
-                ToolSpec(
-                    name=ACTIVATE_TOOL,
-                    description="Load the full instructions of one of the available skills.",
-                    parameters={
-                        "type": "object",
-                        "properties": {
-                            "name": {
-                                "type": "string",
-                                "enum": sorted(self.context.skills.skills),
-                            }
-                        },
-                        "required": ["name"],
-                    },
-                )
-            )
-        params = {**(self.agent.params if self.agent else {}), **(self.chat.params or {})}
-        return ProviderRequest(
-            model_id=self.chat.model_id,
-            messages=system + _results_after_calls(history),
-            tools=specs,
-            params=params,
-            schema=self.chat.schema,
-            chat=self.chat,
-        )
+    def request_for(self, history: list[ProviderMessage]) -> ProviderRequest:
+        """The provider request of one step on ``history``
+        (:func:`~django_llmchat.runner_request.provider_request`)."""
+        return provider_request(self, history)
 
     # -- starting -------------------------------------------------------------------------
     def begin(self, prompt: str | None, attachments: list[tuple] | None = None) -> list:
@@ -176,18 +154,22 @@ class Runner(ProviderAttempts, ToolRunning):
         attachments: list[tuple] | None = None,
         *,
         regenerate: bool = False,
+        later: bool = False,
     ) -> list:
         """The first half of :meth:`begin`: store ``prompt`` with its run through the gate
         (:func:`django_llmchat.runs.enqueue`: over a limit
         :class:`~django_llmchat.errors.BudgetExceededError`, nothing stored), without
-        waiting for its turn. ``regenerate``: answer the last prompt again instead."""
+        waiting for its turn. ``regenerate``: answer the last prompt again instead.
+        ``later``: the run is queued for a worker, whose task is sent when the
+        transaction commits (:meth:`ask_later`). A blocked prompt raises
+        :class:`Blocked` and stores nothing. The stored prompt is :attr:`prompt`."""
         chat = self.chat
         events: list[StreamEvent] = []
         message = None
         if prompt is not None:
             text, events = self.check_prompt(prompt)
             message = Message(chat=chat, role="user", content=text)
-        elif not regenerate:
+        elif not regenerate and not later:
             # continuing: the chat's next run, when nobody else is on it (a run queued
             # again after tool-call decisions, one whose worker died), is this one
             found = runs.claim(chat.pk)
@@ -200,17 +182,23 @@ class Runner(ProviderAttempts, ToolRunning):
                     "or deny them (or cancel the run) first"
                 )
         first = None
-        if message is not None and runs.opens_attempt(chat, attachments, self.double_texting):
+        if (
+            not later
+            and message is not None
+            and runs.opens_attempt(chat, attachments, self.double_texting)
+        ):
             first = self._first_call(message)
         if message is not None:
             # read after the path was: a path the admission finds as read is before it
             message.position = clock_position()
+        task_id = uuid.uuid4().hex if later else ""
         run, execution = runs.enqueue(
             chat,
             message,
             attachments,
-            start=True,
-            wait=True,
+            task_id=task_id,
+            start=not later,
+            wait=not later,
             regenerate=regenerate,
             attempt=first.row if first is not None else None,
             seen=first.seen if first is not None else None,
@@ -218,10 +206,15 @@ class Runner(ProviderAttempts, ToolRunning):
         )
         if first is not None and first.row.pk is not None:
             first.prompt.ref = message.pk  # what the reply follows
-            self._first = first
-            self._answering = (first.seen, first.prompt, message)
-        self._admitted = run.verdict  # the admission's check serves the first call
-        self.run_row, self.execution = run, execution
+            self.attempts.first = first
+            self.attempts.answering = (first.seen, first.prompt, message)
+        self.budget.admitted = run.verdict  # the admission's check serves the first call
+        self.run_row, self.execution, self.prompt = run, execution, message
+        if later:
+            chat_id, run_id = chat.pk, run.pk
+            transaction.on_commit(
+                lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
+            )
         return events
 
     def _first_call(self, prompt: Message) -> FirstCall | None:
@@ -243,11 +236,11 @@ class Runner(ProviderAttempts, ToolRunning):
             limits=model_limits,
             last_step=last_reported_step,
         )
-        request = history.fit_now(self._request)
+        request = history.fit_now(self.request_for)
         if request is None:
             return None
         self.history = history
-        row = self._pending_row(request, chat.provider, chat.model_id, "chat")
+        row = self.attempts.pending_row(request, chat.provider, chat.model_id, "chat")
         return FirstCall(history, request, row, loaded.seen, message)
 
     def take_turn(self) -> None:
@@ -293,8 +286,8 @@ class Runner(ProviderAttempts, ToolRunning):
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            if self._first is not None:  # read before the admission
-                self.history = self._first.history
+            if self.attempts.first is not None:  # read before the admission
+                self.history = self.attempts.first.history
                 history, pending_ids = self.history.messages, []
             else:
                 loaded = load_history(chat)
@@ -324,7 +317,7 @@ class Runner(ProviderAttempts, ToolRunning):
             self.unanswered = list(pending)
             while True:
                 if pending:
-                    stop = yield from self._run_tools(pending, history, again=again)
+                    stop = yield from self.tool_runs.run(pending, history, again=again)
                     if stop is not None:
                         self.result.interrupt = stop
                         yield stop
@@ -343,14 +336,14 @@ class Runner(ProviderAttempts, ToolRunning):
                     yield event
                     outcome = (Run.INTERRUPTED, "", "", "max_steps")
                     return
-                exceeded = yield from self._check_budget()
+                exceeded = yield from self.budget.check()
                 if exceeded is not None:  # the steps paid for so far are stored
                     event = Interrupt(reason="budget")
                     self.result.interrupt = event
                     yield event
                     outcome = (Run.INTERRUPTED, "budget", exceeded.message, "budget")
                     return
-                response = yield from self._step(stream=stream)
+                response = yield from self.attempts.step(stream=stream)
                 steps += 1
                 self.result.steps = steps
                 if response is None:  # blocked by an after-guardrail
@@ -373,8 +366,8 @@ class Runner(ProviderAttempts, ToolRunning):
                     outcome = (Run.INTERRUPTED, "", "", exc.reason or "")
                     return
                 if not calls:  # stored with the step: the run succeeded
-                    if self._answering is not None and steps == 1:
-                        seen, asked, prompt = self._answering
+                    if self.attempts.answering is not None and steps == 1:
+                        seen, asked, prompt = self.attempts.answering
                         remember_answered(
                             chat,
                             seen,
@@ -405,7 +398,7 @@ class Runner(ProviderAttempts, ToolRunning):
                 outcome = (Run.FAILED, error_type, error, "")
             raise
         finally:
-            self.discard_first_call()
+            self.attempts.discard_first_call()
             caller = self.context.caller_data()
             if caller != (chat.context or {}):
                 Chat.objects.filter(pk=chat.pk).update(context=caller)
@@ -420,9 +413,11 @@ class Runner(ProviderAttempts, ToolRunning):
             outcome = (Run.FAILED, "internal_error", "The reply failed.", "")
         status, error_type, error, reason = outcome
         if status == Run.CANCELLED:
-            self.answer_unanswered("cancelled", "The run was cancelled before this call ran.")
+            self.tool_runs.answer_unanswered(
+                "cancelled", "The run was cancelled before this call ran."
+            )
         elif status in (Run.FAILED, Run.QUEUED):
-            self.answer_unanswered(
+            self.tool_runs.answer_unanswered(
                 "execution_error",
                 "The run failed before this call's result was stored; it is not run again.",
             )
@@ -432,29 +427,6 @@ class Runner(ProviderAttempts, ToolRunning):
             execution.requeue(error_type, error)
         else:
             execution.finish(status, error_type=error_type, error=error, interrupt_reason=reason)
-
-    def _check_budget(self):
-        """The user's spending limits before a provider call (one query): returns the
-        :class:`BudgetExceededError` over a hard limit; yields a ``BudgetWarning`` once per
-        run and limit past the soft fraction."""
-        verdict, self._admitted = self._admitted, None
-        try:
-            if verdict is None:
-                verdict = limits.check(self.chat)
-        except BudgetExceededError as exc:
-            return exc
-        for warning in verdict.warnings if verdict is not None else []:
-            if warning.limit in self._warned:
-                continue
-            self._warned.add(warning.limit)
-            limits.warn(self.chat, warning)
-            yield BudgetWarning(
-                limit=warning.limit,
-                used=str(warning.used),
-                allowed=str(warning.allowed),
-                resets_at=warning.resets_at.isoformat() if warning.resets_at else None,
-            )
-        return None
 
     # -- what the chat's methods call (Chat.ask, stream, ask_later, approve, interrupt) ----
     def ask(self, prompt: str | None, attachments: list[tuple]):
@@ -485,25 +457,14 @@ class Runner(ProviderAttempts, ToolRunning):
 
     def ask_later(self, prompt: str, attachments: list[tuple]):
         """Store ``prompt`` (before-guardrails applied) with a queued run whose task is sent
-        when the transaction commits; the user Message, or ``None`` when blocked."""
-        chat = self.chat
-        try:
-            text, _events = self.check_prompt(prompt)
-        except Blocked as exc:
-            self._blocked_run(exc.event)
+        when the transaction commits: a :class:`~django_llmchat.session.RunSession`
+        admitted ``later``, through the same gate as every run. The user Message, or
+        ``None`` when blocked."""
+        session = RunSession(self, prompt, attachments, later=True).admit()
+        if session.blocked is not None:
             return None
-        message = Message(chat=chat, role="user", content=text)
-        task_id = uuid.uuid4().hex
-        # through the gate: over a limit BudgetExceededError, nothing stored
-        run, _ = runs.enqueue(
-            chat, message, attachments, task_id=task_id, double_texting=self.double_texting
-        )
-        chat.last_run = run
-        chat_id, run_id = chat.pk, run.pk
-        transaction.on_commit(
-            lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
-        )
-        return message
+        self.chat.last_run = self.run_row
+        return self.prompt
 
     def decide(self, call_id: str, approval: str, *, resume: bool):
         """Record a decision on a waiting tool call; when none is left waiting (and
@@ -531,7 +492,7 @@ class Runner(ProviderAttempts, ToolRunning):
         """Ask the chat's current run to stop (no runner needed: its agent may be gone)."""
         return runs.interrupt(chat.pk, reason)
 
-    def _blocked_run(self, event: GuardrailTripwire) -> Run:
+    def blocked(self, event: GuardrailTripwire) -> Run:
         """What ``last_run`` is after a before-guardrail blocked the prompt: nothing was
         stored, so an unsaved Run saying why."""
         run = Run(
@@ -545,9 +506,24 @@ class Runner(ProviderAttempts, ToolRunning):
         self.chat.last_run = run
         return run
 
-    def _remember(self) -> None:
+    def cancel_before_loop(self) -> bool:
+        """The run ends ``cancelled`` before its loop began (its stream closed at once):
+        the attempt its admission opened goes; a run still queued is cancelled (and its
+        followers told) by :func:`~django_llmchat.runs.cancel_queued`. Returns whether
+        this call ended a run this process held (its followers are to be told)."""
+        self.attempts.discard_first_call()
+        run, execution = self.run_row, self.execution
+        if execution is None:
+            if run is not None and run.pk is not None:
+                runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")
+            return False
+        if execution.done:
+            return False
+        return execution.finish(Run.CANCELLED, interrupt_reason="stream_closed")
+
+    def remember(self) -> None:
         """``chat.last_run``: the run worked on, with what this call saw."""
-        run = getattr(self, "run_row", None)
+        run = self.run_row
         if run is None:
             return
         result = self.result
@@ -560,33 +536,3 @@ class Runner(ProviderAttempts, ToolRunning):
 
 def _none_if_empty(tokens):
     return None if tokens.is_empty else tokens
-
-
-def _results_after_calls(history: list[ProviderMessage]) -> list[ProviderMessage]:
-    """Providers want each tool result right after the message that called it; a result
-    stored later is moved up to its call. Results pair with their calls by the stored
-    call (vendors repeat or omit call ids), by id only for messages built by hand."""
-
-    def key(ref: int | None, call_id: str | None) -> Any:
-        return ("ref", ref) if ref is not None else ("id", call_id)
-
-    results: dict[Any, ProviderMessage] = {}
-    for m in history:
-        if m.role == "tool" and (m.tool_call_ref is not None or m.tool_call_id):
-            results.setdefault(key(m.tool_call_ref, m.tool_call_id), m)
-    if not results:
-        return history
-    ordered: list[ProviderMessage] = []
-    placed: set[int] = set()  # ids of the result messages already in place
-    for m in history:
-        if m.role == "tool" and id(m) in placed:
-            continue
-        ordered.append(m)
-        if m.role == "tool":
-            placed.add(id(m))  # an orphan result (its call is not here) keeps its place
-        for call in m.tool_calls:
-            result = results.get(key(call.ref, call.call_id))
-            if result is not None and id(result) not in placed:
-                ordered.append(result)
-                placed.add(id(result))
-    return ordered

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db.models import OuterRef, Subquery
 
@@ -34,15 +34,17 @@ from . import signals, telemetry
 from .errors import ChatBusyError, RunLostError, safe_error
 from .events import GuardrailTripwire, RunFinished, RunStarted, StreamEvent
 from .models import Message, Run
+from .run_state import BLOCKED, RETRYING, End, Outcome, Phase
 from .streams import EventsUnavailable
 from .values import usd_text
 
-__all__ = ["Blocked", "RunSession", "run_finished"]
+if TYPE_CHECKING:
+    from .runner import Runner
+    from .runs import Execution
+
+__all__ = ["BLOCKED", "RETRYING", "Blocked", "RunSession", "run_finished"]
 
 logger = logging.getLogger("django_llmchat.runner")
-
-RETRYING = "retrying"
-BLOCKED = "blocked"
 
 
 class Blocked(Exception):
@@ -54,13 +56,15 @@ class Blocked(Exception):
 
 
 class RunSession:
-    """The event sequence of one run of ``runner``'s chat.
+    """The event sequence of one run of ``runner``'s chat: the run's whole life, from its
+    admission through its turn and its loop to its end and its terminal event.
 
     One of: a new ``prompt`` (with ``attachments``; ``None`` continues the saved history),
     ``regenerate=True`` (the last prompt answered again), ``resume`` (a run queued again
     after its tool-call decisions) or ``execution`` (a run a worker claimed). ``runner``
     may be ``None`` with ``build_runner``, a function building it (a claimed run whose
-    runner cannot be built here ends ``failed``).
+    runner cannot be built here ends ``failed``). The runner is the loop (its steps,
+    provider attempts and tool runs): the session drives it through its public methods.
 
     ``publish(event)`` (optional) is called with every event before it is yielded, and
     with the terminal event of a session closed early; what it returns is
@@ -68,26 +72,33 @@ class RunSession:
     ``RunFinished`` (the Python API) rather than only kept in :attr:`error` (the
     streams and the task, which report it themselves). ``totals=False``: the
     ``RunFinished`` leaves out the last message, tokens and cost (no queries; ``ask()``,
-    which returns the message, has no reader for them).
+    which returns the message, has no reader for them). ``later=True``: :meth:`admit`
+    queues the run for a worker, its task sent when the transaction commits
+    (``Chat.ask_later``); such a session is only admitted, never iterated.
+
+    Its state is typed: :attr:`phase` (:class:`~django_llmchat.run_state.Phase`) and,
+    once the run ended, :attr:`outcome` (:class:`~django_llmchat.run_state.Outcome`),
+    decided in one place whatever ended it.
 
     Iterating it (or :meth:`admit`) stores the prompt with its run, through the gate;
     nothing happens before."""
 
     def __init__(
         self,
-        runner: Any = None,
+        runner: Runner | None = None,
         prompt: str | None = None,
         attachments: list[tuple] | None = None,
         *,
         regenerate: bool = False,
         resume: Run | None = None,
-        execution: Any = None,
+        execution: Execution | None = None,
         stream: bool = True,
         retry_on: Callable[[BaseException], bool] | None = None,
-        publish: Callable[[StreamEvent], Any] | None = None,
+        publish: Callable[[StreamEvent], object] | None = None,
         raise_errors: bool = True,
-        build_runner: Callable[[], Any] | None = None,
+        build_runner: Callable[[], Runner] | None = None,
         totals: bool = True,
+        later: bool = False,
     ):
         self._runner = runner
         self._build_runner = build_runner
@@ -102,32 +113,55 @@ class RunSession:
         self.retry_on = retry_on
         self.publish = publish
         self.raise_errors = raise_errors
-        self.admitted = False
+        self.later = later
+        self.phase = Phase.NEW
         self.blocked: GuardrailTripwire | None = None
-        self.status: str | None = None
-        """The terminal status, once the session ended."""
-        self.error: BaseException | None = None
-        """The error that ended the run (a failed or retrying run), if any."""
-        self.finished: RunFinished | None = None
-        """The terminal event, once yielded (or published after an early close)."""
-        self.lost = False
-        """The run was taken over by another process: it tells the run's end, not this."""
-        self.last_id: Any = None
+        self.outcome: Outcome | None = None
+        """How the run ended, once it did."""
+        self.last_id: object = None
         self._pre: list[StreamEvent] = []
         self._events: Iterator[StreamEvent] | None = None
-        self._began = False
+
+    # -- the state ----------------------------------------------------------------------------
+    @property
+    def admitted(self) -> bool:
+        return self.phase is not Phase.NEW
+
+    @property
+    def status(self) -> str | None:
+        """The terminal status, once the session ended."""
+        return self.outcome.status if self.outcome is not None else None
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that ended the run (a failed or retrying run), if any."""
+        return self.outcome.error if self.outcome is not None else None
+
+    @property
+    def finished(self) -> RunFinished | None:
+        """The terminal event, once yielded (or published after an early close)."""
+        return self.outcome.event if self.outcome is not None else None
+
+    @property
+    def lost(self) -> bool:
+        """The run was taken over by another process: it tells the run's end, not this."""
+        return self.outcome is not None and self.outcome.end is End.LOST
 
     # -- the runner and its run -----------------------------------------------------------
     @property
-    def runner(self):
+    def runner(self) -> Runner:
         if self._runner is None:
+            if self._build_runner is None:
+                raise RuntimeError("a RunSession needs a runner or build_runner")
             self._runner = self._build_runner()
         return self._runner
 
     @property
     def run(self) -> Run | None:
         """The run (``None`` before admission, or when a guardrail blocked the prompt)."""
-        return getattr(self._runner, "run_row", None)
+        if self._runner is not None:
+            return self._runner.run_row
+        return self.execution.run if self.execution is not None else None
 
     def admit(self) -> RunSession:
         """Store the prompt with its run now, through the gate
@@ -136,16 +170,18 @@ class RunSession:
         :class:`~django_llmchat.errors.ChatBusyError` when the chat cannot take it, and
         nothing stored. A blocked prompt stores nothing and the session tells it. Waiting
         for the run's turn is left to the iteration."""
-        if self.admitted:
+        if self.phase is not Phase.NEW:
             return self
         if self.execution is None and self.resume is None:
             runner = self.runner
             try:
-                self._pre = runner.admit(self.prompt, self.attachments, regenerate=self.regenerate)
+                self._pre = runner.admit(
+                    self.prompt, self.attachments, regenerate=self.regenerate, later=self.later
+                )
             except Blocked as exc:
                 self.blocked = exc.event
-                runner._blocked_run(exc.event)
-        self.admitted = True
+                runner.blocked(exc.event)
+        self.phase = Phase.ADMITTED
         return self
 
     # -- iterating --------------------------------------------------------------------------
@@ -153,16 +189,21 @@ class RunSession:
         return self
 
     def __next__(self) -> StreamEvent:
+        if self.later:
+            raise TypeError("a run admitted later is a worker's to run: it is not iterated")
         if self._events is None:
             self._events = self._sequence()
         return next(self._events)
 
     def close(self) -> None:
         """End the session: a run it began ends ``cancelled`` (its usage rows kept), one
-        admitted but not begun is cancelled; either way followers are told."""
+        admitted but not begun is cancelled; either way followers are told. A run
+        admitted ``later`` is the worker's: closing leaves it queued."""
+        if self.later:
+            return
         if self._events is not None:
             self._events.close()
-        if not self._began:
+        if self.phase is Phase.ADMITTED:
             self._cancel_unstarted()
 
     def _emit(self, event: StreamEvent, *, publish: bool = True) -> StreamEvent:
@@ -175,22 +216,61 @@ class RunSession:
                     logger.warning("could not publish an event of run %s: %s", self._run_id(), exc)
         return event
 
-    def _end(self, status: str, *, publish: bool = True, **known: Any) -> StreamEvent:
-        self.status = status
+    # -- the end: one place decides it -------------------------------------------------------
+    def _end(
+        self,
+        end: End,
+        exc: BaseException | None = None,
+        *,
+        event: bool = True,
+        publish: bool = True,
+    ) -> RunFinished | None:
+        """Decide how the run ended, once: its terminal status from ``end`` (how it
+        ended) and what the run stored, the error ``exc`` that ended it, and its terminal
+        ``RunFinished`` (``event=False``: none is made, the status alone is kept), emitted
+        (``publish=False``: not published). A failed run sends ``run_failed``. Returns
+        the terminal event (``None`` without one); a second call returns the first's."""
+        if self.outcome is not None:
+            return self.outcome.event
+        self.phase = Phase.ENDED
         run = self.run
+        execution = self._runner.execution if self._runner is not None else None
+        stored = execution.outcome if execution is not None else None
+        if end is End.BLOCKED:
+            status: str | None = BLOCKED
+        elif end is End.LOOP_DONE:
+            status = stored or (run.status if run is not None else None)
+        elif end is End.LOOP_FAILED:
+            status = RETRYING if stored == Run.QUEUED else stored or Run.FAILED
+        elif end is End.CLOSED:
+            status = stored or Run.CANCELLED
+        elif end is End.UNSTARTED:
+            status = Run.CANCELLED
+        elif end is End.BEFORE_TURN:
+            assert run is not None
+            run.refresh_from_db(fields=["status", "error_type", "error"])
+            status = run.status
+        elif end is End.CANNOT_START:
+            status = Run.FAILED
+        else:  # End.LOST: the process that took the run over tells its end
+            status = None
+        self.outcome = Outcome(end, status, exc)
+        if status is None or not event:
+            return None
+        error_type, error = safe_error(exc) if exc is not None else (None, None)
         if status == Run.FAILED and run is not None and run.pk is not None:
-            self._tell_failed(run.pk, run.chat_id, known.get("error"), known.get("error_type"))
+            self._tell_failed(run.pk, run.chat_id, error, error_type)
         if run is None or run.pk is None or not self.totals:
-            error, error_type = known.get("error"), known.get("error_type")
             if error is None and run is not None and run.error:
                 error, error_type = run.error, error_type or run.error_type or None
-            event = RunFinished(
+            finished = RunFinished(
                 run_id=self._run_id(), status=status, error=error, error_type=error_type
             )
         else:
-            event = run_finished(run.pk, status, known.get("error"), known.get("error_type"))
-        self.finished = event
-        return self._emit(event, publish=publish)
+            finished = run_finished(run.pk, status, error, error_type)
+        self.outcome = Outcome(end, status, exc, finished)
+        self._emit(finished, publish=publish)
+        return finished
 
     @staticmethod
     def _tell_failed(run_id: int, chat_id: int, error, error_type) -> None:
@@ -206,17 +286,18 @@ class RunSession:
         run = self.run
         return str(run.pk) if run is not None and run.pk is not None else ""
 
+    # -- the run's life -----------------------------------------------------------------------
     def _sequence(self) -> Iterator[StreamEvent]:
-        self._began = True
         try:
             runner = self.runner
         except Exception as exc:  # a claimed run that cannot go on here (agent, tools gone)
             yield from self._cannot_start(exc)
             return
         self.admit()
+        self.phase = Phase.BEGUN
         if self.blocked is not None:
             yield self._emit(self.blocked)
-            yield self._end(BLOCKED)
+            yield self._end(End.BLOCKED)
             return
         try:
             if self.execution is not None:
@@ -234,9 +315,9 @@ class RunSession:
         try:
             yield from self._loop(runner)
         finally:
-            runner._remember()
+            runner.remember()
 
-    def _loop(self, runner) -> Iterator[StreamEvent]:
+    def _loop(self, runner: Runner) -> Iterator[StreamEvent]:
         span = telemetry.start_run(runner, self.trace_parent)
         try:
             yield from self._told(runner)
@@ -244,15 +325,16 @@ class RunSession:
             error_type = safe_error(self.error)[0] if self.error is not None else None
             telemetry.end_run(span, self.status or ("lost" if self.lost else None), error_type)
 
-    def _told(self, runner) -> Iterator[StreamEvent]:
+    def _told(self, runner: Runner) -> Iterator[StreamEvent]:
         run = runner.run_row
+        assert run is not None
         events = runner.run(stream=self.stream, pre_events=self._pre, retry_on=self.retry_on)
         try:
             yield self._emit(RunStarted(run_id=str(run.pk), message_id=run.prompt_id))
             for event in events:
                 yield self._emit(event)
         except RunLostError:
-            self.lost = True
+            self._end(End.LOST)
             logger.warning("run %s was taken over by another process", self._run_id())
             signals.send_after_commit(
                 signals.run_lost, run_id=run.pk, chat_id=run.chat_id, worker=run.worker
@@ -263,27 +345,21 @@ class RunSession:
         except GeneratorExit:
             if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
                 # closed at run_started: the loop never began, the run ends here
-                runner.discard_first_call()
-                runner.execution.finish(Run.CANCELLED, interrupt_reason="stream_closed")
+                runner.cancel_before_loop()
             else:
                 events.close()  # the loop ends the run cancelled, its usage rows kept
-            self._closed_early(runner)
+            self._closed_early()
             raise
         except Exception as exc:
-            self.error = exc
-            error_type, error = safe_error(exc)
-            status = runner.execution.outcome if runner.execution is not None else None
-            if status == Run.QUEUED:
-                status = RETRYING
-            yield self._end(status or Run.FAILED, error=error, error_type=error_type)
+            yield self._end(End.LOOP_FAILED, exc)
             self._title(runner)
             if self.raise_errors:
                 raise
             return
-        yield self._end(runner.execution.outcome or runner.run_row.status)
+        yield self._end(End.LOOP_DONE)
         self._title(runner)
 
-    def _title(self, runner) -> None:
+    def _title(self, runner: Runner) -> None:
         """After the terminal event (never delaying it): an untitled chat whose run stored
         a reply gets its title (:mod:`django_llmchat.titles`)."""
         if self.status != RETRYING and runner.result.message is not None:
@@ -291,43 +367,30 @@ class RunSession:
 
             title_chat(runner)
 
-    def _closed_early(self, runner) -> None:
+    def _closed_early(self) -> None:
         """The consumer left before the end: the loop ended the run ``cancelled``; the
         terminal event never went out, so it goes to the followers here."""
-        if self.finished is not None:
-            return
-        execution = runner.execution
-        status = (execution.outcome if execution is not None else None) or Run.CANCELLED
-        self.status = status
-        if self.publish is None:
-            return
         try:
-            self._end(status)
+            self._end(End.CLOSED, event=self.publish is not None)
         except Exception:  # the run's end is stored; followers fall back on their timeout
             logger.exception("could not tell the end of run %s", self._run_id())
 
     def _ended_before_turn(self, exc: BaseException) -> Iterator[StreamEvent]:
         run = self.run
-        self.error = exc
-        error_type, error = safe_error(exc)
-        run.refresh_from_db(fields=["status", "error_type", "error"])
+        assert run is not None
         yield self._emit(RunStarted(run_id=str(run.pk), message_id=run.prompt_id), publish=False)
-        yield self._end(run.status, publish=False, error=error, error_type=error_type)
+        yield self._end(End.BEFORE_TURN, exc, publish=False)
         if self.raise_errors:
             raise exc
 
     def _cannot_start(self, exc: BaseException) -> Iterator[StreamEvent]:
         execution = self.execution
-        self.error = exc
+        assert execution is not None
         error_type, error = safe_error(exc)
         logger.exception("run %s of chat %s cannot start", execution.pk, execution.chat_id)
         execution.finish(Run.FAILED, error_type=error_type, error=error)
-        self._tell_failed(execution.pk, execution.chat_id, error, error_type)
-        run_id = str(execution.pk)
-        yield self._emit(RunStarted(run_id=run_id, message_id=execution.run.prompt_id))
-        self.status = Run.FAILED
-        self.finished = run_finished(execution.pk, Run.FAILED, error, error_type)
-        yield self._emit(self.finished)
+        yield self._emit(RunStarted(run_id=str(execution.pk), message_id=execution.run.prompt_id))
+        yield self._end(End.CANNOT_START, exc)
         if self.raise_errors:
             raise exc
 
@@ -335,19 +398,11 @@ class RunSession:
         """Admitted, never iterated: the run ends cancelled, and its followers are told
         (here for a run this process held, by :mod:`django_llmchat.runs` for a queued
         one)."""
-        from . import runs
-
         run = self.run
-        if not self.admitted or run is None or run.pk is None:
+        if run is None or run.pk is None or self._runner is None:
             return
-        self._runner.discard_first_call()
-        execution = self._runner.execution
-        if execution is None:
-            runs.cancel_queued(run.chat_id, run.pk, reason="stream_closed")
-        elif not execution.done and execution.finish(
-            Run.CANCELLED, interrupt_reason="stream_closed"
-        ):
-            self._end(Run.CANCELLED)
+        if self._runner.cancel_before_loop():
+            self._end(End.UNSTARTED)
 
 
 def run_finished(

@@ -134,7 +134,7 @@ def write_attempts(rows: list[Usage]) -> None:
     """Store ended attempts: a row closing a pending one is written over it (one UPDATE,
     compiled once), others are inserted. A row keeps its ``estimated`` flag: ``True``
     for an attempt billed by our estimate (see :meth:`~django_llmchat.attempts.
-    ProviderAttempts._billed`)."""
+    ProviderAttempts.billed`)."""
     new = [row for row in rows if not getattr(row, "closes_pending", False)]
     for row in rows:
         if getattr(row, "closes_pending", False):

@@ -37,8 +37,9 @@ from .errors import ProviderError
 from .events import StreamEvent
 from .models import Chat, Run
 from .models.idempotency import purge_expired_keys
+from .run_state import RETRYING
 from .runner import Runner
-from .session import RETRYING, RunSession
+from .session import RunSession
 
 logger = logging.getLogger("django_llmchat.tasks")
 

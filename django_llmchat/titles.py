@@ -258,7 +258,7 @@ def _from_model(runner, options: TitleOptions, prompt: str, reply: str) -> str:
         provider = (
             runner.provider if provider_name == chat.provider else get_provider(provider_name)
         )
-        pending = runner._open_attempt(request, provider_name, model_id, operation="title")
+        pending = runner.attempts.open_attempt(request, provider_name, model_id, operation="title")
         response = provider.complete(request)
     except Exception as exc:
         if pending is None and not isinstance(exc, ProviderError):
@@ -275,10 +275,10 @@ def _from_model(runner, options: TitleOptions, prompt: str, reply: str) -> str:
             run_id=run_id,
         )
         failed.operation = "title"
-        record_failed_attempts([runner._close_attempt(pending, failed)])
+        record_failed_attempts([runner.attempts.close_attempt(pending, failed)])
         logger.warning("chat %s: the title model failed, titled from the prompt: %s", chat.pk, exc)
         return ""
-    tokens, estimated = runner._billed(pending, Received(), response)
+    tokens, estimated = runner.attempts.billed(pending, Received(), response)
     usage = usage_row(
         chat,
         provider=provider_name,
@@ -290,7 +290,7 @@ def _from_model(runner, options: TitleOptions, prompt: str, reply: str) -> str:
         run_id=run_id,
     )
     usage.operation, usage.estimated = "title", estimated
-    write_attempts([runner._close_attempt(pending, usage, response)])
+    write_attempts([runner.attempts.close_attempt(pending, usage, response)])
     return model_title(response.content or "")
 
 

@@ -1,14 +1,15 @@
 """Running a step's tool calls: approvals, the before/after tool hooks, a pool of threads
 for calls that may run at once, timeouts, and their results stored in one transaction.
 
-:class:`ToolRunning` is a part of :class:`~django_llmchat.runner.Runner`: it works on
-the runner's chat, tools, context and execution."""
+:class:`ToolRunner` is a collaborator of :class:`~django_llmchat.runner.Runner`
+(``runner.tool_runs``): it works on the runner's chat, tools, context and execution."""
 
 from __future__ import annotations
 
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
@@ -24,16 +25,22 @@ from .steps import save_tool_results
 from .tools import Tool, ToolResult, describe
 from .transcript import path_leaf, provider_message
 
+if TYPE_CHECKING:
+    from .runner import Runner
+
 logger = logging.getLogger("django_llmchat.runner")
 
 
-class ToolRunning:
-    """The tool calls of :class:`~django_llmchat.runner.Runner`."""
+class ToolRunner:
+    """The tool calls of a :class:`~django_llmchat.runner.Runner`'s run: a collaborator
+    the runner holds (``runner.tool_runs``), working on its chat, tools, context and
+    execution."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
 
     # -- tools ----------------------------------------------------------------------------
-    def _run_tools(
-        self, calls: list[ToolCall], history: list[ProviderMessage], *, again: bool = True
-    ):
+    def run(self, calls: list[ToolCall], history: list[ProviderMessage], *, again: bool = True):
         """Answer ``calls``; returns an ``Interrupt`` when the run must pause. ``again``
         ``False``: the calls were stored by a process that died while it ran them, so
         those that would run get an ``interrupted`` error result instead (a tool's side
@@ -43,16 +50,16 @@ class ToolRunning:
         interrupt: Interrupt | None = None
         runnable: list[tuple[ToolCall, Tool | None]] = []
         for call in calls:
-            tool = self.tools.get(call.name)
-            if call.name == ACTIVATE_TOOL and self.context.skills is not None:
+            tool = self.runner.tools.get(call.name)
+            if call.name == ACTIVATE_TOOL and self.runner.context.skills is not None:
                 name = (call.arguments or {}).get("name")
-                skill = self.context.skills.get(name) if isinstance(name, str) else None
+                skill = self.runner.context.skills.get(name) if isinstance(name, str) else None
                 if skill is None:
                     results.append(
                         (call, ToolResult.error("validation_error", f"no skill named {name!r}"))
                     )
                 else:
-                    self.context.skills.activate(skill.name)
+                    self.runner.context.skills.activate(skill.name)
                     yield SkillActivation(skill.name)
                     results.append((call, ToolResult(content=skill.body)))
                 continue
@@ -76,8 +83,10 @@ class ToolRunning:
         # keep the transcript's order: results follow their calls
         order = {c.pk: i for i, c in enumerate(calls)}
         results.sort(key=lambda pair: order[pair[0].pk])
-        saved = save_tool_results(self.chat, results, self.execution, parent_id=path_leaf(history))
-        self.unanswered = []  # a call waiting for a decision is answered after it
+        saved = save_tool_results(
+            self.runner.chat, results, self.runner.execution, parent_id=path_leaf(history)
+        )
+        self.runner.unanswered = []  # a call waiting for a decision is answered after it
         for m, (call, _result) in zip(saved, results, strict=True):
             error = (m.raw or {}).get("error")
             yield ToolResultDone(
@@ -89,9 +98,9 @@ class ToolRunning:
             )
         for m in saved:
             history.append(provider_message(m, calls=[]))  # a tool message calls nothing
-            if self.agent is not None and interrupt is None:
+            if self.runner.agent is not None and interrupt is None:
                 try:
-                    self.agent.on_message(m, self.context)
+                    self.runner.agent.on_message(m, self.runner.context)
                 except InterruptError as exc:
                     interrupt = Interrupt(reason=exc.reason)
         if interrupt is not None:
@@ -112,14 +121,16 @@ class ToolRunning:
 
         def run_one(call: ToolCall, tool: Tool | None) -> ToolResult:
             ran: list[ToolResult] = []
-            with telemetry.tool_span(self, call, lambda: ran[0] if ran else None):
+            with telemetry.tool_span(self.runner, call, lambda: ran[0] if ran else None):
                 if tool is None:
                     ran.append(
                         ToolResult.error("unknown_tool", f"there is no tool named {call.name!r}")
                     )
                 else:
                     try:
-                        ran.append(tool.run(call.arguments or {}, self.context, timeout=timeout))
+                        ran.append(
+                            tool.run(call.arguments or {}, self.runner.context, timeout=timeout)
+                        )
                     except InterruptError:
                         raise
                     except Exception as exc:  # a tool class of its own that let one out
@@ -154,14 +165,16 @@ class ToolRunning:
         """The run ends (failed, cancelled, given back to the queue) with calls it stored
         and never answered: each gets an error result, fenced by the run, so no later run
         runs them. A failure here is logged: the run's end is written all the same."""
-        calls, self.unanswered = self.unanswered, []
-        if not calls or self.execution is None or self.execution.done:
+        calls, self.runner.unanswered = self.runner.unanswered, []
+        if not calls or self.runner.execution is None or self.runner.execution.done:
             return
         result = ToolResult.error(error_type, message)
         try:
-            save_tool_results(self.chat, [(call, result) for call in calls], self.execution)
+            save_tool_results(
+                self.runner.chat, [(call, result) for call in calls], self.runner.execution
+            )
         except Exception:
-            logger.exception("run %s: could not answer its tool calls", self.execution.pk)
+            logger.exception("run %s: could not answer its tool calls", self.runner.execution.pk)
 
 
 def _in_thread(func, *args):

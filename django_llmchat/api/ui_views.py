@@ -184,8 +184,9 @@ class UIChatView(TransportView):
                 except ArgumentError as exc:  # a message no prompt may follow
                     raise ValidationError({"messages": [str(exc)]}) from None
         if "prompt" in run:  # a reloaded chat names the user message as its client did
-            row = getattr(inline.runner, "run_row", None)
-            ui_messages.remember_user_message_id(getattr(row, "prompt_id", None), last.get("id"))
+            row = inline.run
+            prompt_id = row.prompt_id if row is not None else None
+            ui_messages.remember_user_message_id(prompt_id, last.get("id"))
         return ui_response(inline.frames())
 
 

@@ -65,10 +65,10 @@ from .base import (
     _lock,
     _move_prompt_into_place,
     _sync_chat,
-    _tell_followers,
     hold_if_idle,
     logger,
     send,
+    tell_followers,
     worker_name,
 )
 from .claims import (
@@ -158,7 +158,7 @@ _PRIVATE = (
     _private_database,
     _resume_soon,
     _sync_chat,
-    _tell_followers,
+    tell_followers,
     _tick,
 )
 

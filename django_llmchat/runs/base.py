@@ -163,7 +163,7 @@ def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:
     )
 
 
-def _tell_followers(chat_id: int, run_id: int, status: str, error_type: str = "") -> None:
+def tell_followers(chat_id: int, run_id: int, status: str, error_type: str = "") -> None:
     """A run ended with no process working on it (cancelled while queued or waiting for a
     decision, given up after its workers died): once the transaction commits, its
     terminal ``run_finished`` goes to the chat's event stream, so every follower learns

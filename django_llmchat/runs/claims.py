@@ -251,7 +251,7 @@ def _give_up(run: Run, now) -> None:
     _mark_lost(run.pk)
     # the calls its workers left may have run: answered, never run by a later run
     answer_calls(run.chat_id, run, WORKER_LOST_RESULT)
-    base._tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
+    base.tell_followers(run.chat_id, run.pk, Run.FAILED, "worker_lost")
     signals.send_after_commit(
         signals.run_failed,
         run_id=run.pk,

@@ -50,7 +50,7 @@ def cancel_queued(chat_id: int, run_id: int, *, error_type: str = "", reason: st
         )
         _move_prompt_into_place(chat_id, run.prompt_id)
         following = _sync_chat(chat_id)
-        base._tell_followers(chat_id, run_id, WITHDRAW.target, error_type)
+        base.tell_followers(chat_id, run_id, WITHDRAW.target, error_type)
         if _waits_for_a_worker(following):
             transaction.on_commit(lambda: _send(following))
     return True
@@ -97,7 +97,7 @@ def interrupt(chat_id: int, reason: str | None = None, *, run_id: int | None = N
         if changed:
             _move_prompt_into_place(chat_id, head.prompt_id)
             following = _release(chat_id, head.pk)
-            base._tell_followers(chat_id, head.pk, status)
+            base.tell_followers(chat_id, head.pk, status)
             if _waits_for_a_worker(following):
                 transaction.on_commit(lambda: _send(following))
         return bool(changed)
@@ -149,7 +149,7 @@ def _interrupt_call(
     if outcome == "statements":
         return None
     if outcome == "ended":
-        base._tell_followers(chat_id, stopped, status)
+        base.tell_followers(chat_id, stopped, status)
         following = _next_run(chat_id, next_run, next_status, next_lease)
         if _waits_for_a_worker(following):
             transaction.on_commit(lambda: _send(following))

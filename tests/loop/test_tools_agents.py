@@ -287,29 +287,6 @@ def test_non_streaming_ask_emits_summary_events(chat, fake_llm):
     assert Tokens() == Tokens()
 
 
-def test_results_move_up_to_their_calls_in_requests():
-    from django_llmchat.providers.types import ProviderMessage, ToolCallData
-    from django_llmchat.runner import _results_after_calls
-
-    history = [
-        ProviderMessage(role="user", content="q"),
-        ProviderMessage(
-            role="assistant", tool_calls=[ToolCallData("c1", "t"), ToolCallData("c2", "t")]
-        ),
-        ProviderMessage(role="user", content="new question"),
-        ProviderMessage(role="tool", content="r2", tool_call_id="c2"),
-        ProviderMessage(role="tool", content="r1", tool_call_id="c1"),
-    ]
-    ordered = _results_after_calls(history)
-    assert [(m.role, m.content) for m in ordered] == [
-        ("user", "q"),
-        ("assistant", ""),
-        ("tool", "r1"),
-        ("tool", "r2"),
-        ("user", "new question"),
-    ]
-
-
 def test_interrupt_with_a_reason_mid_stream(chat, fake_llm):
     from django_llmchat.testing import Fault
 

@@ -118,7 +118,7 @@ def bystanders(transactional_db):
 
 @pytest.fixture
 def told(monkeypatch):
-    """What the module tells a chat's followers (``_tell_followers``), recorded."""
+    """What the module tells a chat's followers (``tell_followers``), recorded."""
     calls: list[tuple] = []
-    monkeypatch.setattr(base, "_tell_followers", lambda *args: calls.append(args))
+    monkeypatch.setattr(base, "tell_followers", lambda *args: calls.append(args))
     return calls

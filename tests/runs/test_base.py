@@ -67,15 +67,15 @@ def test_followers_are_told_a_run_ended_once_the_transaction_commits(chat, publi
     """The chat's followers get ``run_finished`` with the run, its status and its error
     type (none when it has none), after the commit only; nothing without EVENTS_URL."""
     with transaction.atomic():
-        runs._tell_followers(chat.pk, 7, "failed", "worker_lost")
-        runs._tell_followers(chat.pk, 8, "cancelled")
+        runs.tell_followers(chat.pk, 7, "failed", "worker_lost")
+        runs.tell_followers(chat.pk, 8, "cancelled")
         assert published == []
     assert [(c, type(e), e.run_id, e.status, e.error_type) for c, e in published] == [
         (chat.pk, RunFinished, "7", "failed", "worker_lost"),
         (chat.pk, RunFinished, "8", "cancelled", None),
     ]
     monkeypatch.setattr(base.streams, "enabled", lambda: False)
-    runs._tell_followers(chat.pk, 9, "failed")
+    runs.tell_followers(chat.pk, 9, "failed")
     assert len(published) == 2
 
 
@@ -86,7 +86,7 @@ def test_a_follower_that_cannot_be_told_is_logged(chat, monkeypatch, caplog):
     monkeypatch.setattr(base.streams, "enabled", lambda: True)
     monkeypatch.setattr(base.streams, "publish", down)
     with caplog.at_level("WARNING", logger=runs.logger.name):
-        runs._tell_followers(chat.pk, 7, "failed")
+        runs.tell_followers(chat.pk, 7, "failed")
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"could not tell chat {chat.pk}'s followers run 7 ended: redis is down"
     ]
