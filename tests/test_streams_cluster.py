@@ -87,7 +87,11 @@ def keyed(commands: list[tuple]) -> list[tuple[str, list[str]]]:
 def across_slots(commands: list[tuple]) -> list[tuple[str, list[str]]]:
     from redis.cluster import key_slot
 
-    return [(name, keys) for name, keys in keyed(commands) if len({key_slot(k.encode()) for k in keys}) > 1]
+    return [
+        (name, keys)
+        for name, keys in keyed(commands)
+        if len({key_slot(k.encode()) for k in keys}) > 1
+    ]
 
 
 def chats_in_different_slots(n: int) -> list[int]:
