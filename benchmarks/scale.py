@@ -35,7 +35,9 @@ recent users in turn:
 - ``chat list``: ``GET chats/`` (the first page);
 - ``messages page``: ``GET chats/{id}/messages/``;
 - ``search, common words``: ``GET chats/?search=quarterly figures`` (every chat of the
-  user matches: a page of 50); ``search, one chat``: ``GET chats/?search=chat <id>``;
+  user matches by its title: a page of 50); ``search, every reply``: ``?search=revenue
+  plan`` (words of every reply: half the table's messages); ``search, one chat``:
+  ``?search=chat <id>`` (a word of one chat);
 - ``dashboard day`` / ``dashboard month``: ``usage_summary`` of a day / 30 days ending
   30 days ago (every user's rows); ``..., 100x rows``: the same a year earlier (the
   history on the large side);
@@ -85,6 +87,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=30, help="timings per operation and side")
     parser.add_argument(
         "--keep", action="store_true", help="reuse databases already built; keep them after"
+    )
+    parser.add_argument(
+        "--no-jit",
+        action="store_true",
+        help="time with PostgreSQL's JIT off (jit = off for the session, as docs/deployment.md "
+        "advises)",
+    )
+    parser.add_argument(
+        "--only", default="", help="the operations to time, separated by ';' (default: all)"
     )
     args = parser.parse_args()
     if args.messages_per_chat < 2 or args.messages_per_chat % 2:
@@ -567,8 +578,13 @@ def operations(name: str, chats: int, base: int) -> dict:
         get(messages, f"/api/chats/{pk}/messages/", user, pk=pk)
 
     def search_common(i):
-        # every chat of the user (the title) and every prompt hold both words
+        # every chat of the user holds both words in its title (no message holds them both)
         found = get(chat_list, "/api/chats/?search=quarterly%20figures", users[i % k])
+        assert len(found.data["results"]) == 50, len(found.data["results"])
+
+    def search_replies(i):
+        # every reply of every chat holds both words (half the messages of the table)
+        found = get(chat_list, "/api/chats/?search=revenue%20plan", users[i % k])
         assert len(found.data["results"]) == 50, len(found.data["results"])
 
     def search_rare(i):
@@ -606,6 +622,7 @@ def operations(name: str, chats: int, base: int) -> dict:
         "chat list": chat_list_page,
         "messages page": messages_page,
         "search, common words": search_common,
+        "search, every reply": search_replies,
         "search, one chat": search_rare,
         "dashboard day": dashboard(day, 1),
         "dashboard month": dashboard(day, 30),
@@ -620,9 +637,17 @@ def operations(name: str, chats: int, base: int) -> dict:
 REPEATS = {"retention pass": 0.3, "erase user": 0.3}  # the writing passes: fewer timings
 
 
-def measure(sides: dict[str, int], base: int, n: int) -> dict[str, dict[str, list[float]]]:
+def measure(
+    sides: dict[str, int], base: int, n: int, only: str = ""
+) -> dict[str, dict[str, list[float]]]:
     built = {name: operations(name, chats, base) for name, chats in sides.items()}
     labels = list(next(iter(built.values())))
+    if only:
+        wanted = [label.strip() for label in only.split(";")]
+        unknown = set(wanted) - set(labels)
+        if unknown:
+            sys.exit(f"--only: unknown operations {sorted(unknown)}; known: {labels}")
+        labels = [label for label in labels if label in wanted]
     times: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
     for label in labels:
         count = max(5, int(n * REPEATS.get(label, 1)))
@@ -661,6 +686,8 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     args = parse()
     database = server()
+    if args.no_jit:
+        database.setdefault("OPTIONS", {})["options"] = "-c jit=off"
     setup_django(database)
     base = database["NAME"]
     mpc = args.messages_per_chat
@@ -686,8 +713,11 @@ def main() -> None:
                 f"{found['bytes'] / 2**30:.2f} GiB",
                 flush=True,
             )
-        print(f"load before: {os.getloadavg()}", flush=True)
-        times = measure(sides, args.base, args.n)
+        print(
+            f"load before: {os.getloadavg()}; JIT {'off' if args.no_jit else 'as the server says'}",
+            flush=True,
+        )
+        times = measure(sides, args.base, args.n, args.only)
         print(
             f"\n{'operation':28s} {'p50 small':>10s} {'p95 small':>10s} "
             f"{'p50 large':>10s} {'p95 large':>10s} {'ratio p50':>9s} {'ratio p95':>9s}  (ms)"
