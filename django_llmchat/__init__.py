@@ -135,6 +135,7 @@ _export(
     publish_event="publish",
     redis_client="client",
     event_stream_key="stream_key",
+    delete_event_streams="delete",
 )
 # the admin's helpers and the API's schema pieces
 _export(

@@ -231,6 +231,18 @@ def _check_values(merged: dict[str, Any]) -> list:
                 id="llmchat.E009",
             )
         )
+    cluster = merged["EVENTS_CLUSTER"]
+    if not isinstance(cluster, bool) or (
+        cluster and isinstance(url, str) and not url.startswith(("redis://", "rediss://"))
+    ):
+        errors.append(
+            Error(
+                f"LLMCHAT['EVENTS_CLUSTER'] is {cluster!r} with EVENTS_URL {url!r}.",
+                hint="Use False (one Redis server), or True with EVENTS_URL naming a node of "
+                "the cluster as redis:// or rediss:// (a cluster has no unix:// address).",
+                id="llmchat.E018",
+            )
+        )
     eager = merged["TASKS_EAGER_WITHOUT_BROKER"]
     if eager not in (True, False, "inline"):
         errors.append(

@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "FALLBACKS": None,
     # Redis URL for event fan-out to other processes (None: no fan-out).
     "EVENTS_URL": None,
+    # True: EVENTS_URL names a node of a Redis Cluster (redis-py's RedisCluster); every
+    # command touches one chat's key, so the streams spread over the cluster's slots.
+    "EVENTS_CLUSTER": False,
     "EVENTS_MAXLEN": 10_000,
     "EVENTS_TTL": 24 * 3600,
     # Prefix of the Redis keys of the event streams (``<prefix>:chat:<id>:events``).

@@ -9,6 +9,11 @@ Streams live under ``<EVENTS_KEY_PREFIX>:chat:<id>:events``, are capped near
 ``LLMCHAT["EVENTS_MAXLEN"]`` entries and expire ``LLMCHAT["EVENTS_TTL"]`` seconds after
 their last event. Without ``LLMCHAT["EVENTS_URL"]``, publishing does nothing.
 
+Every command names one chat's key and no other (pipelines are sent without ``MULTI``;
+erasing chats deletes their streams one ``DEL`` each), so the streams can live on a Redis
+Cluster: ``LLMCHAT["EVENTS_CLUSTER"] = True`` makes the clients redis-py's
+``RedisCluster`` on the node ``EVENTS_URL`` names.
+
 Each entry has three fields: ``type`` (the SSE event name), ``data`` (the ``to_dict()``
 JSON) and ``ts`` (the publisher's clock, seconds since the epoch).
 """
@@ -37,6 +42,7 @@ __all__ = [
     "afollow",
     "client",
     "decode",
+    "delete",
     "enabled",
     "flush",
     "follow",
@@ -136,10 +142,23 @@ def _client(url: str, *, publishing: bool, read_timeout: float | None = None):
     with _clients_mutex:
         found = _clients.get(key)
         if found is None:
-            found = _clients[key] = _redis().Redis.from_url(
+            found = _clients[key] = _client_class().from_url(
                 url, **_options(publishing, read_timeout)
             )
         return found
+
+
+def _client_class(*, asynchronous: bool = False):
+    """redis-py's client class for ``EVENTS_URL``: ``RedisCluster`` with
+    ``LLMCHAT["EVENTS_CLUSTER"]``, else ``Redis`` (``redis.asyncio``'s, ``asynchronous``)."""
+    redis = _redis()
+    if settings.EVENTS_CLUSTER:
+        if asynchronous:
+            from redis.asyncio.cluster import RedisCluster
+        else:
+            from redis.cluster import RedisCluster  # type: ignore[assignment]
+        return RedisCluster
+    return redis.asyncio.Redis if asynchronous else redis.Redis
 
 
 def _options(
@@ -348,6 +367,21 @@ class _Outbox:
 
 
 _outboxes = PerProcess(_Outbox)
+
+
+def delete(chat_ids) -> int:
+    """Delete the event streams of ``chat_ids``; returns how many existed. One ``DEL`` per
+    stream, pipelined without ``MULTI`` (a round trip per 500 chats): no command spans two
+    chats, as a Redis Cluster requires."""
+    removed = 0
+    redis_client = client()
+    chat_ids = list(chat_ids)
+    for start in range(0, len(chat_ids), _SCAN_PAGE):
+        pipe = redis_client.pipeline(transaction=False)
+        for chat_id in chat_ids[start : start + _SCAN_PAGE]:
+            pipe.delete(stream_key(chat_id))
+        removed += sum(pipe.execute())
+    return removed
 
 
 def last_id(chat_id: int | str) -> str:
@@ -605,7 +639,7 @@ async def afollow(
     steps = _Following(chat_id, last_id, block_ms, stop_at_run_end, timeout, heartbeat, patience)
     read_timeout = None if patience is None else _read_timeout(steps.block_ms)
     options = _options(False, read_timeout, asynchronous=True)
-    redis_client = _redis().asyncio.Redis.from_url(_url(), **options)
+    redis_client = _client_class(asynchronous=True).from_url(_url(), **options)
     try:
         for method, args, kwargs in steps:
             if method == "emit":
