@@ -111,6 +111,7 @@ _export("django_llmchat.lifecycle", "export_user", "erase_user", "ErasureRefused
 _export("django_llmchat.retention", "apply_retention", retention_due="due")
 _export("django_llmchat.shares", "share_chat", "find_share", "revoke_shares")
 _export("django_llmchat.dashboard", "usage_summary")
+_export("django_llmchat.search_index", rebuild_search_index="rebuild_index")
 # limits and the input rules
 _export("django_llmchat.limits", user_spend="spend", check_limits="admit", forget_spend="forget")
 _export("django_llmchat.inputs", "check_prompt", "check_attachment", "check_chat", "check_history")

@@ -1,5 +1,5 @@
 """The release baseline: every table, index and constraint of the app, from the models,
-and the full-text search of messages (:mod:`._search`: a trigger on PostgreSQL, an FTS5
+and the full-text search of messages (:mod:`django_llmchat.search_index`: a trigger on PostgreSQL, an FTS5
 table on SQLite). The run functions of PostgreSQL follow in ``0002_run_functions``.
 
 It replaces the 23 migrations written before the first release (``replaces``): a
@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import migrations, models
 
-from django_llmchat.migrations import _search
+from django_llmchat import search_index
 
 
 class Migration(migrations.Migration):
@@ -466,5 +466,5 @@ class Migration(migrations.Migration):
             model_name='usage',
             index=models.Index(fields=['user', 'created_at'], name='llmchat_usage_user_idx'),
         ),
-        migrations.RunPython(_search.forwards, _search.backwards, elidable=False),
+        migrations.RunPython(search_index.forwards, search_index.backwards, elidable=False),
     ]

@@ -1,6 +1,7 @@
-"""The full-text index of message content (django_llmchat.search), kept by the database
-on every write path: what migration ``0001_baseline`` runs after creating the tables (the
-models cannot express it).
+"""The full-text index of message content (:mod:`django_llmchat.search` reads it), kept by
+the database on every write path: what migration ``0001_baseline`` runs after creating
+the tables (the models cannot express it), and :func:`rebuild_index` after a change of
+language.
 
 PostgreSQL: a ``tsvector`` column set from ``content`` by a ``BEFORE INSERT OR UPDATE``
 trigger in the text search configuration ``LLMCHAT["SEARCH"]["language"]`` as it is when
@@ -13,7 +14,7 @@ Schema changes to ``llmchat_message`` made by later migrations on SQLite rebuild
 table and drop its triggers: such a migration must run :func:`sqlite_forwards` again.
 """
 
-from django.db import OperationalError
+from django.db import OperationalError, connections
 
 CIPHERTEXT = "llmchat-fernet:%"
 FTS = "llmchat_message_fts"
@@ -38,7 +39,7 @@ SQLITE_TRIGGERS = [
 
 
 def _language() -> str:
-    from django_llmchat.search import LANGUAGE, language
+    from .search import LANGUAGE, language
 
     name = language()
     if not LANGUAGE.fullmatch(name):  # the system check names the setting too
@@ -99,3 +100,19 @@ def backwards(apps, schema_editor):
         for name in ("insert", "delete", "update"):
             schema_editor.execute(f"DROP TRIGGER IF EXISTS llmchat_message_fts_{name}")
         schema_editor.execute(f"DROP TABLE IF EXISTS {FTS}")
+
+
+def rebuild_index(using: str = "default") -> bool:
+    """Index every message again, in the language configured now (``SEARCH["language"]``).
+
+    PostgreSQL's index is built in one language when the migrations run: after changing
+    it, call this once (it rewrites the search column of every message, so on a large
+    table run it off-peak). Returns whether there was an index to rebuild (``False`` on a
+    database whose search needs none)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    with connection.schema_editor() as editor:
+        backwards(None, editor)
+        forwards(None, editor)
+    return True
