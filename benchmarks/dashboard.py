@@ -84,7 +84,7 @@ def bare_queries(start, end):
     """The very statements ``usage_summary()`` sends (recorded once), run as raw SQL."""
     from django.db import connection
 
-    from django_llmchat.dashboard import usage_summary
+    from django_llmchat.chats.dashboard import usage_summary
 
     statements: list[tuple[str, tuple]] = []
 
@@ -119,7 +119,7 @@ def main() -> None:
     from django.test import Client
     from django.utils import timezone
 
-    from django_llmchat.dashboard import usage_summary
+    from django_llmchat.chats.dashboard import usage_summary
 
     started = time.perf_counter()
     make_rows(args.rows)

@@ -58,16 +58,16 @@ def main() -> None:
     setup(base)
     import logging
 
-    logging.getLogger("django_llmchat.history").setLevel(logging.ERROR)  # no window known
+    logging.getLogger("django_llmchat.loop.history").setLevel(logging.ERROR)  # no window known
 
     from cryptography.fernet import Fernet
     from django.db import connection
     from django.test import override_settings
 
+    from django_llmchat.loop.transcript import forget_history, load_history
     from django_llmchat.models import Chat, Message
     from django_llmchat.models.protected import MARKER
     from django_llmchat.tools import tool
-    from django_llmchat.transcript import forget_history, load_history
 
     @tool
     def bench_lookup(city: str, units: str) -> str:

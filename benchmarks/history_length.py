@@ -69,7 +69,7 @@ def main() -> None:
         model_id=model,
         defaults={"name": model, "context_window": 10_000_000, "max_output_tokens": 8_000},
     )
-    from django_llmchat.transcript import load_history
+    from django_llmchat.loop.transcript import load_history
 
     provider = get_provider(args.provider)
 

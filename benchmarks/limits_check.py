@@ -42,8 +42,8 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from django_llmchat import limits
     from django_llmchat.models import Chat, Run, Usage
+    from django_llmchat.runs import limits
 
     User = get_user_model()
     user = User.objects.create_user("heavy")

@@ -279,7 +279,7 @@ def vectors(conn, mpc: int) -> dict[int, str]:
     """The ``tsvector`` text of message ``k`` (1..mpc) of chat :data:`PLACEHOLDER`, made by
     the server with the configuration the index trigger uses: a chat's vectors are these
     with its number swapped in (equal numbers merge, as ``to_tsvector`` merges them)."""
-    from django_llmchat.search import language
+    from django_llmchat.chats.search import language
 
     found = {}
     for k in range(1, mpc + 1):
@@ -490,7 +490,7 @@ def build(database: dict, name: str, chats: int, recent: int, mpc: int) -> dict:
         conn.execute("VACUUM ANALYZE")
         phases["vacuum"] = time.perf_counter() - mark
         # the copied vectors are what the trigger makes (a sample of messages)
-        from django_llmchat.search import language
+        from django_llmchat.chats.search import language
 
         wrong = conn.execute(
             "SELECT count(*) FROM llmchat_message TABLESAMPLE SYSTEM (1) "
@@ -539,12 +539,12 @@ def operations(name: str, chats: int, base: int) -> dict:
     from django.db import transaction
     from rest_framework.test import APIRequestFactory, force_authenticate
 
-    from django_llmchat import limits
     from django_llmchat.api.messages import MessageListCreateView
     from django_llmchat.api.urls import chat_list
-    from django_llmchat.dashboard import usage_summary
-    from django_llmchat.lifecycle import erase_user
-    from django_llmchat.retention import apply_retention
+    from django_llmchat.chats.dashboard import usage_summary
+    from django_llmchat.chats.lifecycle import erase_user
+    from django_llmchat.chats.retention import apply_retention
+    from django_llmchat.runs import limits
 
     use(name)
     layout = Layout(chats, base, 0)

@@ -82,7 +82,7 @@ _export("django_llmchat.agents", "Agent", "interrupt")
 _export("django_llmchat.guardrails", "Guardrail", "GuardrailResult", "guardrail", "screen")
 _export("django_llmchat.skills", "load_skills", "SkillsContext")
 _export("django_llmchat.mcp", "MCPTools")
-_export("django_llmchat.branches", BRANCH_ROOT="ROOT")
+_export("django_llmchat.models.branches", BRANCH_ROOT="ROOT")
 # settings and checks
 _export("django_llmchat.conf", "settings", "on_change")
 _export("django_llmchat.checks", "check_settings")
@@ -96,24 +96,30 @@ _export(
     "run_recovered",
 )
 # prices, the model registry, history, titles, markdown
-_export("django_llmchat.pricing", "model_pricing", "price", "price_from_table")
-_export("django_llmchat.registry", "find_model", "sync_models")
-_export("django_llmchat.history", "estimate_tokens")
-_export("django_llmchat.transcript", "load_history", "forget_history", "answered_history")
-_export("django_llmchat.titles", "prompt_title")
-_export("django_llmchat.markdown", "render_markdown")
+_export("django_llmchat.catalog.pricing", "model_pricing", "price", "price_from_table")
+_export("django_llmchat.catalog.registry", "find_model", "sync_models")
+_export("django_llmchat.loop.history", "estimate_tokens")
+_export("django_llmchat.loop.transcript", "load_history", "forget_history", "answered_history")
+_export("django_llmchat.chats.titles", "prompt_title")
+_export("django_llmchat.chats.markdown", "render_markdown")
 # the data: export, import, retention, erasure, shares, dashboard
 _export(
-    "django_llmchat.export", "filter_chats", "finetune_lines", "transcript_dict", "transcripts_json"
+    "django_llmchat.chats.export",
+    "filter_chats",
+    "finetune_lines",
+    "transcript_dict",
+    "transcripts_json",
 )
-_export("django_llmchat.imports", "import_data")
-_export("django_llmchat.lifecycle", "export_user", "erase_user", "ErasureRefused")
-_export("django_llmchat.retention", "apply_retention", retention_due="due")
-_export("django_llmchat.shares", "share_chat", "find_share", "revoke_shares")
-_export("django_llmchat.dashboard", "usage_summary")
-_export("django_llmchat.search_index", rebuild_search_index="rebuild_index")
+_export("django_llmchat.chats.imports", "import_data")
+_export("django_llmchat.chats.lifecycle", "export_user", "erase_user", "ErasureRefused")
+_export("django_llmchat.chats.retention", "apply_retention", retention_due="due")
+_export("django_llmchat.chats.shares", "share_chat", "find_share", "revoke_shares")
+_export("django_llmchat.chats.dashboard", "usage_summary")
+_export("django_llmchat.chats.search_index", rebuild_search_index="rebuild_index")
 # limits and the input rules
-_export("django_llmchat.limits", user_spend="spend", check_limits="admit", forget_spend="forget")
+_export(
+    "django_llmchat.runs.limits", user_spend="spend", check_limits="admit", forget_spend="forget"
+)
 _export("django_llmchat.inputs", "check_prompt", "check_attachment", "check_chat", "check_history")
 _export("django_llmchat.vendor_options", check_vendor_options="check")
 # runs: the gate, the session, the transitions on PostgreSQL
@@ -126,7 +132,7 @@ _export(
     RunExecution="Execution",
 )
 _export("django_llmchat.runs.pg", run_functions_installed="available")
-_export("django_llmchat.session", "RunSession")
+_export("django_llmchat.loop.session", "RunSession")
 # events across processes (Redis Streams)
 _export(
     "django_llmchat.streams",

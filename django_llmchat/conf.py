@@ -103,14 +103,14 @@ DEFAULTS: dict[str, Any] = {
     # path; settings, agents and Python code may use either.
     "HISTORY_PROCESSORS": {},
     "TOKEN_ESTIMATORS": {},
-    # Spending limits per user (django_llmchat.limits): None turns them off; else
+    # Spending limits per user (django_llmchat.runs.limits): None turns them off; else
     # {"default": {"usd_per_day": "2.00", "usd_per_month": ..., "tokens_per_day": ...,
     # "runs_per_hour": ..., "concurrent_runs": ..., "soft": "0.8"}}. Limit rows (admin)
     # override it per user; LIMITS_FOR (a callable or dotted path, user -> dict) per group
     # or tenant, between the two.
     "LIMITS": None,
     "LIMITS_FOR": None,
-    # Retention of transcripts (django_llmchat.retention): None keeps them for ever; else
+    # Retention of transcripts (django_llmchat.chats.retention): None keeps them for ever; else
     # {"days": 90, "action": "delete" | "anonymise"}: a chat whose last change is older
     # than that is deleted or emptied by the periodic task
     # django_llmchat.tasks.apply_retention (or ``manage.py llmchat_retention``); its usage
@@ -124,11 +124,11 @@ DEFAULTS: dict[str, Any] = {
     # REDACT_STORED also applies it before messages and tool calls are stored.
     "REDACT": None,
     "REDACT_STORED": False,
-    # Full-text search (django_llmchat.search): {"language": "english"}, the PostgreSQL
+    # Full-text search (django_llmchat.chats.search): {"language": "english"}, the PostgreSQL
     # text search configuration the message index is built with (read when migration 0018
     # runs) and searches are parsed with. None: the default, "english".
     "SEARCH": None,
-    # Chat titles (django_llmchat.titles): an untitled chat gets one after its first reply.
+    # Chat titles (django_llmchat.chats.titles): an untitled chat gets one after its first reply.
     # True: from the first prompt (no provider call); a model id (on the chat's provider)
     # or {"model": ..., "provider": ..., "prompt": ...}: that model writes it (its own
     # usage row, operation "title"; the prompt's title when it fails); False/None: off.

@@ -31,8 +31,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ._per_process import PerProcess
 from .conf import settings
+from .db._per_process import PerProcess
 from .events import RunFinished, StreamEvent, event_from_dict
 
 logger = logging.getLogger("django_llmchat.streams")

@@ -35,11 +35,11 @@ from . import runs, streams, telemetry
 from .conf import settings
 from .errors import ProviderError
 from .events import StreamEvent
+from .loop.run_state import RETRYING
+from .loop.runner import Runner
+from .loop.session import RunSession
 from .models import Chat, Run
 from .models.idempotency import purge_expired_keys
-from .run_state import RETRYING
-from .runner import Runner
-from .session import RunSession
 
 logger = logging.getLogger("django_llmchat.tasks")
 
@@ -364,7 +364,7 @@ def recover_runs() -> int:
 def apply_retention() -> int:
     """Delete or anonymise the chats past ``LLMCHAT["RETENTION"]`` (their usage rows
     stay): schedule it with Celery beat, e.g. daily. Returns how many chats it changed."""
-    from .retention import apply_retention as apply
+    from .chats.retention import apply_retention as apply
 
     close_old_connections()
     try:

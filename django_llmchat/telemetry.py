@@ -342,7 +342,7 @@ def tool_span(runner, call, result_of) -> Iterator[None]:
             span.set_attribute("error.type", kind)
             span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
         if _content():  # the text the tool message stores: bounded, never raising
-            from .steps import checked_result
+            from .loop.steps import checked_result
 
             span.set_attribute("gen_ai.tool.call.result", checked_result(call.name, result).text)
     span.end()

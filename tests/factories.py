@@ -68,7 +68,7 @@ def build_transcript(chat: Chat, turns: int, *, with_attachments: bool = True) -
             )
         )
     Usage.objects.bulk_create(usages)
-    from django_llmchat.branches import link_parents
+    from django_llmchat.models.branches import link_parents
 
     link_parents(chat.pk)  # bulk_create bypasses save(): each message follows the one before
     if with_attachments:

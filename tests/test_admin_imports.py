@@ -15,8 +15,8 @@ from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from django_llmchat import lifecycle
 from django_llmchat.admin.imports import NOTES_SHOWN
+from django_llmchat.chats import lifecycle
 from django_llmchat.models import Chat, Message
 from django_llmchat.testing.invariants import assert_one_path
 from tests import test_admin

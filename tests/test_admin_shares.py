@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from django_llmchat import shares
+from django_llmchat.chats import shares
 from django_llmchat.models import Chat, ChatShare
 
 pytestmark = pytest.mark.django_db

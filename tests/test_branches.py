@@ -9,13 +9,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat import branches, runs
+from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, ChatBusyError
-from django_llmchat.models import Chat, Message
+from django_llmchat.loop.transcript import forget_history, load_history
+from django_llmchat.models import Chat, Message, branches
 from django_llmchat.testing import Reply, ToolCall
 from django_llmchat.testing.invariants import assert_one_path
 from django_llmchat.tools import tool
-from django_llmchat.transcript import forget_history, load_history
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -345,7 +345,7 @@ def test_siblings_for_a_page_in_one_query(chat, fake_llm):
 def test_the_export_follows_the_active_path(chat, fake_llm):
     import json
 
-    from django_llmchat.export import finetune_lines
+    from django_llmchat.chats.export import finetune_lines
 
     def contents():
         [line] = finetune_lines([chat])

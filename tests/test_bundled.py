@@ -4,9 +4,9 @@ providers."""
 import pytest
 from genai_prices.data_snapshot import get_snapshot
 
+from django_llmchat.catalog.pricing import PROVIDER_IDS, model_pricing
+from django_llmchat.catalog.registry import bundled_models, sync_models
 from django_llmchat.models import LLMModel
-from django_llmchat.pricing import PROVIDER_IDS, model_pricing
-from django_llmchat.registry import bundled_models, sync_models
 
 CAPABILITIES = {
     "streaming",

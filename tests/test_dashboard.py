@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_llmchat.dashboard import usage_summary
+from django_llmchat.chats.dashboard import usage_summary
 from django_llmchat.models import Chat, Feedback, Usage
 
 pytestmark = pytest.mark.django_db

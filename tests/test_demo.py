@@ -171,8 +171,8 @@ def test_a_demo_reply_costs_usd_from_the_bundled_prices(demo_settings, django_us
 
     from rest_framework.test import APIClient
 
-    from django_llmchat.pricing import model_pricing
-    from django_llmchat.registry import sync_models
+    from django_llmchat.catalog.pricing import model_pricing
+    from django_llmchat.catalog.registry import sync_models
 
     sync_models()
     user = django_user_model.objects.create_user("demo-user")

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.utils import timezone
 
-from django_llmchat.dashboard import usage_summary
+from django_llmchat.chats.dashboard import usage_summary
 from django_llmchat.models import Chat, Usage
 
 pytestmark = pytest.mark.django_db

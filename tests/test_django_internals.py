@@ -1,6 +1,6 @@
 """The Django internals the package relies on, checked on every supported Django version.
 
-``django_llmchat/prepared.py`` is the one module that uses them. Each test here names the
+``django_llmchat/db/prepared.py`` is the one module that uses them. Each test here names the
 internal it checks, so a Django release that moves one fails here, loudly, rather than
 somewhere on the reply path. The last tests read the package's source and fail if any other
 module names a private Django attribute or imports a private Django module.
@@ -23,9 +23,8 @@ from django.db.models.options import Options
 from django.test.utils import CaptureQueriesContext
 
 import django_llmchat
-from django_llmchat import prepared
-from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
-from django_llmchat.prepared import (
+from django_llmchat.db import prepared
+from django_llmchat.db.prepared import (
     PreparedInsert,
     PreparedQuery,
     PreparedUpdate,
@@ -35,11 +34,12 @@ from django_llmchat.prepared import (
     known_relations,
     mark_saved,
 )
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
 
 pytestmark = pytest.mark.django_db
 
 PACKAGE = Path(django_llmchat.__file__).parent
-FENCE = PACKAGE / "prepared.py"
+FENCE = PACKAGE / "db" / "prepared.py"
 
 
 def _queries():
@@ -619,7 +619,7 @@ def test_drf_spectacular_asset_hooks():
 def test_known_rows_and_forget_rows_read_the_prefetch_cache():
     """``known_rows`` reads the rows of a relation prefetched (or just written) without a
     query; ``forget_rows`` drops them, so the next read asks the database."""
-    from django_llmchat.prepared import forget_rows, known_rows
+    from django_llmchat.db.prepared import forget_rows, known_rows
 
     chat, message, call, usage = _reply()
     assert known_rows(message, "usages") is None

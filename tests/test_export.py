@@ -1,4 +1,4 @@
-"""The fine-tuning export (django_llmchat.export, manage.py llmchat_export_finetune, the
+"""The fine-tuning export (django_llmchat.chats.export, manage.py llmchat_export_finetune, the
 chat admin's action): each line is one example in OpenAI's chat fine-tuning format."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.urls import reverse
 
-from django_llmchat.export import (
+from django_llmchat.chats.export import (
     finetune_example,
     finetune_lines,
     transcripts_json,

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_llmchat.export import (
+from django_llmchat.chats.export import (
     filter_chats,
 )
 from django_llmchat.models import Chat

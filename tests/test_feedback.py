@@ -9,8 +9,8 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
+from django_llmchat.chats.lifecycle import anonymise_chats, erase_user, export_user
 from django_llmchat.errors import ArgumentError
-from django_llmchat.lifecycle import anonymise_chats, erase_user, export_user
 from django_llmchat.models import Chat, Feedback, Usage
 
 pytestmark = pytest.mark.django_db

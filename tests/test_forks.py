@@ -1,4 +1,4 @@
-"""``chat.fork(message)`` (django_llmchat.forks): the path copied into a new chat of the
+"""``chat.fork(message)`` (django_llmchat.chats.forks): the path copied into a new chat of the
 same user, tool calls with their results, reasoning, shared attachment files, no usage;
 cut before unanswered tool calls; encrypted copies; SQLite and PostgreSQL alike."""
 
@@ -14,8 +14,8 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from django_llmchat.chats.lifecycle import purge_chats
 from django_llmchat.errors import ArgumentError
-from django_llmchat.lifecycle import purge_chats
 from django_llmchat.models import Attachment, Chat, Message, ToolCall, Usage
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Imports (django_llmchat.imports, ``manage.py llmchat_import``): ChatGPT's data export
+"""Imports (django_llmchat.chats.imports, ``manage.py llmchat_import``): ChatGPT's data export
 into the same tree the page shows, this project's own export round-tripping, and the
 errors of a file that is neither."""
 
@@ -18,9 +18,8 @@ from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_llmchat import lifecycle
-from django_llmchat.branches import siblings
-from django_llmchat.imports import (
+from django_llmchat.chats import lifecycle
+from django_llmchat.chats.imports import (
     NO_RESULT,
     ImportFormatError,
     import_data,
@@ -28,6 +27,7 @@ from django_llmchat.imports import (
     read_chatgpt,
 )
 from django_llmchat.models import Chat, Feedback, Message, ToolCall
+from django_llmchat.models.branches import siblings
 from django_llmchat.models.protected import MARKER
 from django_llmchat.testing import Reply
 from django_llmchat.testing.invariants import assert_one_path

@@ -201,7 +201,7 @@ def test_nothing_a_client_names_is_imported(settings, monkeypatch):
     settings.LLMCHAT = PROVIDERS
     imported = []
     monkeypatch.setattr(
-        "django_llmchat.history_policy.import_string", lambda path: imported.append(path)
+        "django_llmchat.loop.history_policy.import_string", lambda path: imported.append(path)
     )
     for value in ("antigravity.fly", {"estimator": "this.x"}, {"strategy": "os.system"}):
         refused(inputs.check_history, value)

@@ -13,11 +13,14 @@ A module ``<package>/<name>.py`` is tested in ``test_<name>.py`` or ``test_<name
 A leading underscore is not part of the name, nor ``llmchat_`` of a management command. A
 file named exactly after one module (``test_ui_chats.py``) is not another's by its prefix
 (``ui.py``). A module ``<owner>_<part>.py`` beside ``<owner>.py`` is part of it and tested
-with it (``providers/anthropic_stream.py`` in ``test_anthropic.py``).
+with it (``providers/anthropic_stream.py`` in ``test_anthropic.py``). A package whose
+``__init__.py`` defines functions or classes is one module in parts: the tests named
+after the package test each part (``checks/settings.py`` in ``test_checks_and_conf.py``).
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import django_llmchat
@@ -27,12 +30,12 @@ TESTS = Path(__file__).parent
 
 # module (relative to django_llmchat/) -> where it is tested, or why it has no file
 EXEMPT = {
-    "aio.py": "async streams of the sync loop: tests/api/test_sse.py (ASGI)",
+    "loop/aio.py": "async streams of the sync loop: tests/api/test_sse.py (ASGI)",
     "api/base.py": "the views' shared bases, exercised by every file of tests/api",
     "api/message_serializers.py": "tests/api/test_messages.py and test_branches.py",
     "api/urls.py": "the routes, exercised by every file of tests/api",
     "apps.py": "the AppConfig, exercised by every test",
-    "dbconn.py": "connections given back: tests/integration/test_pooled_followers.py",
+    "db/dbconn.py": "connections given back: tests/integration/test_pooled_followers.py",
     "errors.py": "the exceptions, raised and checked across the suite",
     "providers/types.py": "the provider dataclasses, used by every file of tests/providers",
     "testing/pytest_plugin.py": "the fake_llm fixture, used across the suite",
@@ -61,6 +64,16 @@ def _names(module: Path) -> set[str]:
     return {name}
 
 
+def _owns_its_parts(init: Path) -> bool:
+    """A package whose ``__init__.py`` defines functions or classes is one module split in
+    parts (``checks/``, ``inputs/``, ``mcp/``, ``api/ui/``): its tests test every part."""
+    tree = ast.parse(init.read_text())
+    return any(
+        isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("__")
+        for node in tree.body
+    )
+
+
 def _named(stem: str, names: set[str], *, exactly: bool = False) -> bool:
     return any(
         stem == f"test_{n}" or (not exactly and stem.startswith(f"test_{n}_")) for n in names
@@ -75,6 +88,8 @@ def files_named_after(module: Path, tests: list[Path], all_modules: list[Path]) 
     owner = module.with_name(module.stem.rsplit("_", 1)[0] + ".py")
     if "_" in module.stem.lstrip("_") and owner != module and owner.exists():
         names |= _names(owner)
+    if package and _owns_its_parts(module.parent / "__init__.py"):
+        names |= {package[-1]}
     folders = {d.name for d in TESTS.iterdir() if d.is_dir() and (ROOT / d.name).is_dir()}
     top_level = {m.stem for m in all_modules if len(m.relative_to(ROOT).parts) == 1}
 
@@ -137,4 +152,4 @@ def test_the_rule_finds_the_files_it_names():
     assert found("api/base.py") == [] and found("admin/base.py") == ["test_admin_base.py"]
     assert found("testing/wire/values.py") == [] and found("values.py") == ["test_values.py"]
     # nor is a file named exactly after another module
-    assert "api/test_ui_chats.py" not in found("api/ui.py")
+    assert "api/test_ui_chats.py" in found("api/ui/chats.py")

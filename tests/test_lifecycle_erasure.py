@@ -13,8 +13,8 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from django_llmchat import lifecycle
-from django_llmchat.dashboard import usage_summary
+from django_llmchat.chats import lifecycle
+from django_llmchat.chats.dashboard import usage_summary
 from django_llmchat.models import Attachment, Chat, IdempotencyKey, Message, Run, Usage
 from tests.lifecycle_helpers import files_of, make_chat, redis_events, stream_exists
 

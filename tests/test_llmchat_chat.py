@@ -191,7 +191,7 @@ def test_user_must_exist_and_own_a_continued_chat(django_user_model):
 
 
 def test_the_demo_model_prints_a_usd_cost(settings):
-    from django_llmchat.registry import sync_models
+    from django_llmchat.catalog.registry import sync_models
 
     settings.LLMCHAT = {
         "DEFAULT_PROVIDER": "demo",

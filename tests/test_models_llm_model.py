@@ -2,8 +2,8 @@
 
 import pytest
 
+from django_llmchat.catalog.registry import find_model, sync_models
 from django_llmchat.models import LLMModel
-from django_llmchat.registry import find_model, sync_models
 
 
 @pytest.mark.django_db

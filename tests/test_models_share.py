@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from django_llmchat import shares
+from django_llmchat.chats import shares
 from django_llmchat.models import Chat, ToolCall
 from django_llmchat.models.share import token_hash
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_llmchat.lifecycle import anonymise_chats, export_user, purge_chats
+from django_llmchat.chats.lifecycle import anonymise_chats, export_user, purge_chats
 from django_llmchat.models import Chat, ChatTag
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from django_llmchat._per_process import PerProcess
+from django_llmchat.db._per_process import PerProcess
 
 
 class Made:

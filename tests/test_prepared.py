@@ -1,7 +1,7 @@
 import pytest
 
+from django_llmchat.db.prepared import PreparedQuery, json_value
 from django_llmchat.models import Chat, Message
-from django_llmchat.prepared import PreparedQuery, json_value
 
 pytestmark = pytest.mark.django_db
 
@@ -81,7 +81,7 @@ def test_prepared_in_compiles_once_per_number_of_ids():
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from django_llmchat.prepared import PreparedIn
+    from django_llmchat.db.prepared import PreparedIn
 
     chat = Chat.objects.create()
     a, b, c = (chat.add_message(role="user", content=text) for text in "abc")
@@ -117,8 +117,8 @@ def _columns(obj):
 def test_prepared_insert_stores_what_save_stores():
     from decimal import Decimal
 
+    from django_llmchat.db.prepared import PreparedInsert
     from django_llmchat.models import Usage
-    from django_llmchat.prepared import PreparedInsert
     from django_llmchat.values import Citation
 
     chat = Chat.objects.create()
@@ -150,7 +150,7 @@ def test_prepared_insert_stores_what_save_stores():
 
 
 def test_prepared_insert_refuses_rows_it_cannot_insert():
-    from django_llmchat.prepared import PreparedInsert
+    from django_llmchat.db.prepared import PreparedInsert
 
     chat = Chat.objects.create()
     saved = Message.objects.create(chat=chat, role="user", content="x")
@@ -163,7 +163,7 @@ def test_prepared_insert_refuses_rows_it_cannot_insert():
 def test_prepared_insert_sends_save_signals_through_the_orm():
     from django.db.models.signals import post_save
 
-    from django_llmchat.prepared import PreparedInsert
+    from django_llmchat.db.prepared import PreparedInsert
 
     seen = []
 
@@ -182,7 +182,7 @@ def test_prepared_insert_sends_save_signals_through_the_orm():
 def test_prepared_update_changes_one_row():
     from django.db.models.functions import Now
 
-    from django_llmchat.prepared import PreparedUpdate
+    from django_llmchat.db.prepared import PreparedUpdate
 
     a, b = Chat.objects.create(), Chat.objects.create()
     before = Chat.objects.get(pk=a.pk).updated_at
@@ -201,8 +201,8 @@ def test_prepared_update_changes_one_row():
 def test_prepared_update_with_arguments_and_a_where_clause():
     from django.db.models import F
 
+    from django_llmchat.db.prepared import INT_ARG, Arg, PreparedUpdate
     from django_llmchat.models import Run
-    from django_llmchat.prepared import INT_ARG, Arg, PreparedUpdate
 
     chat = Chat.objects.create()
     run = Run.objects.create(chat=chat, status="running", attempt=3)
@@ -232,8 +232,8 @@ def test_prepared_update_with_arguments_and_a_where_clause():
 def test_a_prepared_update_takes_decimal_arguments():
     from decimal import Decimal
 
+    from django_llmchat.db.prepared import Arg, PreparedUpdate
     from django_llmchat.models import Usage
-    from django_llmchat.prepared import Arg, PreparedUpdate
 
     chat = Chat.objects.create()
     row = Usage.objects.create(chat=chat, status="pending", estimated=True)
@@ -261,9 +261,9 @@ def test_plain_rows_decrypts_the_encrypted_columns_in_the_form_the_database_retu
     from cryptography.fernet import Fernet
     from django.test import override_settings
 
+    from django_llmchat.db.prepared import plain_rows, protected_columns
     from django_llmchat.models import ToolCall
     from django_llmchat.models.protected import encrypt
-    from django_llmchat.prepared import plain_rows, protected_columns
 
     fields = [None, Message._meta.get_field("content"), ToolCall._meta.get_field("arguments")]
     columns = protected_columns(fields)

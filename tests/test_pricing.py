@@ -7,7 +7,7 @@ import genai_prices
 import pytest
 from genai_prices.data_snapshot import get_snapshot
 
-from django_llmchat.pricing import (
+from django_llmchat.catalog.pricing import (
     PRICE_KEYS,
     PROVIDER_IDS,
     model_pricing,

@@ -14,13 +14,13 @@ from django.test import override_settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from django_llmchat import transcript
+from django_llmchat.loop import transcript
+from django_llmchat.loop.transcript import forget_history
 from django_llmchat.models import Chat, LLMModel, Message, ToolCall
 from django_llmchat.models.protected import MARKER
 from django_llmchat.testing import Reply
 from django_llmchat.testing import ToolCall as WireCall
 from django_llmchat.tools import tool
-from django_llmchat.transcript import forget_history
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -304,7 +304,7 @@ def _content_of(pk):
 
 
 def test_export_rest_page_and_ui_reload_show_plain_text(conversation):
-    from django_llmchat.export import finetune_lines, transcripts_json
+    from django_llmchat.chats.export import finetune_lines, transcripts_json
 
     chat, user = conversation
     lines = "".join(finetune_lines(Chat.objects.filter(pk=chat.pk)))

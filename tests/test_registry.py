@@ -2,9 +2,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_llmchat.catalog.pricing import model_pricing
+from django_llmchat.catalog.registry import sync_models
 from django_llmchat.models import LLMModel
-from django_llmchat.pricing import model_pricing
-from django_llmchat.registry import sync_models
 
 CAPABILITIES = {
     "streaming",

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from django_llmchat import retention, tasks
+from django_llmchat import tasks
+from django_llmchat.chats import retention
 from django_llmchat.checks import check_settings
 from django_llmchat.models import Chat, IdempotencyKey, Message, Run, ToolCall, Usage
 from tests.lifecycle_helpers import files_of, make_chat, redis_events, stream_exists

@@ -57,15 +57,17 @@ from hypothesis.stateful import (
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_llmchat import lifecycle, limits, runs
+from django_llmchat import runs
+from django_llmchat.chats import lifecycle
+from django_llmchat.chats.titles import prompt_title
 from django_llmchat.errors import LLMChatError
 from django_llmchat.models import Chat, Limit, Message, Run, ToolCall, Usage
 from django_llmchat.models.protected import MARKER
 from django_llmchat.runs import execution as runs_execution
+from django_llmchat.runs import limits
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.testing.invariants import assert_one_path
-from django_llmchat.titles import prompt_title
 from django_llmchat.tools import tool
 
 pytestmark = [

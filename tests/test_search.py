@@ -1,4 +1,4 @@
-"""django_llmchat.search: Chat.objects.search on the database's own index (PostgreSQL's
+"""django_llmchat.chats.search: Chat.objects.search on the database's own index (PostgreSQL's
 generated tsvector, SQLite's FTS5 table) and the LIKE fallback; what leaves the index."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_llmchat import retention, search
+from django_llmchat.chats import retention, search
+from django_llmchat.chats.search import SearchUnavailable, snippet, words_of
 from django_llmchat.errors import ArgumentError
 from django_llmchat.models import Chat, Message
-from django_llmchat.search import SearchUnavailable, snippet, words_of
 
 from .lifecycle_helpers import make_chat
 

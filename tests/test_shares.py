@@ -1,4 +1,4 @@
-"""Share links (django_llmchat.shares): the snapshot and what it leaves out, the hashed
+"""Share links (django_llmchat.chats.shares): the snapshot and what it leaves out, the hashed
 token, revoking, and every way data goes (chat deletion, retention, erasure) taking the
 shares along; encrypted at rest."""
 
@@ -13,11 +13,11 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_llmchat import shares
+from django_llmchat.chats import shares
+from django_llmchat.chats.lifecycle import anonymise_chats, erase_user, purge_chats
+from django_llmchat.chats.retention import apply_retention
 from django_llmchat.errors import ArgumentError
-from django_llmchat.lifecycle import anonymise_chats, erase_user, purge_chats
 from django_llmchat.models import Chat, ChatShare, ToolCall
-from django_llmchat.retention import apply_retention
 
 pytestmark = pytest.mark.django_db
 

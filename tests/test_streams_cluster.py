@@ -148,7 +148,7 @@ def test_publishing_following_and_deleting_touch_one_chat_per_command(events, re
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_erasing_a_user_deletes_each_stream_on_its_own(events, recorded, django_user_model):
-    from django_llmchat.lifecycle import erase_user
+    from django_llmchat.chats.lifecycle import erase_user
     from django_llmchat.models import Chat
 
     user = django_user_model.objects.create_user("erased")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.template import Context, Template
 from django.utils.safestring import SafeString
 
-from django_llmchat.markdown import render_markdown
+from django_llmchat.chats.markdown import render_markdown
 from django_llmchat.templatetags.llmchat import markdown
 
 

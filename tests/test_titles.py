@@ -1,4 +1,4 @@
-"""Chat titles (django_llmchat.titles, LLMCHAT["TITLES"]): an untitled chat is titled after
+"""Chat titles (django_llmchat.chats.titles, LLMCHAT["TITLES"]): an untitled chat is titled after
 its first reply, from the first prompt or by a title model billed on the ledger
 (``operation="title"``); a title of the user's (Python, REST, admin) is never replaced,
 also when it is set while the title model is answering."""
@@ -13,12 +13,12 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from django_llmchat.chats.titles import model_title, prompt_title, title_options
 from django_llmchat.checks import check_settings
 from django_llmchat.errors import BudgetExceededError
 from django_llmchat.events import RunFinished
 from django_llmchat.models import Chat, Usage
 from django_llmchat.testing import Fault, Reply
-from django_llmchat.titles import model_title, prompt_title, title_options
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ import json
 import pytest
 
 from django_llmchat import providers
-from django_llmchat.estimates import estimate_tokens
 from django_llmchat.events import StepFinished
+from django_llmchat.loop.estimates import estimate_tokens
 from django_llmchat.models import Chat, Usage
 from django_llmchat.providers.openai_chat import OllamaProvider
 from django_llmchat.providers.types import ProviderMessage

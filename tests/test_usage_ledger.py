@@ -9,10 +9,10 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from django_llmchat import limits
-from django_llmchat.dashboard import usage_summary
+from django_llmchat.chats.dashboard import usage_summary
 from django_llmchat.errors import BudgetExceededError
 from django_llmchat.models import Chat, Usage
+from django_llmchat.runs import limits
 from django_llmchat.testing import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -334,7 +334,7 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
         from django.db import transaction
 
         from .. import runs
-        from ..lifecycle import purge_chats
+        from ..chats.lifecycle import purge_chats
 
         kept = []
         for chat_id in queryset.order_by().values_list("pk", flat=True):
@@ -354,8 +354,8 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
     @admin.action(description="Export as fine-tuning JSONL")
     def export_finetune(self, request: HttpRequest, queryset: QuerySet):
         """The selected chats as OpenAI chat fine-tuning JSONL (see
-        :mod:`django_llmchat.export`), streamed as a download."""
-        from ..export import filter_chats, finetune_lines
+        :mod:`django_llmchat.chats.export`), streamed as a download."""
+        from ..chats.export import filter_chats, finetune_lines
 
         chosen = filter_chats(chat_ids=list(queryset.values_list("pk", flat=True)))
         lines = (line + "\n" for line in finetune_lines(chosen))
@@ -366,8 +366,8 @@ class ChatAdmin(OrganiseAdminMixin, _Styled, admin.ModelAdmin):
     @admin.action(description="Export transcripts as JSON")
     def export_transcripts(self, request: HttpRequest, queryset: QuerySet):
         """The selected chats' active paths as one JSON array (see
-        :func:`django_llmchat.export.transcript_dict`), streamed as a download."""
-        from ..export import filter_chats, transcripts_json
+        :func:`django_llmchat.chats.export.transcript_dict`), streamed as a download."""
+        from ..chats.export import filter_chats, transcripts_json
 
         chosen = filter_chats(chat_ids=list(queryset.values_list("pk", flat=True)))
         response = StreamingHttpResponse(

@@ -10,7 +10,7 @@ from django.db.models import Exists, OuterRef, Sum
 from django.urls import reverse
 from django.utils.html import format_html, strip_tags
 
-from ..markdown import render_markdown
+from ..chats.markdown import render_markdown
 from ..models import Feedback
 from .base import _short, _Styled, _ViewOnly
 

@@ -1,5 +1,5 @@
 """The chat admin's import page: a file read into new chats of a user by
-:func:`django_llmchat.imports.import_file`, as ``manage.py llmchat_import`` reads it
+:func:`django_llmchat.chats.imports.import_file`, as ``manage.py llmchat_import`` reads it
 (ChatGPT's ``conversations.json`` or the export's ``.zip``, or a django-llmchat export).
 Staff with the permission to add chats only; a file that cannot be imported is an error on
 the form, and then nothing of it is stored."""
@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from ..chats.imports import Imported, import_file
 from ..errors import ArgumentError
-from ..imports import Imported, import_file
 from ..models import Chat, Message
 
 __all__ = ["NOTES_SHOWN", "ImportForm", "import_view"]

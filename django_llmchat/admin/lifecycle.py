@@ -17,12 +17,12 @@ def _users_of(chats: QuerySet) -> QuerySet:
 
 
 def export_users_response(users) -> HttpResponse:
-    """A JSON download of :func:`django_llmchat.lifecycle.export_users` for ``users``."""
+    """A JSON download of :func:`django_llmchat.chats.lifecycle.export_users` for ``users``."""
     import json
 
     from django.core.serializers.json import DjangoJSONEncoder
 
-    from ..lifecycle import export_users
+    from ..chats.lifecycle import export_users
 
     users = list(users)
     data = export_users(users)
@@ -42,7 +42,7 @@ def erase_users_view(modeladmin, request: HttpRequest, users, queryset: QuerySet
     from django.contrib.admin import helpers
     from django.template.response import TemplateResponse
 
-    from ..lifecycle import ErasureRefused, erase_user
+    from ..chats.lifecycle import ErasureRefused, erase_user
 
     if not request.user.has_perm("django_llmchat.delete_chat"):
         modeladmin.message_user(

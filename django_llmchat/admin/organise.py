@@ -87,7 +87,7 @@ class OrganiseAdminMixin:
             form.instance.set_tags(form.cleaned_data["tags"])
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str):
-        from ..search import SearchUnavailable
+        from ..chats.search import SearchUnavailable
 
         term = search_term.strip()
         if not term:

@@ -259,14 +259,14 @@ class LimitAdmin(_Styled, admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        from ..limits import spend_annotations
+        from ..runs.limits import spend_annotations
 
         names = spend_annotations("user_id")
         return super().get_queryset(request).annotate(**{f"_{k}": v for k, v in names.items()})
 
     @staticmethod
     def _in_effect(obj: Limit) -> dict[str, Any]:
-        from ..limits import limits_for
+        from ..runs.limits import limits_for
 
         row = {name: getattr(obj, name) for name in (*LIMIT_FIELDS, "soft", "unlimited")}
         return limits_for(obj.user, row)

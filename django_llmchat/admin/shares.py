@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from ..markdown import render_markdown
+from ..chats.markdown import render_markdown
 from ..models import ChatShare
 from .base import _short, _Styled, _ViewOnly
 
@@ -17,7 +17,7 @@ from .base import _short, _Styled, _ViewOnly
 class ChatShareAdmin(_ViewOnly, _Styled, admin.ModelAdmin):
     """The chats' share links (their tokens are not stored: a link cannot be shown here).
     Read-only: a share is made by ``POST chats/{id}/share/`` or
-    :func:`django_llmchat.shares.share_chat`; revoking deletes it."""
+    :func:`django_llmchat.chats.shares.share_chat`; revoking deletes it."""
 
     list_display = ("__str__", "chat_link", "included", "message_count", "created_at")
     list_filter = (("created_at", admin.DateFieldListFilter),)

@@ -7,8 +7,8 @@ from typing import Any
 from django.core.paginator import InvalidPage, Paginator
 from django.db.models import Prefetch
 
-from ..branches import siblings
 from ..models import Chat, Feedback, LLMModel, Run
+from ..models.branches import siblings
 from ..values import Cost, Tokens
 from .base import _money
 

@@ -169,7 +169,7 @@ class UsageDashboardAdmin(_ViewOnly, admin.ModelAdmin):
         from django.core.exceptions import PermissionDenied
         from django.template.response import TemplateResponse
 
-        from ..dashboard import DashboardFilters, usage_summary
+        from ..chats.dashboard import DashboardFilters, usage_summary
 
         if not self._can_view(request):
             raise PermissionDenied

@@ -14,8 +14,9 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import dbconn, runs
+from .. import runs
 from ..conf import settings
+from ..db import dbconn
 from ..errors import ArgumentError, RunInProgress
 from ..models import Chat, Message, Run
 from .base import LLMChatView, interrupt_current
@@ -140,7 +141,7 @@ class ChatViewSet(
         serializer.save(user=self.request.user)
 
     def perform_destroy(self, instance):
-        from ..lifecycle import purge_chats
+        from ..chats.lifecycle import purge_chats
 
         with transaction.atomic():
             if not runs.hold_if_idle(instance.pk):  # no run can start while this holds

@@ -14,8 +14,8 @@ from rest_framework import serializers
 from rest_framework.fields import SkipField
 
 from .. import inputs
+from ..db.prepared import known_rows
 from ..errors import InputError
-from ..prepared import known_rows
 from .errors import invalid
 
 __all__ = [

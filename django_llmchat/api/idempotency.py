@@ -476,7 +476,7 @@ def _ui_frames(ui, chat_id: int, events) -> Iterator[str]:
 
 
 def _in_thread(frames: Iterator[str]):
-    from ..aio import stream_in_thread
+    from ..loop.aio import stream_in_thread
 
     def make():
         try:

@@ -1,5 +1,5 @@
 """A page of ``chats/{id}/messages/`` read as rows: its statements compiled once per
-process (:mod:`django_llmchat.prepared`), its JSON built from tuples.
+process (:mod:`django_llmchat.db.prepared`), its JSON built from tuples.
 
 The page is what :class:`~django_llmchat.api.message_serializers.MessageSerializer`
 shows of the same messages loaded with
@@ -19,11 +19,11 @@ from collections import namedtuple
 from decimal import Decimal
 from typing import Any
 
-from ..branches import siblings
+from ..db.prepared import INT_ARG, PreparedIn, PreparedQuery
 from ..models import Attachment, Message, ToolCall, Usage
+from ..models.branches import siblings
 from ..models.message import price_of
 from ..models.usage import USAGE_COST_COLUMNS
-from ..prepared import INT_ARG, PreparedIn, PreparedQuery
 from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
 from .fields import cost_dict, tokens_dict
 from .message_serializers import AttachmentSerializer, MessageSerializer, registry_rows

@@ -11,10 +11,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import inputs
-from ..branches import siblings
+from ..db.prepared import known_relations
 from ..models import Attachment, LLMModel, Message, ToolCall, Usage
+from ..models.branches import siblings
 from ..models.usage import USAGE_COST_COLUMNS
-from ..prepared import known_relations
 from ..values import TOKEN_FIELDS
 from .fields import (
     BlankIsNullCharField,

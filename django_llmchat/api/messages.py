@@ -20,11 +20,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import branches, runs
-from ..branches import ROOT, branching
+from .. import runs
+from ..db.prepared import known_relations
 from ..errors import ArgumentError, ChatBusyError, DoubleTextingRejected
-from ..models import Chat, Message, Run, ToolCall
-from ..prepared import known_relations
+from ..models import Chat, Message, Run, ToolCall, branches
+from ..models.branches import ROOT, branching
 from .base import LLMChatView, once, rejected, stream_inline, stream_position
 from .errors import Conflict
 from .idempotency import (

@@ -236,7 +236,7 @@ _NO_NUL = "^[^\\u0000]*$"  # JSON columns store no NUL (PostgreSQL)
 class HistoryPolicyFieldSchema(OpenApiSerializerFieldExtension):
     """A chat's history policy. In a request: ``null``, a strategy (the built-in ones and
     ``LLMCHAT["HISTORY_PROCESSORS"]``'s names) or an object of the options
-    (:data:`django_llmchat.history_policy.OPTION_KEYS`), each with its type, range and
+    (:data:`django_llmchat.loop.history_policy.OPTION_KEYS`), each with its type, range and
     enum (a summary provider is a configured one, an estimator a name of
     ``LLMCHAT["TOKEN_ESTIMATORS"]``). In an answer: what the chat holds (code may set any
     policy)."""
@@ -246,8 +246,8 @@ class HistoryPolicyFieldSchema(OpenApiSerializerFieldExtension):
     def map_serializer_field(self, auto_schema, direction):
         if direction == "response":
             return {}
-        from ..history_policy import STRATEGIES, registered_estimators, registered_processors
         from ..inputs import configured_providers
+        from ..loop.history_policy import STRATEGIES, registered_estimators, registered_processors
 
         strategies = [*STRATEGIES, *sorted(registered_processors())]
         strategy = {"type": "string", "enum": strategies}

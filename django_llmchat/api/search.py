@@ -1,5 +1,5 @@
 """``GET chats/?search=<words>``: the user's chats matching the words, best first, each
-with the message that matched (django_llmchat.search)."""
+with the message that matched (django_llmchat.chats.search)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from rest_framework.pagination import BasePagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from ..chats.search import SearchUnavailable, snippet, words_of
 from ..errors import ArgumentError
 from ..models import Message
-from ..search import SearchUnavailable, snippet, words_of
 from .pagination import page_size
 from .serializers import ChatSerializer
 

@@ -13,9 +13,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import inputs
+from ..catalog.registry import SYNCED_FIELDS
 from ..errors import InputError
 from ..models import Chat, LLMModel, Run
-from ..registry import SYNCED_FIELDS
 from .chat_filters import StrictBooleanField, TagField
 from .errors import invalid
 from .fields import (

@@ -16,7 +16,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
-from .. import shares
+from ..chats import shares
 from ..errors import ArgumentError
 from ..models import Chat, ChatShare
 from .base import LLMChatView

@@ -18,11 +18,12 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
-from .. import dbconn, errors, streams
+from .. import errors, streams
 from ..conf import settings
+from ..db import dbconn
 from ..events import StreamEvent, to_sse
+from ..loop.session import RunSession
 from ..models import Chat
-from ..session import RunSession
 
 __all__ = [
     "EventStreamRenderer",
@@ -105,7 +106,7 @@ def sse_response(
 
 class InlineRun:
     """A run streamed in the response itself: the frames of its
-    :class:`~django_llmchat.session.RunSession` (``run_started``, the loop's events, an
+    :class:`~django_llmchat.loop.session.RunSession` (``run_started``, the loop's events, an
     ``error`` event if it failed, ``run_finished``). It is the same kind of run a worker
     makes (:mod:`django_llmchat.runs`); with ``LLMCHAT["EVENTS_URL"]`` set each event also
     goes to the chat's Redis Stream and the frames carry the stream's ids, so another tab
@@ -249,7 +250,7 @@ class _AsyncFrames:
         return self
 
     async def __anext__(self) -> str:
-        from ..aio import stream_in_thread
+        from ..loop.aio import stream_in_thread
 
         if self._it is None:
             self.run._done = True  # the thread below owns the generator from now on

@@ -13,7 +13,7 @@ from .registry import LLMModelViewSet
 from .schema_views import SchemaRedocView, SchemaSwaggerView, SchemaView
 from .shares import ForkView, SharedView, ShareView
 from .tokens import TokenView
-from .ui_views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
+from .ui.views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
 
 app_name = "llmchat-api"
 

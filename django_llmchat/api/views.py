@@ -18,7 +18,7 @@ from .parsers import StrictJSONParser, StrictMultiPartParser
 from .registry import LLMModelViewSet
 from .schema_views import SchemaRedocView, SchemaSwaggerView, SchemaView
 from .tokens import TokenView
-from .ui_views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
+from .ui.views import UIChatMessagesView, UIChatStopView, UIChatStreamView, UIChatView
 
 __all__ = [
     "ChatViewSet",

@@ -1,5 +1,5 @@
 """The release baseline: every table, index and constraint of the app, from the models,
-and the full-text search of messages (:mod:`django_llmchat.search_index`: a trigger on PostgreSQL, an FTS5
+and the full-text search of messages (:mod:`django_llmchat.chats.search_index`: a trigger on PostgreSQL, an FTS5
 table on SQLite). The run functions of PostgreSQL follow in ``0002_run_functions``.
 
 It replaces the 23 migrations written before the first release (``replaces``): a
@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import migrations, models
 
-from django_llmchat import search_index
+from django_llmchat.chats import search_index
 
 
 class Migration(migrations.Migration):
@@ -156,7 +156,7 @@ class Migration(migrations.Migration):
                 ('supplied_cost', models.DecimalField(blank=True, db_column='cost', decimal_places=10, help_text='A cost supplied by hand (USD); usage rows take precedence.', max_digits=16, null=True)),
                 ('position', models.BigIntegerField(default=django_llmchat.models.message.clock_position, editable=False, help_text="The message's place in the transcript (ordered by position, then id): when it was stored, or, for a prompt asked while an earlier run worked, when its own run started.")),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('on_path', models.BooleanField(default=True, editable=False, help_text="Whether the message is on the chat's active path (the branch the transcript, the next request, the API and the admin show); kept by django_llmchat.branches.")),
+                ('on_path', models.BooleanField(default=True, editable=False, help_text="Whether the message is on the chat's active path (the branch the transcript, the next request, the API and the admin show); kept by django_llmchat.models.branches.")),
                 ('chat', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='django_llmchat.chat')),
                 ('parent', models.ForeignKey(blank=True, db_index=False, help_text="The message this one follows in the conversation's tree (empty for system messages, the first message, and a prompt still queued behind a run).", null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='children', to='django_llmchat.message')),
                 ('summary_until', models.ForeignKey(blank=True, db_index=False, help_text='For a summary (a compaction of the history): the last message it covers. Requests send the summary instead of the messages up to that one; the messages themselves stay stored.', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='django_llmchat.message')),

@@ -17,8 +17,8 @@ from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
 
 from ..conf import settings
+from ..db.prepared import is_new
 from ..errors import ArgumentError
-from ..prepared import is_new
 from ..values import Tokens
 from .attachment import Attachment
 from .chat_builder import ChatBuilder, schema_dict, tool_name
@@ -51,9 +51,9 @@ class ChatQuerySet(TotalsQuerySet, OrganisingQuerySet):
         ``words``, best first, with ``search_rank`` and ``search_message_id`` (the best
         matching message, ``None`` when only the title matched). ``user=`` narrows them to
         that user's chats. Raises :class:`~django_llmchat.errors.ArgumentError` for a
-        search without a word and :class:`~django_llmchat.search.SearchUnavailable` when
+        search without a word and :class:`~django_llmchat.chats.search.SearchUnavailable` when
         message content is encrypted at rest."""
-        from ..search import search_chats
+        from ..chats.search import search_chats
         from .protected import configured_keys
 
         queryset = self if user is _ANY_USER else self.filter(user=user)
@@ -229,8 +229,8 @@ class AbstractChat(ChatBuilder, ChatRuns, ChatTotals, ChatOrganising, models.Mod
         the new chat (``forked_from``, ``forked_from_message`` say where it came from);
         :class:`~django_llmchat.errors.ArgumentError` for a message of no branch of this
         chat."""
-        # named, not imported: django_llmchat.forks is built on the models
-        return import_string("django_llmchat.forks.fork_chat")(self, message)
+        # named, not imported: django_llmchat.chats.forks is built on the models
+        return import_string("django_llmchat.chats.forks.fork_chat")(self, message)
 
     def add_message(
         self,

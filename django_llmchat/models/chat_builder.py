@@ -91,7 +91,7 @@ class ChatBuilder:
         options (``{"strategy": "summarize", "keep": 0.4}``); ``None`` goes back to the
         agent's or the project's ``LLMCHAT["HISTORY"]``."""
         if history is not None:
-            from ..history_policy import history_errors
+            from ..loop.history_policy import history_errors
 
             problems = history_errors(history)
             if problems:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import models, transaction
 from django.db.models import Aggregate, Exists, OuterRef, Subquery, TextField
 
+from ..db.prepared import forget_rows, known_rows
 from ..errors import ArgumentError
-from ..prepared import forget_rows, known_rows
 from .tag import ChatTag
 
 
@@ -100,14 +100,14 @@ class ChatOrganising:
         ``inputs.TAG_MAX_LENGTH`` characters, without commas, control characters or a
         space at either end (:class:`~django_llmchat.errors.ArgumentError` otherwise).
         Returns the chat."""
-        from ..tags import check_tags
+        from ..chats.tags import check_tags
 
         names = check_tags(list(tags) if isinstance(tags, list | tuple | set) else tags)
         return self._write_tags(lambda current: names)
 
     def add_tags(self, *tags: str):
         """Add ``tags`` to the chat's (those it has stay; the total is checked)."""
-        from ..tags import check_tags
+        from ..chats.tags import check_tags
 
         added = check_tags(list(tags))
         return self._write_tags(lambda current: check_tags(list(dict.fromkeys([*current, *added]))))

@@ -3,7 +3,7 @@ with its async twin (``aask`` for ``ask``, ``astream`` for ``stream``, ...).
 
 The verbs reach the loop one way: the class named by ``runner_class``
 (:meth:`ChatRuns._loop`). The async twins run the synchronous verb in a worker thread
-(:mod:`django_llmchat.aio`): one implementation, two faces.
+(:mod:`django_llmchat.loop.aio`): one implementation, two faces.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..aio import call_in_thread, stream_in_thread
 from ..errors import ArgumentError
+from ..loop.aio import call_in_thread, stream_in_thread
 from .message import branching
 from .run import Run
 
@@ -87,7 +87,7 @@ class _BranchedEvents:
 class ChatRuns:
     """The run verbs of :class:`~django_llmchat.models.AbstractChat` (a mixin)."""
 
-    runner_class = "django_llmchat.runner.Runner"
+    runner_class = "django_llmchat.loop.runner.Runner"
     """Dotted path of the class running this chat's loop (the loop is built on the models,
     so a chat names it rather than importing it). A subclass may name its own Runner."""
 
@@ -138,7 +138,7 @@ class ChatRuns:
         ``"interrupt"``, ``"rollback"``; default the chat's ``double_texting``, else
         ``LLMCHAT["DOUBLE_TEXTING"]``). ``parent``: the prompt starts a new branch after
         that message (a Message of this chat of any branch, its id, or
-        ``django_llmchat.branches.ROOT``; see :meth:`branch_from`). With no prompt, the
+        ``django_llmchat.models.branches.ROOT``; see :meth:`branch_from`). With no prompt, the
         saved history is continued (:meth:`resume`)."""
         runner = self._runner_for(context, double_texting)
         items = self._check_prompt_type(prompt, attachments)
@@ -206,7 +206,7 @@ class ChatRuns:
         double_texting: str | None = None,
     ):
         """Ask ``prompt`` as a new branch after ``parent`` (a Message of this chat, its
-        id, or ``django_llmchat.branches.ROOT`` to start over): the active path's messages
+        id, or ``django_llmchat.models.branches.ROOT`` to start over): the active path's messages
         after ``parent`` leave the path (kept as the other branch) and the reply answers
         the new path alone. ``chat.ask(prompt, parent=parent)``."""
         return self.ask(

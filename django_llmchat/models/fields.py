@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import models
 
-from ..prepared import DeferredAttribute
+from ..db.prepared import DeferredAttribute
 
 
 def _to_plain(item: Any) -> Any:

@@ -9,7 +9,7 @@ from django.core.signals import setting_changed
 from django.db import models
 from django.db.models.signals import post_delete, post_save
 
-from ..pricing import PROVIDER_IDS, find_genai_model
+from ..catalog.pricing import PROVIDER_IDS, find_genai_model
 
 _DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 

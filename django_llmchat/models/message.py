@@ -12,8 +12,8 @@ from django.db import models
 from django.db.models import Prefetch
 from django.dispatch import Signal
 
+from ..catalog.pricing import price, price_from_table
 from ..errors import StructuredOutputError
-from ..pricing import price, price_from_table
 from ..values import TOKEN_FIELDS, Citation, Cost, ServerToolCall, Thinking, Tokens
 from .fields import ValueListField
 from .llm_model import LLMModel, find_model
@@ -48,7 +48,7 @@ _BRANCH: ContextVar[Any] = ContextVar("llmchat_branch", default=None)
 @contextmanager
 def branching(parent: Any) -> Iterator[None]:
     """While in this block, the prompt a run is admitted with (``runs.enqueue``) follows
-    ``parent`` (a Message of the chat, its id, or ``django_llmchat.branches.ROOT``)
+    ``parent`` (a Message of the chat, its id, or ``django_llmchat.models.branches.ROOT``)
     instead of the chat's active leaf: a new branch, made in the admission's
     transaction."""
     token = _BRANCH.set(parent)
@@ -147,7 +147,7 @@ class AbstractMessage(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save the message; a stored message changed here is read again by the next run
-        (see ``django_llmchat.transcript.HISTORY_CACHE_TTL``). A new message of the tree
+        (see ``django_llmchat.loop.transcript.HISTORY_CACHE_TTL``). A new message of the tree
         (no system message) saved without a parent follows the chat's active leaf."""
         changed = self.pk is not None
         if not changed and self.needs_parent():
@@ -320,7 +320,7 @@ class AbstractMessage(models.Model):
     def _usage_rows(self) -> list:
         if not self.pk:
             return []
-        from ..prepared import known_rows
+        from ..db.prepared import known_rows
 
         rows = known_rows(self, "usages")  # loaded with the message: no queryset to build
         return list(rows) if rows is not None else list(self.usages.all())
@@ -467,7 +467,7 @@ class Message(AbstractMessage):
         editable=False,
         help_text="Whether the message is on the chat's active path (the branch the "
         "transcript, the next request, the API and the admin show); kept by "
-        "django_llmchat.branches.",
+        "django_llmchat.models.branches.",
     )
     summary_until = models.ForeignKey(
         "self",

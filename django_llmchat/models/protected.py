@@ -13,7 +13,7 @@ so rows written before encryption was turned on (or after it was turned off) sti
 
 Every read decrypts: the ORM through the fields' ``from_db_value``, and the statements
 that read these columns as plain rows (the transcript a run sends, compiled queries'
-``rows()``) through :func:`django_llmchat.prepared.plain_rows`, which calls the same
+``rows()``) through :func:`django_llmchat.db.prepared.plain_rows`, which calls the same
 :meth:`~ProtectedTextField.plain_column` of each field: a ciphertext never reaches the
 model, a page or an export. Without keys a stored ciphertext is an ``ImproperlyConfigured``
 naming the column, never sent on.

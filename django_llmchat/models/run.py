@@ -160,7 +160,7 @@ class Run(AbstractRun):
         indexes = [
             models.Index(fields=["chat", "created_at", "id"], name="llmchat_run_chat_idx"),
             models.Index(fields=["status", "lease_expires_at"], name="llmchat_run_lease_idx"),
-            # the concurrent-runs limit counts a user's open runs (django_llmchat.limits)
+            # the concurrent-runs limit counts a user's open runs (django_llmchat.runs.limits)
             models.Index(
                 fields=["chat"],
                 condition=models.Q(status__in=["queued", "running"]),

@@ -4,7 +4,7 @@ from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Sum
 
-from ..pricing import price
+from ..catalog.pricing import price
 from ..values import COST_FIELDS, TOKEN_FIELDS, Cost, Tokens
 
 MONEY = {"max_digits": 16, "decimal_places": 10, "null": True, "blank": True}
@@ -42,7 +42,7 @@ class AbstractUsage(models.Model):
     call (a ``pending`` attempt, a ``lost`` one), or, for an attempt stopped or broken off
     before the vendor reported them or answered by a vendor that reports no usage, the
     estimated input and the output weighed from what streamed or was answered (see
-    :mod:`django_llmchat.attempts`)."""
+    :mod:`django_llmchat.loop.attempts`)."""
 
     PENDING, SUCCEEDED, FAILED, CANCELLED = "pending", "succeeded", "failed", "cancelled"
     LOST = "lost"

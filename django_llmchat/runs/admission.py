@@ -3,12 +3,12 @@ regenerate), admitted in the transaction that writes it.
 
 After the chat's lock the gate takes the user's lock (a PostgreSQL advisory lock; SQLite's
 write lock is already held; a row lock on the user elsewhere), checks every spending limit
-(:func:`django_llmchat.limits.admit`) and only then writes. Racing requests of one user are
+(:func:`django_llmchat.runs.limits.admit`) and only then writes. Racing requests of one user are
 so admitted one at a time, whatever path they came by, and ``concurrent_runs`` is exact. A
 run queued again by its last tool-call decision passes the same gate
 (:mod:`.decisions`).
 
-A new run reserves its expected cost (:func:`django_llmchat.limits.reservation`), written
+A new run reserves its expected cost (:func:`django_llmchat.runs.limits.reservation`), written
 here and nowhere else (``Run.reserved_cost``, with the run's row): while the run is
 unfinished the USD limits count it, so racing runs of a user with a USD budget are
 admitted only while their reservations fit in it. The run's end, whichever transition
@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from .. import branches, limits
+from ..db.prepared import PreparedInsert, mark_saved
 from ..errors import (
     ArgumentError,
     BudgetExceededError,
@@ -33,10 +33,9 @@ from ..errors import (
     DoubleTextingRejected,
     RunInProgress,
 )
-from ..models import Chat, Message, Run, Usage
+from ..models import Chat, Message, Run, Usage, branches
 from ..models.message import QUEUED_POSITION
-from ..prepared import PreparedInsert, mark_saved
-from . import pg
+from . import limits, pg
 from .base import (
     _CHAT_RUNNING,
     _CHAT_STATUS,
@@ -136,7 +135,7 @@ def enqueue(
     when the chat's run waits for a tool-call decision. ``regenerate=True`` (no prompt):
     the messages after the active path's last prompt leave the path (kept, as siblings of
     the new reply) and the new run answers again; :class:`ChatBusyError` while a run is
-    unfinished. Inside :func:`django_llmchat.branches.branching`, the prompt follows the
+    unfinished. Inside :func:`django_llmchat.models.branches.branching`, the prompt follows the
     given message instead of the active leaf (a new branch; :class:`ChatBusyError` while
     a run is unfinished).
 
@@ -358,7 +357,7 @@ def _drop_last_reply(chat: Chat, head: Run | None) -> None:
 
 def switch_to(chat_id: int, message: Any) -> int:
     """Make the branch through ``message`` (a Message of the chat or its id) the chat's
-    active path (:func:`django_llmchat.branches.rewire`), under the chat's lock;
+    active path (:func:`django_llmchat.models.branches.rewire`), under the chat's lock;
     :class:`RunInProgress` while a run of the chat is unfinished. Returns the new leaf's
     id."""
     with transaction.atomic():

@@ -22,12 +22,12 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import branches, streams
+from .. import streams
 from ..conf import settings
+from ..db.prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved
 from ..events import RunFinished
-from ..models import Chat, Message, Run, Usage
+from ..models import Chat, Message, Run, Usage, branches
 from ..models.message import QUEUED_POSITION, clock_position
-from ..prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved
 
 logger = logging.getLogger("django_llmchat.runs")
 

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import settings
+from ..db.prepared import mark_saved
 from ..errors import ChatBusyError, RunLostError
 from ..models import Run
 from ..models.message import QUEUED_POSITION
-from ..prepared import mark_saved
 from ..tools import ToolResult
 from . import base, pg
 from .base import (

@@ -11,13 +11,12 @@ from __future__ import annotations
 from django.db import router, transaction
 from django.db.models.functions import Now
 
-from .. import branches, limits
 from ..errors import ArgumentError, BudgetExceededError, ChatBusyError
-from ..models import Chat, Run, ToolCall
+from ..loop.steps import save_tool_results
+from ..models import Chat, Run, ToolCall, branches
 from ..models.message import QUEUED_POSITION
-from ..steps import save_tool_results
 from ..tools import ToolResult
-from . import base, pg
+from . import base, limits, pg
 from .admission import _admit, _admitted
 from .base import (
     _head,
@@ -108,7 +107,7 @@ def stop_for_prompt(chat_id: int, policy: str) -> Run | None:
     transaction under the chat's lock: every unfinished run of the chat is stopped with
     the machinery of :func:`interrupt` and :func:`cancel_queued` (a running one is asked
     to stop, the others end now). Under ``rollback`` what a run that ended now stored is
-    deleted now (:func:`django_llmchat.branches.roll_back`), a running one's when it
+    deleted now (:func:`django_llmchat.models.branches.roll_back`), a running one's when it
     ends (:meth:`Execution.finish <django_llmchat.runs.Execution.finish>`). Returns the
     chat's head run after it (a running one asked to stop, or ``None``)."""
     reason = ROLLED_BACK if policy == ROLLBACK else INTERRUPTED_BY_PROMPT

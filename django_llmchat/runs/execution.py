@@ -19,12 +19,9 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import branches, dbconn
-from .._per_process import PerProcess
-from ..errors import ArgumentError, RunLostError
-from ..models import Message, Run, Usage
-from ..models.message import QUEUED_POSITION
-from ..prepared import (
+from ..db import dbconn
+from ..db._per_process import PerProcess
+from ..db.prepared import (
     INT_ARG,
     PreparedInsert,
     PreparedQuery,
@@ -32,6 +29,9 @@ from ..prepared import (
     mark_saved,
     row_values,
 )
+from ..errors import ArgumentError, RunLostError
+from ..models import Message, Run, Usage, branches
+from ..models.message import QUEUED_POSITION
 from . import base, pg
 from .base import (
     _lease_seconds,
@@ -243,7 +243,7 @@ class Execution:
         """End the run with a finished ``status``; ``False`` when it was not ours any
         more. ``interrupt_reason="rollback"`` (a stop asked for by a new prompt under the
         ``rollback`` policy): what the run stored is deleted as it ends
-        (:func:`django_llmchat.branches.roll_back`)."""
+        (:func:`django_llmchat.models.branches.roll_back`)."""
         if status not in Run.FINISHED:
             raise ArgumentError(f"{status!r} is not a finished run status")
         return self._transition(
@@ -339,7 +339,7 @@ class _Keeper:
     that follow one another, as a chat's do, share it instead of each starting a thread.
     It holds a database connection only while it has renewed something: when its last
     run ends it closes the connection, and with nothing to renew for a whole tick, ends.
-    A pooled connection (:mod:`django_llmchat.dbconn`) goes back to the pool after each
+    A pooled connection (:mod:`django_llmchat.db.dbconn`) goes back to the pool after each
     tick's renewals, so the keeper holds none of the pool's connections between ticks."""
 
     def __init__(self) -> None:

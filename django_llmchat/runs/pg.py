@@ -6,7 +6,7 @@ when the functions of :data:`FUNCTIONS` are installed, one ``SELECT`` of the fun
 round trip, no ``BEGIN``/``COMMIT`` of its own: the statement is its transaction, or a
 part of the caller's); elsewhere (SQLite, another backend, a database migrated without
 them) the statements of the other modules, in a transaction. Values reach the functions
-already prepared by Django (:func:`django_llmchat.prepared.row_json`): encrypted at rest,
+already prepared by Django (:func:`django_llmchat.db.prepared.row_json`): encrypted at rest,
 redacted, as an INSERT of the row would store them.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from ..markdown import render_markdown
+from ..chats.markdown import render_markdown
 
 register = template.Library()
 
@@ -12,5 +12,5 @@ register = template.Library()
 @register.filter(name="markdown")
 def markdown(text: str | None):
     """A message's markdown as sanitized HTML (see
-    :func:`~django_llmchat.markdown.render_markdown`)."""
+    :func:`~django_llmchat.chats.markdown.render_markdown`)."""
     return render_markdown(text)

@@ -13,7 +13,7 @@ import pytest
 
 from django_llmchat import tools
 from django_llmchat.api.schema import TOOL_NAME_PATTERN
-from django_llmchat.api.ui_requests import CLIENT_ID_SCHEMA_PATTERN
+from django_llmchat.api.ui.requests import CLIENT_ID_SCHEMA_PATTERN
 from django_llmchat.inputs import configured_providers
 from django_llmchat.models import Chat
 

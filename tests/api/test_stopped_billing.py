@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from django_llmchat import limits
 from django_llmchat.models import Run, Usage
+from django_llmchat.runs import limits
 from django_llmchat.testing import Fault, Reply
 
 from .conftest import close_response, sse_frames, url

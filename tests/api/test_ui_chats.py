@@ -4,7 +4,7 @@ stored call)."""
 
 import pytest
 
-from django_llmchat.api.ui_chats import call_for, chat_for
+from django_llmchat.api.ui.chats import call_for, chat_for
 from django_llmchat.models import Chat, Message, Run, ToolCall
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ import json
 from dataclasses import fields
 
 from django_llmchat.api.event_schemas import UI_CHUNKS
-from django_llmchat.api.ui_chunks import (
+from django_llmchat.api.ui.chunks import (
     CHUNK_TYPES,
     REASONING,
     TEXT,

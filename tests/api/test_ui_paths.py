@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat.api.ui_paths import placement_of
+from django_llmchat.api.ui.paths import placement_of
 from django_llmchat.models import Feedback, Message, Run
 from django_llmchat.testing import Fault, Reply
 

@@ -6,7 +6,7 @@ import base64
 import pytest
 from rest_framework.exceptions import ValidationError
 
-from django_llmchat.api.ui_requests import UIChatSerializer, approvals_of, prompt_of
+from django_llmchat.api.ui.requests import UIChatSerializer, approvals_of, prompt_of
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ and reasoning parts share one implementation: the same events give the same chun
 
 import pytest
 
-from django_llmchat.api.ui_stream import UIMessageStream
+from django_llmchat.api.ui.stream import UIMessageStream
 from django_llmchat.events import (
     ReasoningDelta,
     ReasoningDone,

@@ -11,8 +11,8 @@ import pytest
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
 
-from django_llmchat import limits
 from django_llmchat.models import Chat, Message, Run, Usage
+from django_llmchat.runs import limits
 from django_llmchat.tasks import recover_runs
 from django_llmchat.testing import Fault, Reply
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from django_llmchat import limits, streams
+from django_llmchat import streams
 from django_llmchat.models import Chat, Usage
+from django_llmchat.runs import limits
 from django_llmchat.testing import Fault, Reply
 
 from .test_follow_ends import LONG, ends, settle

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from django_llmchat.estimates import _request_overhead
-from django_llmchat.history import History
+from django_llmchat.loop.estimates import _request_overhead
+from django_llmchat.loop.history import History
 from django_llmchat.models import Chat, LLMModel, Message, ToolCall
 from django_llmchat.providers import get_provider
 from django_llmchat.providers.types import (

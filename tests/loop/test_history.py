@@ -220,7 +220,7 @@ def test_unknown_window_sends_everything_and_warns_once(fake_llm, caplog):
     chat = Chat.objects.create(provider="openai", model_id="gpt-unregistered")
     fill(chat, 30)
     fake_llm.script(Reply("One."), Reply("Two."))
-    with caplog.at_level(logging.WARNING, logger="django_llmchat.history"):
+    with caplog.at_level(logging.WARNING, logger="django_llmchat.loop.history"):
         chat.ask("First?")
         chat.ask("Second?")
     warnings = [r for r in caplog.records if "context window" in r.getMessage()]

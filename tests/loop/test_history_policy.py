@@ -1,13 +1,13 @@
 """History policies by name: the history processors and token estimators named by a
 policy (built-in, registered in ``LLMCHAT["HISTORY_PROCESSORS"]`` and
 ``LLMCHAT["TOKEN_ESTIMATORS"]``, or dotted paths), and where a chat's policy is resolved
-from (``django_llmchat/history_policy.py``)."""
+from (``django_llmchat/loop/history_policy.py``)."""
 
 import pytest
 
 from django_llmchat.errors import ArgumentError
-from django_llmchat.estimates import estimate_tokens
-from django_llmchat.history_policy import history_options, history_processor, token_estimator
+from django_llmchat.loop.estimates import estimate_tokens
+from django_llmchat.loop.history_policy import history_options, history_processor, token_estimator
 from django_llmchat.models import Chat
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +46,7 @@ def test_a_chat_row_naming_nothing_registered_fails_without_importing(settings, 
     settings.LLMCHAT = REGISTRIES
     chat = Chat.objects.create(history={"strategy": "gone", "estimator": "words"})
     imported = []
-    monkeypatch.setattr("django_llmchat.history_policy.import_string", imported.append)
+    monkeypatch.setattr("django_llmchat.loop.history_policy.import_string", imported.append)
     with pytest.raises(ArgumentError, match="strategy 'gone' is not one of"):
         history_options(chat)
     assert imported == []

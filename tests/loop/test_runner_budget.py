@@ -1,12 +1,12 @@
-"""The spending limits of a run (django_llmchat.runner_budget): the admission's verdict
+"""The spending limits of a run (django_llmchat.loop.runner_budget): the admission's verdict
 serves the first check, every later one reads the limits again."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from django_llmchat import limits
-from django_llmchat.runner_budget import RunBudget
+from django_llmchat.loop.runner_budget import RunBudget
+from django_llmchat.runs import limits
 
 
 def outcome(generator):

@@ -1,11 +1,11 @@
-"""The provider request of a step (django_llmchat.runner_request)."""
+"""The provider request of a step (django_llmchat.loop.runner_request)."""
 
 from __future__ import annotations
 
 
 def test_results_move_up_to_their_calls_in_requests():
+    from django_llmchat.loop.runner_request import results_after_calls
     from django_llmchat.providers.types import ProviderMessage, ToolCallData
-    from django_llmchat.runner_request import results_after_calls
 
     history = [
         ProviderMessage(role="user", content="q"),

@@ -36,7 +36,7 @@ def wait_until(predicate, timeout=WAIT):
 def release():
     """An event hung tools block on; set at teardown, which then waits for their threads
     to end (and fails if they do not)."""
-    # threads another test abandoned (tests/loop/test_tools_agents.py's ``slow`` sleeps
+    # threads another test abandoned (tests/test_tools_agents.py's ``slow`` sleeps
     # 2 s) end first, so the counts below are this test's own
     assert wait_until(lambda: abandoned_tool_threads() == 0)
     event = threading.Event()

@@ -5,9 +5,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_llmchat import transcript
+from django_llmchat.loop import transcript
+from django_llmchat.loop.transcript import forget_history, load_history
 from django_llmchat.models import Chat, Message, ToolCall
-from django_llmchat.transcript import forget_history, load_history
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,7 +118,7 @@ def test_calls_sharing_an_id_keep_their_own_item_ids():
     """A vendor repeated a call id: each call keeps its own item id (replayed to the
     Responses API, named in the UI stream); a row stored before the per-call list reads
     them by call id."""
-    from django_llmchat.transcript import call_item_ids
+    from django_llmchat.loop.transcript import call_item_ids
 
     raw = {"item_ids": {"c": "fc_2"}, "call_item_ids": ["fc_1", "fc_2"]}
     assert call_item_ids(raw, ["c", "c"]) == ["fc_1", "fc_2"]

@@ -15,9 +15,16 @@ import pytest
 @pytest.fixture(autouse=True)
 def _compile_again():
     # imported here: a plugin is loaded before pytest-django sets Django up
-    from django_llmchat import limits, limits_spend
-    from django_llmchat.prepared import PreparedInsert, PreparedQuery
-    from django_llmchat.runs import admission, base, claims, decisions, execution
+    from django_llmchat.db.prepared import PreparedInsert, PreparedQuery
+    from django_llmchat.runs import (
+        admission,
+        base,
+        claims,
+        decisions,
+        execution,
+        limits,
+        limits_spend,
+    )
 
     for module in (admission, base, claims, decisions, execution, limits, limits_spend):
         for value in vars(module).values():

@@ -35,7 +35,7 @@ MODULES = (
     "runs.claims",
     "runs.decisions",
     "runs.execution",
-    "limits",
+    "runs.limits",
     "limits_spend",
 )
 # kept for the report after the budget's end
@@ -75,11 +75,11 @@ CRITICAL = {
         "runs.base._lock",
         "runs.decisions.decide",
         "runs.decisions._decide",
-        "limits.admit",
-        "limits._verdict",
-        "limits.exceeded",
-        "limits._send",
-        "limits.check",
+        "runs.limits.admit",
+        "runs.limits._verdict",
+        "runs.limits.exceeded",
+        "runs.limits._send",
+        "runs.limits.check",
     ],
 }
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]

@@ -263,7 +263,7 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
 ):
     """The gate takes the user's lock (then checks the limits, the signal left to the
     caller) only with limits on and a user; otherwise it admits with no verdict."""
-    from django_llmchat import limits
+    from django_llmchat.runs import limits
 
     locked = []
     monkeypatch.setattr(admission, "_lock_user", locked.append)

@@ -427,7 +427,7 @@ def test_a_run_taken_over_marks_its_dead_attempt_lost_and_the_limits_count_it(
     )
     execution.lost = True  # the dead process renews nothing
     Run.objects.filter(pk=run.pk).update(lease_expires_at="2000-01-01T00:00:00Z")
-    from django_llmchat import limits
+    from django_llmchat.runs import limits
 
     before = limits.spend(user.pk)["tokens_per_day"]
     found = runs.claim(chat.pk)
@@ -468,7 +468,7 @@ PATHS_LATER = {**PATHS, "ask_later": python_ask_later}
 def reservation_of_a_go() -> Decimal:
     """What a run asking "Go?" on a new chat reserves: its prompt's estimate and the
     default output reservation (4,096 tokens), at gpt-4.1-mini's prices."""
-    from django_llmchat import limits
+    from django_llmchat.runs import limits
 
     found = limits.reservation(Chat(provider="openai", model_id=MODEL), limits.prompt_tokens("Go?"))
     assert Decimal("0.0065") < found < Decimal("0.0066")  # 4,100 tokens, nearly all output
@@ -495,7 +495,7 @@ def test_a_usd_budget_alone_pays_at_most_one_call_past_it(path, held, user, limi
     assert Run.objects.filter(chat__user=user).count() == 1  # refusals store nothing
     assert Run.objects.get(chat__user=user).status == Run.SUCCEEDED
     assert paid.aggregate(s=Sum("total_cost"))["s"] == Decimal("0.40")
-    from django_llmchat import limits
+    from django_llmchat.runs import limits
 
     assert limits.spend(user.pk)["usd_reserved"] == 0  # released with the run's end
 

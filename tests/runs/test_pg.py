@@ -16,11 +16,11 @@ from django.test.utils import CaptureQueriesContext
 
 from django_llmchat import runs
 from django_llmchat.errors import ChatBusyError, RunLostError
+from django_llmchat.loop.transcript import forget_history
 from django_llmchat.models import Chat, Message, Run, Usage
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import pg
 from django_llmchat.testing import Reply
-from django_llmchat.transcript import forget_history
 from tests.factories import taken_run
 
 pytestmark = [
@@ -207,7 +207,7 @@ def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch
     leaf moved; instructions: the leaf did not, the count did): the admission writes no
     attempt, the run reads the path again (the request holds the late message) and opens
     its attempt then; one usage row, closed."""
-    from django_llmchat import runner as runner_module
+    from django_llmchat.loop import runner as runner_module
 
     read = runner_module.load_history
 
@@ -586,7 +586,7 @@ def test_a_session_admitted_and_never_run_leaves_no_attempt(chat, fake_llm):
     """Admitted (its attempt opened with the run) and closed before its first event, as
     an inline stream whose client left: the run ends cancelled without its pending row,
     and its followers are told."""
-    from django_llmchat.session import RunSession
+    from django_llmchat.loop.session import RunSession
 
     told = []
     session = RunSession(chat.runner(), "hello", publish=told.append).admit()

@@ -13,9 +13,9 @@ import threading
 import pytest
 from django.db import connection
 
-from django_llmchat import branches, runs
+from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, DoubleTextingRejected
-from django_llmchat.models import Chat, Message, Run, ToolCall, Usage
+from django_llmchat.models import Chat, Message, Run, ToolCall, Usage, branches
 from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import admission, policy
 from django_llmchat.testing.invariants import assert_one_path

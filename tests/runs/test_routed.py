@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from django_llmchat.db.prepared import database_of
 from django_llmchat.models import Chat, Message, Run, Usage
-from django_llmchat.prepared import database_of
 from django_llmchat.runs import base
 from django_llmchat.testing import Reply
 

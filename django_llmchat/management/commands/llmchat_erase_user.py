@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...lifecycle import ErasureRefused, erase_user
+from ...chats.lifecycle import ErasureRefused, erase_user
 from ...models import Chat, Usage
 from ._users import add_user_argument, find_user
 

@@ -1,13 +1,13 @@
 """``manage.py llmchat_export_finetune [--chat ID ...] [--user USER ...] [--rating 1|-1]
 [--format jsonl|json] [--output FILE]``: chats as OpenAI chat fine-tuning JSONL (one
 conversation a line), or with ``--format json`` as one plain JSON array of transcripts
-(see :mod:`django_llmchat.export`)."""
+(see :mod:`django_llmchat.chats.export`)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from ...export import filter_chats, finetune_lines, transcripts_json
+from ...chats.export import filter_chats, finetune_lines, transcripts_json
 from ._users import find_user
 
 

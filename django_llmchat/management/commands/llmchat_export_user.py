@@ -9,7 +9,7 @@ import json
 from django.core.management.base import BaseCommand
 from django.core.serializers.json import DjangoJSONEncoder
 
-from ...lifecycle import export_user
+from ...chats.lifecycle import export_user
 from ._users import add_user_argument, find_user
 
 

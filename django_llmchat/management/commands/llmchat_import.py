@@ -1,12 +1,12 @@
 """``manage.py llmchat_import <file> --user <user> [--format auto|chatgpt|llmchat]``: read
 ChatGPT's data export (``conversations.json`` or its ``.zip``) or a django-llmchat export
-(``llmchat_export_user``) into new chats of a user (:mod:`django_llmchat.imports`)."""
+(``llmchat_export_user``) into new chats of a user (:mod:`django_llmchat.chats.imports`)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...imports import ImportFormatError, import_file
+from ...chats.imports import ImportFormatError, import_file
 from ._users import find_user
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from ...chats.retention import apply_retention
 from ...conf import settings
-from ...retention import apply_retention
 
 
 class Command(BaseCommand):

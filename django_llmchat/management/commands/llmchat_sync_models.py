@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_llmchat.registry import sync_models
+from django_llmchat.catalog.registry import sync_models
 
 
 class Command(BaseCommand):

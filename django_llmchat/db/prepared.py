@@ -1,0 +1,639 @@
+"""SQL compiled once per database, for the few statements on the reply hot path, and
+the one module of the package that uses Django internals (``tests/test_django_internals.py``
+checks each one on every supported Django version, and that no other module names one).
+
+Building and compiling a Django query costs far more than running it (on a small
+machine ~0.4 ms against ~0.05 ms for a one-row INSERT on SQLite). The classes here build
+their query once per database with placeholder arguments, keep the SQL, and afterwards
+only swap the real arguments into the parameter list:
+
+- :class:`PreparedQuery`: a SELECT, rows returned as tuples (integer and aware datetime
+  arguments), as the database returns them (``rows()``, the encrypted columns decrypted
+  all the same) or as ``values_list()`` gives them (``values()``: each column through its
+  field's converters, the encrypted ones decrypted);
+- :class:`PreparedIn`: a SELECT filtered on a list of ids, compiled once per length of
+  the list;
+- :class:`PreparedInsert`: ``obj.save()`` of a new row, the same columns and values
+  (fields' ``pre_save`` and ``get_db_prep_save``), primary key set from ``RETURNING``;
+- :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``.
+
+The SQL is Django's own, so table names, quoting and backend differences stay Django's
+business. Where the shortcut cannot give exactly what the ORM gives (``pre_save`` or
+``post_save`` receivers, a backend without ``INSERT ... RETURNING``, a field with its own
+placeholder or an expression as value), the ORM does the work instead.
+
+Besides the compiled SQL, the model-state helpers the rest of the package uses in place of
+private attributes: :func:`is_new` and :func:`database_of` (``Model._state``),
+:func:`mark_saved` (a row written without ``save()``) and :func:`known_relations` (rows
+just written, as a prefetch cache: ``QuerySet._result_cache``, ``_prefetch_done``), and
+:func:`annotation_names` (``Query.annotation_select``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connections, router
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.models import (
+    AutoField,
+    BigAutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    Field,
+    IntegerField,
+    JSONField,
+    Model,
+    PositiveBigIntegerField,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+    QuerySet,
+    SmallAutoField,
+    SmallIntegerField,
+    TextField,
+    signals,
+)
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.sql import InsertQuery, UpdateQuery
+
+from ..providers._json import loads
+
+__all__ = [
+    "Arg",
+    "INT_ARG",
+    "annotation_names",
+    "DeferredAttribute",  # the base of a field's descriptor_class (Django's own default)
+    "PreparedIn",
+    "PreparedInsert",
+    "PreparedQuery",
+    "PreparedUpdate",
+    "RowsJustWritten",
+    "database_of",
+    "forget_rows",
+    "is_new",
+    "json_value",
+    "known_relations",
+    "known_rows",
+    "mark_saved",
+    "mark_unsaved",
+    "plain_rows",
+    "protected_columns",
+    "row_values",
+]
+
+# Placeholders that cannot collide with real arguments.
+INT_ARG = -7_381_923_481_113
+
+
+class PreparedQuery:
+    """``PreparedQuery(lambda chat_id: Message.objects.filter(chat_id=chat_id)...)``, then
+    ``query.rows(chat.pk)``: the queryset's rows as tuples, as the database returns them
+    (an encrypted field's column decrypted: :func:`plain_rows`);
+    with a ``values_list()`` queryset, ``query.values(chat.pk)``: its rows as it gives
+    them."""
+
+    def __init__(self, build: Callable[..., QuerySet], placeholders: Sequence[Any] = (INT_ARG,)):
+        self.build = build
+        self.placeholders = tuple(placeholders)
+        self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int]]]] = {}
+        self._selected: dict[str, list[tuple[int, Any]]] = {}
+        self._plain: dict[str, tuple] = {}  # the encrypted columns, for rows()
+        self._converters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
+        """The SQL and parameters Django compiles for the query built with placeholders
+        (and, for :meth:`values`, the selected columns that have converters)."""
+        compiler = self.build(*self.placeholders).query.get_compiler(using)
+        compiled = compiler.as_sql()
+        selected = [expression for expression, _, _ in compiler.select[: compiler.col_count]]
+        self._selected[using] = [
+            (index, expression)
+            for index, (_, expression) in compiler.get_converters(selected).items()
+        ]
+        self._plain[using] = protected_columns(
+            [getattr(expression, "target", None) for expression in selected]
+        )
+        return compiled
+
+    def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int]]]:
+        found = self._compiled.get(using)
+        if found is None:
+            with self._lock:
+                sql, params = self._as_sql(using)
+                # a backend may wrap values (psycopg's Int4 for an integer column) or
+                # adapt them (SQLite's text for a datetime)
+                forms = [(self._adapt(p, using), n) for n, p in enumerate(self.placeholders)]
+                slots = [
+                    (index, n)
+                    for index, value in enumerate(params)
+                    for form, n in forms
+                    if value is form
+                    or (isinstance(value, type(form)) and not isinstance(value, bool))
+                    and value == form
+                ]
+                if len({arg for _, arg in slots}) != len(self.placeholders):
+                    raise ValueError("a placeholder did not reach the compiled parameters")
+                found = self._compiled[using] = (sql, list(params), slots)
+        return found
+
+    def _bound(self, args: Sequence[Any], using: str) -> tuple[str, list[Any]]:
+        """The compiled SQL with ``args`` in the placeholders' places."""
+        sql, params, slots = self._compile(using)
+        compiled = params
+        params = list(params)
+        for index, arg in slots:
+            value = self._adapt(args[arg], using)
+            wrapper = type(compiled[index])
+            if value is not None and wrapper is not type(value) and issubclass(wrapper, int):
+                value = wrapper(value)  # the backend's own integer type, as compiled
+            params[index] = value
+        return sql, params
+
+    @staticmethod
+    def _adapt(value: Any, using: str) -> Any:
+        """A datetime argument as the backend's ``DateTimeField`` takes it (aware datetimes
+        only, as stored with ``USE_TZ``)."""
+        if isinstance(value, datetime):
+            return connections[using].ops.adapt_datetimefield_value(value)
+        return value
+
+    def model(self) -> type:
+        if not hasattr(self, "_model"):
+            self._model = self.build(*self.placeholders).model
+        return self._model
+
+    def rows(self, *args: Any, using: str | None = None) -> list[tuple]:
+        using = using or router.db_for_read(self.model())
+        rows = self._stored(args, using)  # compiled: the encrypted columns are known
+        return plain_rows(rows, self._plain[using])
+
+    def _stored(self, args: Sequence[Any], using: str) -> list[tuple]:
+        """The rows as the database holds them (ciphertext and all)."""
+        sql, params = self._bound(args, using)
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    def values(self, *args: Any, using: str | None = None) -> list[tuple]:
+        """The rows of the ``values_list()`` queryset as it gives them: each column
+        through the converters Django applies (its backend's, its field's
+        ``from_db_value``). An argument of another type than its placeholder (a UUID for
+        an integer), or an integer past 64 bits (which the ORM knows matches no row), runs
+        the queryset itself, compiled for that call."""
+        if not all(map(_fits, args, self.placeholders)):
+            return list(self.build(*args).using(using) if using else self.build(*args))
+        using = using or router.db_for_read(self.model())
+        rows = self._stored(args, using)  # the fields' converters decrypt
+        converters = self._converters_for(using)
+        if not converters or not rows:
+            return rows
+        connection = connections[using]
+        converted = []
+        for row in rows:
+            row = list(row)
+            for index, convs, expression in converters:
+                value = row[index]
+                for converter in convs:
+                    value = converter(value, expression, connection)
+                row[index] = value
+            converted.append(tuple(row))
+        return converted
+
+    def _converters_for(self, using: str) -> list[tuple[int, list, Any]]:
+        """Per converted column of this database's connection (the one of this thread):
+        ``(index, converters, expression)``, as the compiler's ``get_converters`` gives
+        them."""
+        connection = connections[using]
+        found = self._converters.get(connection)
+        if found is None:
+            self._compile(using)
+            found = [
+                (
+                    index,
+                    connection.ops.get_db_converters(expression)
+                    + expression.get_db_converters(connection),
+                    expression,
+                )
+                for index, expression in self._selected[using]
+            ]
+            self._converters[connection] = found
+        return found
+
+
+# -- encrypted columns of rows read without the ORM ------------------------------------
+
+
+def protected_columns(fields: Sequence[Any]) -> tuple[tuple[int, tuple[str, ...], Any], ...]:
+    """Of the fields of a statement's columns (``None`` for a column that is no field),
+    the encrypted ones (:mod:`django_llmchat.models.protected`) as :func:`plain_rows`
+    takes them: ``(index, prefixes, plain)``."""
+    return tuple(
+        (index, field.stored_prefixes, field.plain_column)
+        for index, field in enumerate(fields)
+        if hasattr(field, "plain_column")
+    )
+
+
+def plain_rows(rows: list, columns: tuple[tuple[int, tuple[str, ...], Any], ...]) -> list:
+    """``rows`` (tuples as a cursor returns them) with the values of ``columns``
+    (:func:`protected_columns`) decrypted, each as its field's
+    ``plain_column`` gives it (the form the database returns).
+    A value that is no ciphertext costs one ``startswith``; rows without one are the same
+    tuples."""
+    if not columns or not rows:
+        return rows
+    out = rows
+    for n, row in enumerate(rows):
+        changed = None
+        for index, prefixes, plain in columns:
+            value = row[index]
+            if value.__class__ is str and value.startswith(prefixes):
+                if changed is None:
+                    changed = list(row)
+                changed[index] = plain(value)
+        if changed is not None:
+            if out is rows:
+                out = list(rows)
+            out[n] = tuple(changed)
+    return out
+
+
+def _fits(arg: Any, placeholder: Any) -> bool:
+    """Whether ``arg`` can take ``placeholder``'s place in the compiled parameters."""
+    if arg is None:
+        return True
+    if type(arg) is not type(placeholder):
+        return False
+    return not isinstance(arg, int) or -(2**63) <= arg < 2**63
+
+
+class PreparedIn:
+    """``PreparedIn(lambda ids: Usage.objects.filter(message_id__in=ids).values_list(...))``,
+    then ``query.values(ids)``: the rows of the queryset built for ``ids`` (integers) as
+    ``values_list()`` gives them, its SQL compiled once per number of ids (up to
+    ``lengths`` of them; longer lists, and empty ones, go through the ORM)."""
+
+    def __init__(self, build: Callable[[Sequence[Any]], QuerySet], lengths: int = 256):
+        self.build = build
+        self.lengths = lengths
+        self._queries: dict[int, PreparedQuery] = {}
+
+    def _query(self, length: int) -> PreparedQuery:
+        query = self._queries.get(length)
+        if query is None:
+            placeholders = [INT_ARG - n for n in range(length)]  # distinct: one slot each
+            query = self._queries.setdefault(
+                length, PreparedQuery(lambda *ids: self.build(ids), placeholders)
+            )
+        return query
+
+    def values(self, ids: Sequence[int], using: str | None = None) -> list[tuple]:
+        if not ids or len(ids) > self.lengths:
+            queryset = self.build(ids)
+            return list(queryset.using(using) if using else queryset)
+        return self._query(len(ids)).values(*ids, using=using)
+
+
+class PreparedInsert:
+    """``PreparedInsert(Message).save(message)``: what ``message.save()`` does for a new row
+    (one INSERT, primary key set), without compiling the INSERT each time."""
+
+    def __init__(self, model: type[Model]):
+        self.model = model
+        meta = model._meta
+        self.fields = [
+            f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field
+        ]
+        self.returning = meta.db_returning_fields
+        self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
+        self._plans: dict[str, list[tuple]] = {}
+        self._lock = threading.Lock()
+
+    def _plan(self, connection) -> list[tuple]:
+        """Per field: ``(field, reads_attribute, unchanged_types, null_param)``.
+
+        ``reads_attribute``: ``pre_save`` only reads the attribute. ``unchanged_types``:
+        value types ``get_db_prep_save`` returns as they are on this backend (text always;
+        integers and booleans where the backend does not adapt them). ``null_param``: what
+        ``get_db_prep_save(None)`` gives, computed once."""
+        ops = type(connection.ops)
+        plain_ints = (
+            ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+            and ops.validate_autopk_value is BaseDatabaseOperations.validate_autopk_value
+        )
+        plan = []
+        for f in self.fields:
+            target = f.target_field if f.is_relation else f
+            kind = type(target)
+            if kind in (CharField, TextField) and not f.is_relation:
+                unchanged: tuple[type, ...] = (str,)
+            elif plain_ints and kind in _INTEGER_FIELDS:
+                unchanged = (int,)
+            elif kind is BooleanField and not f.is_relation:
+                unchanged = (bool,)
+            else:
+                unchanged = ()
+            try:
+                null_param = f.get_db_prep_save(None, connection)
+            except Exception:  # a field that refuses None computes it each time (and fails)
+                null_param = _UNKNOWN
+            plan.append((f, type(f).pre_save is Field.pre_save, unchanged, null_param))
+        return plan
+
+    def _compile(self, using: str) -> tuple[str, list[tuple]] | None:
+        """The INSERT for database ``using`` and its plan, or ``None`` where only the ORM
+        will do."""
+        try:
+            return self._compiled[using]
+        except KeyError:
+            pass
+        with self._lock:
+            connection = connections[using]
+            found = None
+            plain = not any(hasattr(f, "get_placeholder") for f in self.fields)
+            if plain and connection.features.can_return_columns_from_insert:
+                query = InsertQuery(self.model)
+                query.insert_values(self.fields, [self.model()])
+                compiler = query.get_compiler(using)
+                compiler.returning_fields = self.returning
+                [(sql, _params)] = compiler.as_sql()
+                # not with backend-specific RETURNING parameters (Oracle)
+                if not getattr(compiler, "returning_params", ()) and sql.count("%s") == len(
+                    self.fields
+                ):
+                    found = (sql, self._plan(connection))
+            self._compiled[using] = found
+        return found
+
+    def save(self, obj: Model, using: str | None = None) -> None:
+        model = self.model
+        if type(obj) is not model or obj.pk is not None:
+            raise ValueError(f"PreparedInsert({model.__name__}) saves new {model.__name__} rows")
+        using = using or router.db_for_write(model, instance=obj)
+        compiled = self._compile(using)
+        if (
+            compiled is None
+            or signals.pre_save.has_listeners(model)
+            or signals.post_save.has_listeners(model)
+        ):
+            obj.save(using=using)
+            return
+        sql, plan = compiled
+        connection = connections[using]
+        params = []
+        for field, reads_attribute, unchanged, null_param in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None and null_param is not _UNKNOWN:
+                params.append(null_param)
+            elif type(value) in unchanged:
+                params.append(value)
+            elif hasattr(value, "resolve_expression"):
+                obj.save(using=using)
+                return
+            else:
+                params.append(field.get_db_prep_save(value, connection))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        for field, value in zip(self.returning, row, strict=True):
+            for converter in field.get_db_converters(connection):
+                value = converter(value, None, connection)
+            setattr(obj, field.attname, value)
+        mark_saved(obj, using)
+
+    def row(self, obj: Model, using: str) -> str:
+        """``obj``'s new row as a JSON object of its column values, prepared as
+        :meth:`save` prepares them (each field's ``pre_save``, then ``get_db_prep_save``:
+        an encrypted field's ciphertext, a redacted text; a JSON field's value as JSON),
+        for a database function to insert (``jsonb_populate_record``). The primary key is
+        left out: the function takes it from the table's sequence."""
+        connection = connections[using]
+        plan = self._plans.get(using)
+        if plan is None:
+            plan = self._plans[using] = [
+                (f, reads, unchanged, json.dumps(f.column) + ":", isinstance(f, JSONField))
+                for f, reads, unchanged, _ in self._plan(connection)
+            ]
+        parts = []
+        for field, reads_attribute, unchanged, key, is_json in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None:
+                parts.append(key + "null")
+                continue
+            if is_json:  # the value itself (an encrypted one: its ciphertext, a JSON string)
+                value = field.get_prep_value(value)
+                parts.append(key + json.dumps(value, cls=field.encoder, ensure_ascii=False))
+                continue
+            if type(value) not in unchanged:
+                value = _json_scalar(field.get_db_prep_save(value, connection))
+            parts.append(key + json.dumps(value, ensure_ascii=False))
+        return "{" + ",".join(parts) + "}"
+
+
+def _json_scalar(value: Any) -> Any:
+    """A prepared column value as JSON takes it (the column's text form)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # a Decimal, a UUID
+
+
+def row_values(obj: Model) -> dict[str, Any]:
+    """``obj``'s columns as they are, primary key included (JSON-ready: the text form of
+    a date or a decimal): a row a database function writes over its stored one
+    (``jsonb_populate_record``)."""
+    return {
+        field.column: _json_scalar(getattr(obj, field.attname))
+        for field in obj._meta.concrete_fields
+    }
+
+
+_UNKNOWN = object()
+_INTEGER_FIELDS = (
+    AutoField,
+    BigAutoField,
+    SmallAutoField,
+    IntegerField,
+    BigIntegerField,
+    SmallIntegerField,
+    PositiveIntegerField,
+    PositiveBigIntegerField,
+    PositiveSmallIntegerField,
+)
+
+
+class Arg:
+    """A value of a :class:`PreparedUpdate` given to each ``run()`` (by keyword) instead
+    of fixed: ``Arg(int)`` for integers and foreign keys, ``Arg(str)`` for text,
+    ``Arg(Decimal)`` for decimals (``None`` passes for each)."""
+
+    _count = 0
+
+    def __init__(self, kind: type = int):
+        if kind not in (int, str, Decimal):
+            raise ValueError("Arg takes int, str or Decimal values")
+        Arg._count += 1
+        n = Arg._count
+        # a value no real argument has, recognisable in the compiled parameters
+        if kind is int:
+            self.placeholder: Any = INT_ARG - n
+        elif kind is str:
+            self.placeholder = f"\x00llmchat-arg-{n}"
+        else:
+            self.placeholder = Decimal(INT_ARG - n) / 1000
+
+
+class PreparedUpdate(PreparedQuery):
+    """``PreparedUpdate(Chat, status="idle", updated_at=Now()).run(pk)``: the UPDATE of
+    ``Chat.objects.filter(pk=pk).update(status="idle", updated_at=Now())``, compiled once
+    per database. Values are fixed, or :class:`Arg` markers given to ``run()`` by
+    keyword; ``where`` (a callable of the ``run()`` positional arguments returning a
+    queryset, ``placeholders`` their stand-ins) replaces the filter on the primary key."""
+
+    def __init__(
+        self,
+        model: type[Model],
+        *,
+        where: Callable[..., QuerySet] | None = None,
+        placeholders: Sequence[Any] = (INT_ARG,),
+        **values: Any,
+    ):
+        self.arg_names = [name for name, value in values.items() if isinstance(value, Arg)]
+        self.where_count = len(placeholders)
+        super().__init__(
+            where or (lambda pk: model._base_manager.filter(pk=pk)),
+            (*placeholders, *(values[name].placeholder for name in self.arg_names)),
+        )
+        self.values = {
+            name: value.placeholder if isinstance(value, Arg) else value
+            for name, value in values.items()
+        }
+        self._model = model
+
+    def _as_sql(self, using: str) -> tuple[str, Sequence[Any]]:
+        query = self.build(*self.placeholders[: self.where_count]).query.chain(UpdateQuery)
+        query.add_update_values(self.values)
+        if query.related_updates:
+            raise ValueError("PreparedUpdate updates the model's own table only")
+        return query.get_compiler(using).as_sql()
+
+    def run(self, *where: Any, using: str | None = None, **args: Any) -> int:
+        """Run the UPDATE for row ``pk`` (or the ``where`` arguments); returns the number
+        of rows updated."""
+        if len(where) != self.where_count or set(args) != set(self.arg_names):
+            raise TypeError(
+                f"run() takes {self.where_count} positional arguments and the keywords "
+                f"{', '.join(self.arg_names) or '(none)'}"
+            )
+        using = using or router.db_for_write(self.model())
+        sql, params = self._bound((*where, *(args[name] for name in self.arg_names)), using)
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+
+
+def annotation_names(queryset: QuerySet) -> list[str]:
+    """The names of ``queryset``'s annotations, in the order it selects them
+    (``Query.annotation_select``): the columns ``values_list(*names)`` gives."""
+    return list(queryset.query.annotation_select)
+
+
+def is_new(obj: Model) -> bool:
+    """Whether ``obj`` is not yet saved: its next ``save()`` is an INSERT."""
+    return obj._state.adding
+
+
+def database_of(obj: Model) -> str | None:
+    """The database alias ``obj`` was read from or saved to (``None`` before either)."""
+    return obj._state.db
+
+
+def mark_saved(obj: Model, using: str) -> None:
+    """Mark ``obj`` as a row of database ``using``, as loading or saving it would: for a row
+    written (or read) without the ORM building the instance."""
+    obj._state.adding = False
+    obj._state.db = using
+
+
+def mark_unsaved(obj: Model) -> None:
+    """Mark ``obj`` as a row not written after all (its INSERT rolled back): its primary
+    key cleared, its next save an INSERT."""
+    obj.pk = None
+    obj._state.adding = True
+    obj._state.db = None
+
+
+class RowsJustWritten(dict):
+    """A prefetch cache holding rows just written: each relation becomes the queryset
+    ``prefetch_related`` would have stored the first time Django asks for it, so a reply
+    that is never inspected costs no queryset at all."""
+
+    def __init__(self, instance: Any, relations: dict[str, list]):
+        super().__init__(relations)
+        self.instance = instance
+
+    def __getitem__(self, name: str) -> Any:
+        rows = super().__getitem__(name)
+        if not isinstance(rows, list):
+            return rows
+        super().__delitem__(name)  # so the manager builds its own filtered queryset
+        queryset = getattr(self.instance, name).get_queryset()
+        queryset._result_cache = rows
+        queryset._prefetch_done = True
+        super().__setitem__(name, queryset)
+        return queryset
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __reduce__(self):  # pickled and copied as the plain dict of querysets it stands for
+        return dict, ({name: self[name] for name in list(self)},)
+
+
+def known_relations(instance: Any, **relations: list) -> None:
+    """Fill ``instance``'s prefetch cache with rows just written, as
+    ``prefetch_related`` would: ``message.usages.all()`` (and its ``len()``, ``count()``)
+    reads no row again, while ``.filter()`` and the rest build real querysets."""
+    instance._prefetched_objects_cache = RowsJustWritten(
+        instance, {name: list(rows) for name, rows in relations.items()}
+    )
+
+
+def known_rows(instance: Any, name: str) -> list | None:
+    """The rows of relation ``name`` already loaded on ``instance`` (by
+    ``prefetch_related`` or :func:`known_relations`), without building a queryset;
+    ``None`` when they were not loaded."""
+    cache = instance.__dict__.get("_prefetched_objects_cache")
+    if not cache or name not in cache:
+        return None
+    rows = dict.__getitem__(cache, name)
+    if isinstance(rows, list):
+        return rows
+    return getattr(rows, "_result_cache", None)
+
+
+def forget_rows(instance: Any, name: str) -> None:
+    """Forget the rows of relation ``name`` loaded on ``instance`` (by
+    ``prefetch_related`` or :func:`known_relations`): the next read asks the database."""
+    cache = instance.__dict__.get("_prefetched_objects_cache")
+    if cache:
+        dict.pop(cache, name, None)
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column read without Django's converters: text on most backends (decoded
+    with orjson when installed: the transcript query reads one per message)."""
+    if isinstance(value, str | bytes | bytearray):
+        return loads(value)
+    return value
