@@ -134,7 +134,9 @@ def test_the_vendor_modules_import_their_parsers_at_module_level():
         assert module not in graph[f"{module}_stream"]
 
 
-@pytest.mark.parametrize("first", ["loop.runner", "tasks", "runs", "loop.transcript", "models.chat"])
+@pytest.mark.parametrize(
+    "first", ["loop.runner", "tasks", "runs", "loop.transcript", "models.chat"]
+)
 def test_each_layer_imports_alone_in_a_fresh_interpreter(first):
     # a module imported on its own once the app registry is ready (a worker, a script)
     code = (

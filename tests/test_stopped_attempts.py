@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from django_llmchat.events import ReasoningDelta, TextDelta, ToolCallDelta
-from django_llmchat.loop.estimates import estimate_tokens
 from django_llmchat.models import Chat, Run, Usage
 from django_llmchat.providers.types import ProviderMessage
 from django_llmchat.runs import limits
+from django_llmchat.runs.estimates import estimate_tokens
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.testing import ToolCall as ScriptedCall
 from django_llmchat.values import Thinking

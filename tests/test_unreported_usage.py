@@ -14,10 +14,10 @@ import pytest
 
 from django_llmchat import providers
 from django_llmchat.events import StepFinished
-from django_llmchat.loop.estimates import estimate_tokens
 from django_llmchat.models import Chat, Usage
 from django_llmchat.providers.openai_chat import OllamaProvider
 from django_llmchat.providers.types import ProviderMessage
+from django_llmchat.runs.estimates import estimate_tokens
 from django_llmchat.testing import Reply, ToolCall
 from django_llmchat.tools import tool
 from tests.providers.replay import load_fixture, replay_transport

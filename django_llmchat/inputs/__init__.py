@@ -39,9 +39,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..chats.tags import MAX_TAGS, TAG_MAX_LENGTH, TAG_PATTERN, check_tag, check_tags
 from ..conf import settings
 from ..errors import InputError
+from ..models.tags import MAX_TAGS, TAG_MAX_LENGTH, TAG_PATTERN, check_tag, check_tags
 from .files import SIGNATURES as SIGNATURES
 from .files import SNIFFABLE as SNIFFABLE
 from .files import TEXT_TYPES as TEXT_TYPES

@@ -45,10 +45,10 @@ from ..inputs import model_allowed
 from ..models import Usage
 from ..providers import get_provider
 from ..providers.types import ProviderMessage, ProviderRequest, ProviderResponse
+from ..runs.estimates import estimate_tokens
 from ..values import Cost, Tokens, usd_text
 from .attempts_billing import Received, billed
 from .attempts_summary import summarize
-from .estimates import estimate_tokens
 from .fallbacks import Target, fallbacks_for, falls_back
 from .history import History
 from .steps import (

@@ -22,7 +22,7 @@ deletes none.
 
 Here are the policies applied (:class:`History`) and the summaries' requests; the
 policies' options and the functions they name are in :mod:`django_llmchat.loop.history_policy`,
-the token estimates in :mod:`django_llmchat.loop.estimates`, all importable from here.
+the token estimates in :mod:`django_llmchat.runs.estimates`, all importable from here.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from django.core.signals import setting_changed
 from ..errors import ProviderError
 from ..events import ContextCompacted
 from ..providers.types import ProviderMessage, ProviderRequest
-from .estimates import _request_overhead, estimate_tokens
+from ..runs.estimates import _request_overhead, estimate_tokens
 from .history_policy import (
     STRATEGIES,
     SUMMARY_PROMPT,

@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 from ..conf import settings
 from ..errors import ArgumentError
 from ..providers.types import ProviderMessage
-from .estimates import estimate_tokens
+from ..runs.estimates import estimate_tokens
 
 STRATEGIES = ("all", "window", "summarize")
 

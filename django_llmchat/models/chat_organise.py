@@ -100,14 +100,14 @@ class ChatOrganising:
         ``inputs.TAG_MAX_LENGTH`` characters, without commas, control characters or a
         space at either end (:class:`~django_llmchat.errors.ArgumentError` otherwise).
         Returns the chat."""
-        from ..chats.tags import check_tags
+        from .tags import check_tags
 
         names = check_tags(list(tags) if isinstance(tags, list | tuple | set) else tags)
         return self._write_tags(lambda current: names)
 
     def add_tags(self, *tags: str):
         """Add ``tags`` to the chat's (those it has stay; the total is checked)."""
-        from ..chats.tags import check_tags
+        from .tags import check_tags
 
         added = check_tags(list(tags))
         return self._write_tags(lambda current: check_tags(list(dict.fromkeys([*current, *added]))))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from ..chats.tags import TAG_MAX_LENGTH
+from .tags import TAG_MAX_LENGTH
 
 
 class ChatTag(models.Model):

@@ -48,10 +48,10 @@ from django.utils.module_loading import import_string
 from ..catalog.pricing import price
 from ..conf import settings
 from ..errors import BudgetExceededError
-from ..loop.estimates import estimate_tokens
 from ..models.limit import LIMIT_FIELDS
 from ..providers.types import AttachmentData, ProviderMessage
 from ..values import Tokens
+from .estimates import estimate_tokens
 from .limits_spend import _QUERIES as _QUERIES
 from .limits_spend import _closed_days, _money, spend, spend_annotations
 from .limits_spend import _datetime as _datetime
@@ -209,7 +209,7 @@ def reservation(chat, input_tokens: int) -> Decimal:
 
 
 def prompt_tokens(text: str, attachments: list[tuple] | None = None) -> int:
-    """The estimated tokens of a new prompt (:func:`django_llmchat.loop.estimates.
+    """The estimated tokens of a new prompt (:func:`django_llmchat.runs.estimates.
     estimate_tokens`) with its ``attachments`` (``(name, bytes, type)``)."""
     files = [
         AttachmentData(

@@ -6,9 +6,9 @@ from (``django_llmchat/loop/history_policy.py``)."""
 import pytest
 
 from django_llmchat.errors import ArgumentError
-from django_llmchat.loop.estimates import estimate_tokens
 from django_llmchat.loop.history_policy import history_options, history_processor, token_estimator
 from django_llmchat.models import Chat
+from django_llmchat.runs.estimates import estimate_tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from django_llmchat.loop.estimates import _request_overhead
 from django_llmchat.loop.history import History
 from django_llmchat.models import Chat, LLMModel, Message, ToolCall
 from django_llmchat.providers import get_provider
@@ -20,6 +19,7 @@ from django_llmchat.providers.types import (
     ToolCallData,
     ToolSpec,
 )
+from django_llmchat.runs.estimates import _request_overhead
 from django_llmchat.testing import Fault, Reply
 from django_llmchat.tools import tool
 
