@@ -22,18 +22,24 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-
-from .conf import settings
-from .db._per_process import PerProcess
 from .events import RunFinished, StreamEvent, event_from_dict
+from .streams_publish import flush as flush
+from .streams_publish import publish as publish
+from .streams_publish import publish_later as publish_later
+from .streams_redis import CLIENT_OPTIONS as CLIENT_OPTIONS
+from .streams_redis import SOCKET_TIMEOUT as SOCKET_TIMEOUT
+from .streams_redis import EventsUnavailable as EventsUnavailable
+from .streams_redis import _client, _options, _quick, _read_timeout, _url
+from .streams_redis import _client_class as _client_class
+from .streams_redis import _redis as _redis
+from .streams_redis import _reset_breaker as _reset_breaker
+from .streams_redis import client as client
+from .streams_redis import enabled as enabled
+from .streams_redis import stream_key as stream_key
 
 logger = logging.getLogger("django_llmchat.streams")
 
@@ -54,33 +60,13 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_MS = 5000
-# Blocking reads wait up to block_ms on the socket: its timeout must be longer (redis-py 8
-# defaults to 5 s, which equals the default block).
-SOCKET_TIMEOUT = 60.0
-CLIENT_OPTIONS = {
-    "decode_responses": True,
-    "socket_timeout": SOCKET_TIMEOUT,
-    "socket_connect_timeout": 5.0,
-}
 _SCAN_PAGE = 500
 _READ_COUNT = 200
 
-_EXPIRY_REFRESH = 30.0
-_expiry_set: dict[str, float] = {}  # stream key -> when this process last set its expiry
-
-_clients: dict[Any, Any] = {}
-_clients_mutex = threading.Lock()
-
-# After a publish fails (Redis down or hung), publishing is skipped this long: a run
-# never waits on a broken Redis more than once per period.
-BREAKER_SECONDS = 10.0
-_broken_until: dict[str, float] = {}  # Redis URL -> until when its publishes are skipped
-_broken_mutex = threading.Lock()
 
 
-class EventsUnavailable(Exception):
-    """Publishing is off for a while: the last publish to Redis failed (its error is
-    logged once); the run goes on, the database holds the truth."""
+
+
 
 
 class FollowFailed(Exception):
@@ -93,280 +79,44 @@ class FollowFailed(Exception):
         super().__init__(cause)
 
 
-def enabled() -> bool:
-    """Whether ``LLMCHAT["EVENTS_URL"]`` is set (events fan out through Redis)."""
-    return bool(settings.EVENTS_URL)
 
 
-def stream_key(chat_id: int | str) -> str:
-    """The Redis key of one chat's event stream."""
-    return f"{settings.EVENTS_KEY_PREFIX}:chat:{chat_id}:events"
 
 
-def _redis():
-    try:
-        import redis
-    except ImportError:
-        raise ImproperlyConfigured(
-            "LLMCHAT['EVENTS_URL'] is set, so live events need the redis package: "
-            "pip install 'django-llmchat[redis]' (or unset LLMCHAT['EVENTS_URL'])."
-        ) from None
-    return redis
 
 
-def _url() -> str:
-    url = settings.EVENTS_URL
-    if not url:
-        raise ImproperlyConfigured(
-            "following events across processes needs LLMCHAT['EVENTS_URL'] "
-            "(a Redis URL such as 'redis://127.0.0.1:6379/0')."
-        )
-    return url
 
 
-def client():
-    """The process's Redis client for ``LLMCHAT["EVENTS_URL"]`` (thread-safe, pooled),
-    with the long socket timeout blocking reads need."""
-    return _client(_url(), publishing=False)
 
 
-def _client(url: str, *, publishing: bool, read_timeout: float | None = None):
-    """A pooled client; the publishing one times out after
-    ``LLMCHAT["EVENTS_PUBLISH_TIMEOUT"]`` seconds, so a hung Redis never stalls a run;
-    with ``read_timeout`` (a patient follow's), every command after that many seconds."""
-    timeout = float(settings.EVENTS_PUBLISH_TIMEOUT)
-    if read_timeout is not None:
-        key: Any = (url, "follow", read_timeout)
-    else:
-        key = (url, timeout) if publishing else url
-    with _clients_mutex:
-        found = _clients.get(key)
-        if found is None:
-            found = _clients[key] = _client_class().from_url(
-                url, **_options(publishing, read_timeout)
-            )
-        return found
 
 
-def _client_class(*, asynchronous: bool = False):
-    """redis-py's client class for ``EVENTS_URL``: ``RedisCluster`` with
-    ``LLMCHAT["EVENTS_CLUSTER"]``, else ``Redis`` (``redis.asyncio``'s, ``asynchronous``)."""
-    redis = _redis()
-    if settings.EVENTS_CLUSTER:
-        if asynchronous:
-            from redis.asyncio.cluster import RedisCluster
-        else:
-            from redis.cluster import RedisCluster  # type: ignore[assignment]
-        return RedisCluster
-    return redis.asyncio.Redis if asynchronous else redis.Redis
 
 
-def _options(
-    publishing: bool, read_timeout: float | None, *, asynchronous: bool = False
-) -> dict[str, Any]:
-    options = dict(CLIENT_OPTIONS)
-    if read_timeout is not None:
-        # a patient follow asks again itself, a heartbeat apart: no retries inside
-        # redis-py (with their backoff, one command could outlast the heartbeat)
-        from redis.backoff import NoBackoff
-
-        if asynchronous:
-            from redis.asyncio.retry import Retry
-        else:
-            from redis.retry import Retry  # type: ignore[assignment]
-        connect = min(read_timeout, CLIENT_OPTIONS["socket_connect_timeout"])
-        options.update(
-            socket_timeout=read_timeout, socket_connect_timeout=connect, retry=Retry(NoBackoff(), 0)
-        )
-    elif publishing:
-        timeout = float(settings.EVENTS_PUBLISH_TIMEOUT)
-        options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
-    return options
 
 
-def _read_timeout(block_ms: int) -> float:
-    """How long a patient follow's command may take: its blocking wait, then
-    ``EVENTS_PUBLISH_TIMEOUT`` (what any quick command may take)."""
-    return block_ms / 1000 + float(settings.EVENTS_PUBLISH_TIMEOUT)
 
 
-def _check_breaker(url: str) -> None:
-    until = _broken_until.get(url)
-    if until is not None and time.monotonic() < until:
-        raise EventsUnavailable("live events are off for a while: Redis did not answer")
 
 
-def _trip(url: str, exc: BaseException) -> None:
-    """A publish to ``url`` failed: skip publishing there for :data:`BREAKER_SECONDS`
-    (logged once)."""
-    with _broken_mutex:
-        until = _broken_until.get(url)
-        already = until is not None and time.monotonic() < until
-        _broken_until[url] = time.monotonic() + BREAKER_SECONDS
-    if not already:
-        logger.warning(
-            "live events are off for %.0f s: publishing to Redis failed (%s: %s); replies "
-            "are stored as usual, followers are told the events are unavailable",
-            BREAKER_SECONDS,
-            type(exc).__name__,
-            exc,
-        )
 
 
-def _quick(command):
-    """A short command (not a blocking read) on the publishing client: it times out as a
-    publish does, and trips or honours the same breaker."""
-    url = _url()
-    _check_breaker(url)
-    try:
-        return command(_client(url, publishing=True))
-    except Exception as exc:
-        if isinstance(exc, _redis().RedisError):
-            _trip(url, exc)
-        raise
 
 
-def _reset_breaker() -> None:
-    with _broken_mutex:
-        _broken_until.clear()
 
 
-def _entry(chat_id: int | str, event: StreamEvent) -> tuple[str, dict[str, str]]:
-    fields = {
-        "type": event.type,
-        "data": json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False),
-        "ts": f"{time.time():.6f}",
-    }
-    return stream_key(chat_id), fields
 
 
-def _add(pipe, key: str, fields: dict[str, str], maxlen: int, ttl: int) -> bool:
-    """Queue the ``XADD`` (and the ``EXPIRE`` when due) on ``pipe``; returns whether an
-    ``EXPIRE`` was queued."""
-    pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
-    now = time.monotonic()
-    refreshed = _expiry_set.get(key)
-    if refreshed is not None and now - refreshed < min(_EXPIRY_REFRESH, ttl / 10):
-        return False
-    pipe.expire(key, ttl)
-    if len(_expiry_set) > 10_000:
-        _expiry_set.clear()
-    _expiry_set[key] = now
-    return True
 
 
-def publish(chat_id: int | str, event: StreamEvent) -> str | None:
-    """Append ``event`` to the chat's stream now; returns the entry id (``None`` when
-    ``LLMCHAT["EVENTS_URL"]`` is not set). One round trip: ``XADD`` capped with
-    ``MAXLEN ~``, plus an ``EXPIRE`` when this process has not refreshed the stream's
-    expiry for a while (every ``EVENTS_TTL / 10`` seconds, 30 s at most)."""
-    url = settings.EVENTS_URL
-    if not url:
-        return None
-    _check_breaker(url)
-    key, fields = _entry(chat_id, event)
-    pipe = _client(url, publishing=True).pipeline(transaction=False)
-    _add(pipe, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL))
-    try:
-        return pipe.execute()[0]
-    except Exception as exc:
-        if isinstance(exc, _redis().RedisError):
-            _trip(url, exc)
-        raise
 
 
-def publish_later(chat_id: int | str, event: StreamEvent) -> None:
-    """Queue ``event`` for this process's publisher thread, which sends whatever piled up
-    in one pipelined round trip: what the worker's tasks use, so 50 streams in one process
-    cost a few round trips per tick instead of one per event. Order is kept; :func:`flush`
-    waits until everything queued so far is in Redis. Does nothing without
-    ``LLMCHAT["EVENTS_URL"]``."""
-    url = settings.EVENTS_URL
-    if not url:
-        return
-    key, fields = _entry(chat_id, event)
-    _outboxes.get().put((url, key, fields, int(settings.EVENTS_MAXLEN), int(settings.EVENTS_TTL)))
 
 
-def flush(timeout: float | None = 5.0) -> bool:
-    """Wait until the events queued by :func:`publish_later` so far are sent (or dropped
-    after a Redis error); returns ``False`` on timeout."""
-    box = _outboxes.current()
-    if box is None:
-        return True
-    return box.flush(timeout)
 
 
-class _Outbox:
-    """One thread per process sending queued events in pipelines."""
-
-    LIMIT = 100_000  # events held while Redis is unreachable; older ones are dropped
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
-        self.items: deque[tuple] = deque()
-        self.queued = 0
-        self.done = 0
-        self.warned = 0.0
-        self.thread = threading.Thread(target=self._run, name="llmchat-events", daemon=True)
-        self.thread.start()
-
-    def put(self, item: tuple) -> None:
-        with self.cond:
-            if len(self.items) >= self.LIMIT:
-                self.items.popleft()
-                self.done += 1
-            self.items.append(item)
-            self.queued += 1
-            if len(self.items) == 1:
-                self.cond.notify_all()
-
-    def flush(self, timeout: float | None) -> bool:
-        with self.cond:
-            target = self.queued
-            return self.cond.wait_for(lambda: self.done >= target, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                while not self.items:
-                    self.cond.wait()
-                batch = list(self.items)
-                self.items.clear()
-            try:
-                self._send(batch)
-            except Exception as exc:
-                now = time.monotonic()
-                if now - self.warned > 10:
-                    self.warned = now
-                    logger.warning("could not publish %d live events: %s", len(batch), exc)
-            with self.cond:
-                self.done += len(batch)
-                self.cond.notify_all()
-
-    @staticmethod
-    def _send(batch: list[tuple]) -> None:
-        by_url: dict[str, list[tuple]] = {}
-        for url, *rest in batch:
-            by_url.setdefault(url, []).append(rest)
-        for url, items in by_url.items():
-            try:
-                _check_breaker(url)
-            except EventsUnavailable:
-                continue  # dropped: the breaker is open (its reason was logged)
-            pipe = _client(url, publishing=True).pipeline(transaction=False)
-            for key, fields, maxlen, ttl in items:
-                _add(pipe, key, fields, maxlen, ttl)
-            try:
-                pipe.execute()
-            except Exception as exc:
-                if isinstance(exc, _redis().RedisError):
-                    _trip(url, exc)
-                raise
 
 
-_outboxes = PerProcess(_Outbox)
 
 
 def delete(chat_ids) -> int:

@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_llmchat import streams
+from django_llmchat import streams, streams_redis
 from django_llmchat.events import (
     Interrupt,
     RunFinished,
@@ -56,7 +56,7 @@ def test_without_events_url_publishing_does_nothing():
 
 def test_a_clear_error_when_redis_is_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.setattr(streams, "_clients", {})
+    monkeypatch.setattr(streams_redis, "_clients", {})
     with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:6379/0"}):
         with pytest.raises(ImproperlyConfigured) as info:
             streams.publish(1, TextDelta("hi"))

@@ -14,7 +14,7 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from django_llmchat import streams
+from django_llmchat import streams, streams_redis
 from django_llmchat.events import RunFinished, RunStarted, TextDelta
 from tests.conftest import require_service
 
@@ -176,7 +176,7 @@ def test_events_cluster_makes_cluster_clients(monkeypatch):
         return "a cluster client"
 
     monkeypatch.setattr(redis.cluster.RedisCluster, "from_url", staticmethod(from_url))
-    monkeypatch.setattr(streams, "_clients", {})
+    monkeypatch.setattr(streams_redis, "_clients", {})
     url = "redis://node-1.example:6379/0"
     with override_settings(LLMCHAT={"EVENTS_URL": url, "EVENTS_CLUSTER": True}):
         assert streams.client() == "a cluster client"

@@ -435,10 +435,10 @@ def test_retry_delays():
 def test_events_url_without_redis_fails_the_run_with_a_clear_error(inline, monkeypatch):
     import sys
 
-    from django_llmchat import streams
+    from django_llmchat import streams_redis
 
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.setattr(streams, "_clients", {})
+    monkeypatch.setattr(streams_redis, "_clients", {})
     with override_settings(LLMCHAT={**inline_settings(), "EVENTS_URL": "redis://127.0.0.1:1/0"}):
         chat = Chat.objects.create()
         chat.ask_later("Hello?")

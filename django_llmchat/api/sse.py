@@ -18,7 +18,7 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
-from .. import errors, streams
+from .. import errors, streams, streams_redis
 from ..conf import settings
 from ..db import dbconn
 from ..events import StreamEvent, to_sse
@@ -46,8 +46,8 @@ def heartbeat_ms() -> int:
 def patience() -> float:
     """How long a follower waits for a Redis that does not answer (down or hung), keeping
     its client alive, before it ends with an ``error`` event: the publishers' breaker
-    period (:data:`django_llmchat.streams.BREAKER_SECONDS`)."""
-    return streams.BREAKER_SECONDS
+    period (:data:`django_llmchat.streams_redis.BREAKER_SECONDS`)."""
+    return streams_redis.BREAKER_SECONDS
 
 
 SSE_HEADERS = {

@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from rest_framework.authtoken.models import Token
 
-from django_llmchat import streams
+from django_llmchat import streams, streams_redis
 from django_llmchat.events import RunFinished, RunStarted, TextDelta
 from django_llmchat.models import Chat
 from django_llmchat.testing import Fault, Reply
@@ -140,7 +140,7 @@ def test_follow_under_asgi(owner, events_url):
 @pytest.mark.django_db
 def test_an_unreachable_event_store_ends_with_an_error_event(api, chat, settings, monkeypatch):
     settings.LLMCHAT = {"EVENTS_URL": "redis://127.0.0.1:1/0", "EVENTS_HEARTBEAT": 0.1}
-    monkeypatch.setattr(streams, "BREAKER_SECONDS", 0.3)  # how long followers wait for Redis
+    monkeypatch.setattr(streams_redis, "BREAKER_SECONDS", 0.3)  # how long followers wait for Redis
     response = api.get(url("chat-events", pk=chat.pk))
     body = b"".join(response.streaming_content).decode()
     assert ": keep-alive" in body  # while it waited
@@ -355,7 +355,7 @@ def test_an_inline_stream_cancelled_by_its_client_tells_its_followers(
         "gpt-4.1-mini",
         CANCEL_ON_DISCONNECT=True,
         EVENTS_URL=events_url,
-        EVENTS_KEY_PREFIX=streams.settings.EVENTS_KEY_PREFIX,
+        EVENTS_KEY_PREFIX=streams_redis.settings.EVENTS_KEY_PREFIX,
     )
     fake_llm.script(Fault(chunk_delay=0.01, reply=Reply("x" * 400, chunk_size=4)))
     response = api.post(url("chat-messages", pk=chat.pk), {"content": "hi"}, format="json", **SSE)

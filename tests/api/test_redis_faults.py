@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from django_llmchat import streams
+from django_llmchat import streams, streams_redis
 from django_llmchat.models import Run
 from django_llmchat.tasks import wait_for_background_runs
 from django_llmchat.testing import Reply
@@ -51,7 +51,7 @@ class HungRedis:
 def hung(fake_llm, monkeypatch):
     redis = HungRedis()
     streams._reset_breaker()
-    monkeypatch.setattr(streams, "_clients", {})
+    monkeypatch.setattr(streams_redis, "_clients", {})
     fake_llm.configure("openai", "gpt-4.1-mini", EVENTS_URL=redis.url, EVENTS_PUBLISH_TIMEOUT=0.5)
     yield redis
     streams._reset_breaker()
@@ -91,7 +91,7 @@ def test_a_queued_reply_is_stored_though_redis_hangs(api, chat, fake_llm, hung):
 def test_the_breaker_closes_again(monkeypatch, hung):
     from django_llmchat.events import TextDelta
 
-    monkeypatch.setattr(streams, "BREAKER_SECONDS", 0.2)
+    monkeypatch.setattr(streams_redis, "BREAKER_SECONDS", 0.2)
     with pytest.raises(Exception) as first:
         streams.publish(1, TextDelta("a"))
     assert not isinstance(first.value, streams.EventsUnavailable)  # it tried, and timed out
@@ -134,7 +134,7 @@ def follow_while_redis_fails(fake_llm, monkeypatch, redis_url: str):
         EVENTS_PUBLISH_TIMEOUT=0.2,
         EVENTS_HEARTBEAT=0.3,
     )
-    monkeypatch.setattr(streams, "BREAKER_SECONDS", 2.0)  # how long followers wait for Redis
+    monkeypatch.setattr(streams_redis, "BREAKER_SECONDS", 2.0)  # how long followers wait for Redis
 
 
 def check_kept_alive_then_ended(pieces, ended, cause: str) -> None:
@@ -170,7 +170,7 @@ def test_events_keep_alive_then_end_while_redis_hangs(api, chat, fake_llm, hung,
 
 def test_events_keep_alive_then_end_while_redis_is_down(api, chat, fake_llm, monkeypatch):
     streams._reset_breaker()
-    monkeypatch.setattr(streams, "_clients", {})
+    monkeypatch.setattr(streams_redis, "_clients", {})
     follow_while_redis_fails(fake_llm, monkeypatch, "redis://127.0.0.1:1/0")
     response = api.get(url("chat-events", pk=chat.pk), **SSE)
     pieces, ended = timed_body(response, 8)
