@@ -45,7 +45,10 @@ def test_unfinished_and_finished_querysets(chat):
     finished = set(Run.objects.finished().values_list("status", flat=True))
     assert unfinished == set(Run.UNFINISHED) and finished == set(Run.FINISHED)
     for status, run in runs.items():
-        assert run.is_working is (status in Run.UNFINISHED)
+        assert run.is_unfinished is (status in Run.UNFINISHED)
+        assert run.is_working is (status == Run.RUNNING)
+        assert run.is_queued is (status == Run.QUEUED)
+        assert run.is_awaiting_approval is (status == Run.AWAITING_APPROVAL)
         assert run.is_finished is (status in Run.FINISHED)
         assert str(run) == f"Run {run.pk} ({status})"
 
