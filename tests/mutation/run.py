@@ -44,6 +44,8 @@ REPORT_SECONDS = 10
 CRITICAL = {
     "the claim": [
         "runs.claims.claim",
+        "runs.claims._wait_behind",
+        "runs.claims._take_updates",
         "runs.claims._resume_soon",
         "runs.claims._busy_or_paused",
         "runs.claims._give_up",
