@@ -72,6 +72,7 @@ CRITICAL = {
     "admission": [
         "runs.admission.enqueue",
         "runs.admission._enqueue",
+        "runs.admission._place_prompt",
         "runs.admission._admit",
         "runs.admission._lock_user",
         "runs.base._lock",
