@@ -2,9 +2,9 @@
 usage ledger (a pending row before the call, closed when it ends), the summary request of
 a compaction, and a step stopped mid-stream stored as what was shown.
 
-Every end of an attempt goes through one place, :meth:`ProviderAttempts._call`'s
-``attempt()``, whatever ended it: a stop or an interrupt from any process (seen by the
-run's poll), the stream closed or dropped (``GeneratorExit``), the run lost to another
+Every end of an attempt goes through one place, :meth:`ProviderAttempts._ended`, whatever
+ended it: a stop or an interrupt from any process (seen by the run's poll), the stream
+closed or dropped (``GeneratorExit``), the run lost to another
 process, the vendor's stream breaking. Every attempt, a summary's included, is billed by
 :meth:`ProviderAttempts.billed`: the vendor's counts when they came; else (an attempt that
 ended before its response, or a response whose vendor reported no usage) its estimated
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .. import runs, telemetry
@@ -79,6 +79,26 @@ class FirstCall:
     row: Usage
     seen: tuple[int | None, int, int | None]
     prompt: ProviderMessage
+
+
+@dataclass
+class _Step:
+    """One step's call as its attempts go: the model answering (moved on by a fallback),
+    the pending row of the attempt under way and what it received, the attempts ended
+    failed, and what the caller was shown (or, with after-guardrails, what is held)."""
+
+    request: ProviderRequest
+    target: Target
+    provider: object
+    held: list[StreamEvent] | None
+    pending: Usage | None = None
+    received: Received = field(default_factory=Received)
+    started: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    failed: list[Usage] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)  # the text the caller has seen
+    yielded: bool = False  # whether the caller has seen anything of this step
+    candidates: list[Target] | None = None
 
 
 class ProviderAttempts:
@@ -289,159 +309,218 @@ class ProviderAttempts:
         return None
 
     def _call(self, request: ProviderRequest, *, stream: bool):
-        chat, provider, execution = self.runner.chat, self.runner.provider, self.runner.execution
+        chat, execution = self.runner.chat, self.runner.execution
         assert execution is not None
-        failed: list[Usage] = []
-        clock = {"started": time.monotonic(), "first_token": None}
-        # with after-guardrails, the step's events wait until they pass: a blocked reply
-        # never leaves (to the caller, to Redis, to the database)
-        held: list[StreamEvent] | None = [] if self.runner.holds_text else None
-        shown: list[str] = []  # the text the caller has seen of this step
-        yielded = False  # whether the caller has seen anything of this step
         # the model answering: the chat's, then, once its retries are used up on a
-        # retryable error, each of its fallbacks (LLMCHAT["FALLBACKS"]) in turn
-        target = Target(chat.provider, chat.model_id)
-        candidates: list[Target] | None = None
-
-        pending = [self.open_attempt(request, target.provider, target.model_id)]
-        received = Received()  # what a stopped or broken attempt is billed for
-
-        def attempt(status: str, *, answer=None, error: str = "", response=None) -> Usage:
-            """The Usage row of the attempt that just ended, its cost frozen now (written
-            over the attempt's pending row), billed by :meth:`_billed`: the vendor's
-            counts with its ``answer``, else our estimate of what it received. ``response``
-            goes to the attempt's span."""
-            tokens, estimated = self.billed(pending[0], received, answer)
-            row = usage_row(
-                chat,
-                provider=target.provider,
-                model_id=target.model_id,
-                status=status,
-                tokens=tokens,
-                started=clock["started"],
-                first_token=clock["first_token"],
-                error=error,
-                run_id=execution.pk,
-            )
-            row.estimated = estimated
-            return self.close_attempt(pending[0], row, response)
-
-        def on_retry(error: ProviderError, number: int) -> None:
-            ended = attempt(Usage.FAILED, error=str(error))
-            write_attempts([ended])  # closed now: the next attempt has a row of its own
-            failed.append(ended)
-            clock["started"], clock["first_token"] = time.monotonic(), None
-            pending[0] = self.open_attempt(request, target.provider, target.model_id)
-
-        while True:
-            dbconn.release()  # nothing to ask the database while the model works
-            try:
-                if stream:
-                    provider_stream = provider.stream(request, on_retry=on_retry)
-                    events = iter(provider_stream)
-                    try:
-                        for event in events:
-                            received.add(event)
-                            if clock["first_token"] is None:
-                                clock["first_token"] = time.monotonic()
-                            if execution.poll():
-                                dbconn.release()
-                            if isinstance(event, TextDone) and self.runner.guardrails:
-                                continue  # re-emitted after the after-guardrails
-                            if held is not None:
-                                held.append(event)
-                                continue
-                            if isinstance(event, TextDelta):
-                                shown.append(event.content)
-                            yielded = True
-                            yield event
-                    finally:
-                        close = getattr(events, "close", None)
-                        if close:
-                            close()
-                    response = provider_stream.response
-                else:
-                    response = provider.complete(request, on_retry=on_retry)
-                    clock["first_token"] = time.monotonic()
-                break
-            except (runs.CancelRequested, GeneratorExit) as exc:
-                # stopped, or the stream dropped: the tokens spent so far are still spent,
-                # and the text the caller was shown is the reply (what a reload shows is
-                # what the user saw)
-                rows = [*failed, attempt(Usage.CANCELLED)]
-                stopped = self._store_stopped("".join(shown), rows, target) if shown else None
-                if stopped is None:
-                    record_failed_attempts(rows)
-                elif isinstance(exc, runs.CancelRequested):
-                    yield stopped
-                raise
-            except RunLostError:
-                record_failed_attempts([*failed, attempt(Usage.CANCELLED)])
-                raise
-            except (ProviderError, IncompleteStreamError) as exc:
-                ended = attempt(Usage.FAILED, error=str(exc))
-                # a fallback answers only a step the caller has seen nothing of
-                if yielded or not falls_back(exc):
-                    record_failed_attempts([*failed, ended])
-                    raise
-                write_attempts([ended])
-                failed.append(ended)
-                if candidates is None:
-                    candidates = fallbacks_for(chat.provider, chat.model_id)
-                found = yield from self._next_fallback(candidates, exc)
-                if found is None:  # the run fails with the error of its last attempt
-                    raise exc
-                logger.warning("chat %s: %s; falling back to %s", chat.pk, exc, found[0])
-                target, provider = found
-                request = replace(request, model_id=target.model_id)
-                clock["started"], clock["first_token"] = time.monotonic(), None
-                received = Received()
-                if held is not None:
-                    held.clear()
-                pending[0] = self.open_attempt(request, target.provider, target.model_id)
-            except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
-                error = f"{type(exc).__name__}: {exc}"
-                record_failed_attempts([*failed, attempt(Usage.FAILED, error=error)])
-                raise
+        # retryable error, each of its fallbacks (LLMCHAT["FALLBACKS"]) in turn; with
+        # after-guardrails, the step's events wait until they pass: a blocked reply never
+        # leaves (to the caller, to Redis, to the database)
+        st = _Step(
+            request=request,
+            target=Target(chat.provider, chat.model_id),
+            provider=self.runner.provider,
+            held=[] if self.runner.holds_text else None,
+        )
+        st.pending = self.open_attempt(request, st.target.provider, st.target.model_id)
+        response = yield from self._answered(st, stream)
         content = response.content
-        if chat.schema is not None and content and not response.tool_calls:
-            try:
-                json.loads(content)
-            except ValueError as exc:
-                bad = attempt(Usage.FAILED, answer=response, error="invalid JSON for the schema")
-                record_failed_attempts([*failed, bad])
-                raise StructuredOutputError(
-                    f"{chat.provider} returned content that is not valid JSON for the "
-                    f"chat's schema: {exc}"
-                ) from exc
-        succeeded = attempt(Usage.SUCCEEDED, answer=response, response=response)
+        self._check_schema(st, response)
+        succeeded = self._ended(st, Usage.SUCCEEDED, answer=response, response=response)
         self.last_tokens = response.tokens  # the vendor's (what the estimates are scaled by)
         billed = succeeded.tokens  # the vendor's, else our estimate (``succeeded.estimated``)
+        rows = [*st.failed, succeeded]
         # after-guardrails
         content, modified, tripwire = screen(
             self.runner.guardrails, content, AFTER, self.runner.context
         )
         if tripwire is not None:
-            record_failed_attempts(failed + [succeeded])
+            record_failed_attempts(st.failed + [succeeded])
             self.runner.result.tripwire = tripwire
             yield tripwire
             return None
         final = not response.tool_calls
         try:
-            message, calls = self._save(
-                response, content, [*failed, succeeded], final=final, target=target
-            )
+            message, calls = self._save(response, content, rows, final=final, target=st.target)
         except RunLostError:
             # the step is not ours to store, but the attempt was paid for
             succeeded.message = None
             write_attempts([succeeded])
             raise
         self.runner.result.message = message
-        if not billed.is_empty:
-            # a deferred total is read from the usage rows, which now include this step
-            if not self.runner.context.token_usage_deferred:
-                usage = self.runner.context.token_usage
-                self.runner.context.token_usage = billed if usage is None else usage + billed
+        self._count_tokens(billed)
+        yield from self._released(st.held, modified, content)
+        yield from self._closing_events(response, content, stream)
+        yield StepFinished(
+            message_id=message.pk,
+            step=execution.run.steps,
+            finish_reason=response.finish_reason,
+            token_usage=billed,
+            cost=usd_text(sum((row.cost for row in rows), Cost()).total),
+            estimated=True if any(row.estimated for row in rows) else None,
+            provider=st.target.provider,
+            model_id=message.model_id or st.target.model_id,
+        )
+        return message, calls
+
+    def _ended(self, st: _Step, status: str, *, answer=None, error: str = "", response=None):
+        """The Usage row of the attempt that just ended, its cost frozen now (written over
+        the attempt's pending row), billed by :meth:`billed`: the vendor's counts with its
+        ``answer``, else our estimate of what it received. ``response`` goes to the
+        attempt's span."""
+        execution = self.runner.execution
+        tokens, estimated = self.billed(st.pending, st.received, answer)
+        row = usage_row(
+            self.runner.chat,
+            provider=st.target.provider,
+            model_id=st.target.model_id,
+            status=status,
+            tokens=tokens,
+            started=st.started,
+            first_token=st.first_token,
+            error=error,
+            run_id=execution.pk,
+        )
+        row.estimated = estimated
+        return self.close_attempt(st.pending, row, response)
+
+    def _next_attempt(self, st: _Step, ended: Usage) -> None:
+        """Whether nothing: the ended attempt is written (closed now) and counted as failed,
+        and the next one gets a pending row of its own."""
+        write_attempts([ended])
+        st.failed.append(ended)
+        st.started, st.first_token = time.monotonic(), None
+        st.pending = self.open_attempt(st.request, st.target.provider, st.target.model_id)
+
+    def _answered(self, st: _Step, stream: bool):
+        """The response the step ends with, deciding what each failed attempt becomes:
+        stored as a stopped reply, recorded as failed, or followed by a fallback."""
+
+        def on_retry(error: ProviderError, number: int) -> None:
+            self._next_attempt(st, self._ended(st, Usage.FAILED, error=str(error)))
+
+        while True:
+            dbconn.release()  # nothing to ask the database while the model works
+            try:
+                return (yield from self._ask(st, stream, on_retry))
+            except (runs.CancelRequested, GeneratorExit) as exc:
+                # stopped, or the stream dropped: the tokens spent so far are still spent,
+                # and the text the caller was shown is the reply (what a reload shows is
+                # what the user saw)
+                yield from self._stopped(st, exc)
+                raise
+            except RunLostError:
+                record_failed_attempts([*st.failed, self._ended(st, Usage.CANCELLED)])
+                raise
+            except (ProviderError, IncompleteStreamError) as exc:
+                yield from self._fall_back(st, exc)
+            except Exception as exc:  # a fault of ours mid-attempt: the attempt still ended
+                error = f"{type(exc).__name__}: {exc}"
+                record_failed_attempts([*st.failed, self._ended(st, Usage.FAILED, error=error)])
+                raise
+
+    def _ask(self, st: _Step, stream: bool, on_retry):
+        """One call to the answering model (streamed or not), its response."""
+        if not stream:
+            response = st.provider.complete(st.request, on_retry=on_retry)
+            st.first_token = time.monotonic()
+            return response
+        provider_stream = st.provider.stream(st.request, on_retry=on_retry)
+        events = iter(provider_stream)
+        try:
+            yield from self._relay(st, events)
+        finally:
+            close = getattr(events, "close", None)
+            if close:
+                close()
+        return provider_stream.response
+
+    def _relay(self, st: _Step, events):
+        """Which of the stream's events the caller sees now, which are held and which
+        wait to be re-emitted after the after-guardrails."""
+        execution = self.runner.execution
+        for event in events:
+            st.received.add(event)
+            if st.first_token is None:
+                st.first_token = time.monotonic()
+            if execution.poll():
+                dbconn.release()
+            if isinstance(event, TextDone) and self.runner.guardrails:
+                continue  # re-emitted after the after-guardrails
+            if st.held is not None:
+                st.held.append(event)
+                continue
+            if isinstance(event, TextDelta):
+                st.shown.append(event.content)
+            st.yielded = True
+            yield event
+
+    def _stopped(self, st: _Step, exc: BaseException):
+        """Whether a stopped or dropped attempt leaves a reply (the text shown, yielded
+        on a stop) or only its failed attempts."""
+        rows = [*st.failed, self._ended(st, Usage.CANCELLED)]
+        stopped = self._store_stopped("".join(st.shown), rows, st.target) if st.shown else None
+        if stopped is None:
+            record_failed_attempts(rows)
+        elif isinstance(exc, runs.CancelRequested):
+            yield stopped
+
+    def _fall_back(self, st: _Step, exc: ProviderError | IncompleteStreamError):
+        """Whether a failed attempt moves on to a fallback (``st`` aimed at it) or the
+        run fails with ``exc``."""
+        chat = self.runner.chat
+        ended = self._ended(st, Usage.FAILED, error=str(exc))
+        # a fallback answers only a step the caller has seen nothing of
+        if st.yielded or not falls_back(exc):
+            record_failed_attempts([*st.failed, ended])
+            raise exc
+        write_attempts([ended])
+        st.failed.append(ended)
+        if st.candidates is None:
+            st.candidates = fallbacks_for(chat.provider, chat.model_id)
+        found = yield from self._next_fallback(st.candidates, exc)
+        if found is None:  # the run fails with the error of its last attempt
+            raise exc
+        logger.warning("chat %s: %s; falling back to %s", chat.pk, exc, found[0])
+        st.target, st.provider = found
+        st.request = replace(st.request, model_id=st.target.model_id)
+        st.started, st.first_token = time.monotonic(), None
+        st.received = Received()
+        if st.held is not None:
+            st.held.clear()
+        st.pending = self.open_attempt(st.request, st.target.provider, st.target.model_id)
+
+    def _check_schema(self, st: _Step, response: ProviderResponse) -> None:
+        """Whether a structured chat's answer is JSON (else its attempt fails and the
+        run with it)."""
+        chat, content = self.runner.chat, response.content
+        if chat.schema is None or not content or response.tool_calls:
+            return
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            bad = self._ended(
+                st, Usage.FAILED, answer=response, error="invalid JSON for the schema"
+            )
+            record_failed_attempts([*st.failed, bad])
+            raise StructuredOutputError(
+                f"{chat.provider} returned content that is not valid JSON for the "
+                f"chat's schema: {exc}"
+            ) from exc
+
+    def _count_tokens(self, billed: Tokens) -> None:
+        """Whether the step's tokens add to the run's total now (not when none were
+        billed, nor when the total is deferred: read from the usage rows)."""
+        if billed.is_empty:
+            return
+        context = self.runner.context
+        if not context.token_usage_deferred:
+            usage = context.token_usage
+            context.token_usage = billed if usage is None else usage + billed
+
+    @staticmethod
+    def _released(held: list[StreamEvent] | None, modified, content: str):
+        """Which held events leave once the after-guardrails passed (a transformed text
+        as one delta of the text they left), then the guardrails' own events."""
         if held:
             first_text = True
             for event in held:
@@ -452,6 +531,10 @@ class ProviderAttempts:
                     continue
                 yield event
         yield from modified
+
+    def _closing_events(self, response: ProviderResponse, content: str, stream: bool):
+        """Which closing events a step emits itself: all of them for a response that was
+        not streamed, the final text for a stream whose text the guardrails held."""
         if not stream:
             for tc in response.tool_calls:
                 yield ToolCallDone(
@@ -468,14 +551,3 @@ class ProviderAttempts:
             )
         elif content and self.runner.guardrails:
             yield TextDone(content)
-        yield StepFinished(
-            message_id=message.pk,
-            step=execution.run.steps,
-            finish_reason=response.finish_reason,
-            token_usage=billed,
-            cost=usd_text(sum((row.cost for row in [*failed, succeeded]), Cost()).total),
-            estimated=True if any(row.estimated for row in [*failed, succeeded]) else None,
-            provider=target.provider,
-            model_id=message.model_id or target.model_id,
-        )
-        return message, calls

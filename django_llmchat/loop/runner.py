@@ -286,24 +286,7 @@ class Runner:
         outcome: tuple[str, str, str, str] | None = None
         try:
             yield from pre_events
-            if self.attempts.first is not None:  # read before the admission
-                self.history = self.attempts.first.history
-                history, pending_ids = self.history.messages, []
-            else:
-                loaded = load_history(chat)
-                prompt_id = execution.run.prompt_id if not execution.run.steps else None
-                if branches.reads_before_its_parent(chat.pk, prompt_id, loaded):
-                    loaded = load_history(chat)
-                history, pending_ids = loaded.messages, loaded.pending
-                self.history = History(
-                    chat,
-                    self.agent,
-                    history,
-                    loaded.summary,
-                    loaded.tokens,
-                    limits=model_limits,
-                    last_step=last_reported_step,
-                )
+            history, pending_ids = self._read_history()
             # read only if a tool or callback asks: the sum is over every usage row
             self.context.defer_token_usage(lambda: _none_if_empty(chat.tokens))
             pending = (
@@ -330,18 +313,8 @@ class Runner:
                     pending, again = [], True
                 if steps:
                     execution.poll(force=True)
-                if steps >= self.max_steps:
-                    event = Interrupt(reason="max_steps")
-                    self.result.interrupt = event
-                    yield event
-                    outcome = (Run.INTERRUPTED, "", "", "max_steps")
-                    return
-                exceeded = yield from self.budget.check()
-                if exceeded is not None:  # the steps paid for so far are stored
-                    event = Interrupt(reason="budget")
-                    self.result.interrupt = event
-                    yield event
-                    outcome = (Run.INTERRUPTED, "budget", exceeded.message, "budget")
+                outcome = yield from self._over_limits(steps)
+                if outcome is not None:
                     return
                 response = yield from self.attempts.step(stream=stream)
                 steps += 1
@@ -366,16 +339,8 @@ class Runner:
                     outcome = (Run.INTERRUPTED, "", "", exc.reason or "")
                     return
                 if not calls:  # stored with the step: the run succeeded
-                    if self.attempts.answering is not None and steps == 1:
-                        seen, asked, prompt = self.attempts.answering
-                        remember_answered(
-                            chat,
-                            seen,
-                            [
-                                (asked, prompt.pk, prompt.position),
-                                (history[-1], message.pk, message.position),
-                            ],
-                        )
+                    if steps == 1:
+                        self._remember_answer(history[-1], message)
                     return
                 pending = calls
         except runs.CancelRequested as exc:
@@ -391,19 +356,82 @@ class Runner:
             outcome = (Run.CANCELLED, "", "", "stream_closed")
             raise
         except Exception as exc:
-            error_type, error = safe_error(exc)
-            if self.retry_on is not None and self.retry_on(exc):
-                outcome = (Run.QUEUED, error_type, error, "")
-            else:
-                outcome = (Run.FAILED, error_type, error, "")
+            outcome = self._failure(exc)
             raise
         finally:
             self.attempts.discard_first_call()
-            caller = self.context.caller_data()
-            if caller != (chat.context or {}):
-                Chat.objects.filter(pk=chat.pk).update(context=caller)
-                chat.context = caller
+            self._keep_caller_data()
             self._end(outcome)
+
+    def _over_limits(self, steps: int):
+        """Whether the run stops before its next step: at ``max_steps`` or over a
+        spending limit (the interrupt yielded, the outcome returned), else ``None``."""
+        if steps >= self.max_steps:
+            event = Interrupt(reason="max_steps")
+            self.result.interrupt = event
+            yield event
+            return (Run.INTERRUPTED, "", "", "max_steps")
+        exceeded = yield from self.budget.check()
+        if exceeded is not None:  # the steps paid for so far are stored
+            event = Interrupt(reason="budget")
+            self.result.interrupt = event
+            yield event
+            return (Run.INTERRUPTED, "budget", exceeded.message, "budget")
+        return None
+
+    def _read_history(self) -> tuple[list[ProviderMessage], list[int]]:
+        """Which history the run starts from (the first call's, read before the admission,
+        else the chat's, read again if a branch read before its parent), and the ids of
+        the tool calls it left pending."""
+        chat, execution = self.chat, self.execution
+        if self.attempts.first is not None:  # read before the admission
+            self.history = self.attempts.first.history
+            return self.history.messages, []
+        loaded = load_history(chat)
+        prompt_id = execution.run.prompt_id if not execution.run.steps else None
+        if branches.reads_before_its_parent(chat.pk, prompt_id, loaded):
+            loaded = load_history(chat)
+        self.history = History(
+            chat,
+            self.agent,
+            loaded.messages,
+            loaded.summary,
+            loaded.tokens,
+            limits=model_limits,
+            last_step=last_reported_step,
+        )
+        return loaded.messages, loaded.pending
+
+    def _remember_answer(self, answer: ProviderMessage, message: Message) -> None:
+        """Whether a first step's answer is remembered with its prompt (only when the
+        first call was made ready on a path seen before the admission)."""
+        if self.attempts.answering is None:
+            return
+        seen, asked, prompt = self.attempts.answering
+        remember_answered(
+            self.chat,
+            seen,
+            [
+                (asked, prompt.pk, prompt.position),
+                (answer, message.pk, message.position),
+            ],
+        )
+
+    def _failure(self, exc: Exception) -> tuple[str, str, str, str]:
+        """What a run that raised ``exc`` ends with: queued again if ``retry_on`` says
+        so, else failed."""
+        error_type, error = safe_error(exc)
+        if self.retry_on is not None and self.retry_on(exc):
+            return (Run.QUEUED, error_type, error, "")
+        return (Run.FAILED, error_type, error, "")
+
+    def _keep_caller_data(self) -> None:
+        """Whether the chat's context is written: only when the caller's data changed."""
+        chat = self.chat
+        caller = self.context.caller_data()
+        if caller != (chat.context or {}):
+            Chat.objects.filter(pk=chat.pk).update(context=caller)
+            chat.context = caller
 
     def _end(self, outcome: tuple[str, str, str, str] | None) -> None:
         execution = self.execution

@@ -199,18 +199,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         prompt.parent_id = None if after is None else after[0]
     verdict = _admit(chat, prompt, attachments)
     if prompt is not None:
-        if branch is None and head is not None:
-            prompt.position += QUEUED_POSITION  # its parent is given when it is placed
-        elif branch is None:
-            after = branches.leaf_row(chat.pk)  # it follows the active leaf
-            prompt.parent_id = None if after is None else after[0]
-        if after is not None and prompt.position <= after[1]:
-            # its clock was read before the lock: a reply stored meanwhile reads later
-            prompt.position = after[1] + 1
-        if attachments:
-            chat._insert(prompt, attachments)
-        else:
-            _INSERT_MESSAGE.save(prompt)
+        _place_prompt(chat, prompt, attachments, head, branch, after)
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
@@ -229,6 +218,23 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
     run.verdict = verdict
     return run, claimed, (run.status if head is None else head.status)
+
+
+def _place_prompt(chat, prompt, attachments, head, branch, after) -> None:
+    """Where the admitted prompt goes, under the chat's lock (queued behind ``head``,
+    after the active leaf, or on its new ``branch`` after ``after``), and stores it."""
+    if branch is None and head is not None:
+        prompt.position += QUEUED_POSITION  # its parent is given when it is placed
+    elif branch is None:
+        after = branches.leaf_row(chat.pk)  # it follows the active leaf
+        prompt.parent_id = None if after is None else after[0]
+    if after is not None and prompt.position <= after[1]:
+        # its clock was read before the lock: a reply stored meanwhile reads later
+        prompt.position = after[1] + 1
+    if attachments:
+        chat._insert(prompt, attachments)
+    else:
+        _INSERT_MESSAGE.save(prompt)
 
 
 def _double_texted(chat: Chat, head: Run, policy: str) -> Run | None:

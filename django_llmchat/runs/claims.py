@@ -102,17 +102,7 @@ def claim(
                 if not waiting:
                     run_id = None  # a task answers what is ahead of its run first, in order
                 else:
-                    mine = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-                    if mine is None or mine in Run.FINISHED:
-                        return Claim(state=NOTHING)
-                    Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
-                        lease_expires_at=_lease_until(), worker=worker
-                    )
-                    if head.status == Run.RUNNING and not (
-                        head.lease_expires_at is not None and head.lease_expires_at > now
-                    ):
-                        _resume_soon(head)  # the run ahead lost its process: send its task
-                    return Claim(state=PAUSED if head.status == Run.AWAITING_APPROVAL else BUSY)
+                    return _wait_behind(head, run_id, worker, now)
             if head.status == Run.AWAITING_APPROVAL:
                 return Claim(state=PAUSED)
             lease_live = head.lease_expires_at is not None and head.lease_expires_at > now
@@ -124,16 +114,7 @@ def claim(
                 _give_up(head, now)
                 continue
             step = TAKE_OVER if head.status == Run.RUNNING else CLAIM
-            updates: dict[str, Any] = {
-                "attempt": head.attempt + 1,
-                "worker": worker,
-                "lease_expires_at": _lease_until(),
-                "cancel_requested": False if head.status == Run.QUEUED else head.cancel_requested,
-            }
-            if head.started_at is None:
-                updates["started_at"] = now
-            if task_id:
-                updates["task_id"] = task_id[:255]
+            updates = _take_updates(head, worker, task_id, now)
             taken = Run.objects.filter(
                 pk=head.pk, status__in=step.sources, attempt=head.attempt
             ).update(status=step.target, **updates)
@@ -166,6 +147,39 @@ def claim(
             execution = Execution(head, worker=worker)
             execution.taken_over = taken_over
             return Claim(execution=execution)
+
+
+def _wait_behind(head: Run, run_id: int, worker: str, now) -> Claim:
+    """What a caller waiting for its own run behind ``head`` gets: nothing when its run
+    ended, else its run's lease renewed (and the head's task sent again when the head
+    lost its process) and ``BUSY``, or ``PAUSED`` behind a run awaiting approval."""
+    mine = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if mine is None or mine in Run.FINISHED:
+        return Claim(state=NOTHING)
+    Run.objects.filter(pk=run_id, status=Run.QUEUED).update(
+        lease_expires_at=_lease_until(), worker=worker
+    )
+    if head.status == Run.RUNNING and not (
+        head.lease_expires_at is not None and head.lease_expires_at > now
+    ):
+        _resume_soon(head)  # the run ahead lost its process: send its task
+    return Claim(state=PAUSED if head.status == Run.AWAITING_APPROVAL else BUSY)
+
+
+def _take_updates(head: Run, worker: str, task_id: str, now) -> dict[str, Any]:
+    """Which fields taking ``head`` writes: its next attempt and lease, its stop request
+    (cleared on a queued run), its start (the first time) and its task."""
+    updates: dict[str, Any] = {
+        "attempt": head.attempt + 1,
+        "worker": worker,
+        "lease_expires_at": _lease_until(),
+        "cancel_requested": False if head.status == Run.QUEUED else head.cancel_requested,
+    }
+    if head.started_at is None:
+        updates["started_at"] = now
+    if task_id:
+        updates["task_id"] = task_id[:255]
+    return updates
 
 
 def _claim_call(

@@ -44,6 +44,8 @@ REPORT_SECONDS = 10
 CRITICAL = {
     "the claim": [
         "runs.claims.claim",
+        "runs.claims._wait_behind",
+        "runs.claims._take_updates",
         "runs.claims._resume_soon",
         "runs.claims._busy_or_paused",
         "runs.claims._give_up",
@@ -70,6 +72,7 @@ CRITICAL = {
     "admission": [
         "runs.admission.enqueue",
         "runs.admission._enqueue",
+        "runs.admission._place_prompt",
         "runs.admission._admit",
         "runs.admission._lock_user",
         "runs.base._lock",
