@@ -9,21 +9,16 @@ model stops calling tools, ``max_steps`` is reached, or the run is interrupted.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-from django.db import transaction
 
 from .. import runs
 from ..agents import Agent, load_agent
 from ..conf import settings
 from ..context import Context
-from ..db.prepared import database_of
 from ..errors import (
     ArgumentError,
-    ChatBusyError,
     InterruptError,
     RunLostError,
     safe_error,
@@ -32,19 +27,18 @@ from ..events import GuardrailTripwire, Interrupt, StreamEvent
 from ..guardrails import AFTER, BEFORE, as_guardrail, screen
 from ..models import Chat, Message, Run, ToolCall, branches
 from ..models.llm_model import model_limits
-from ..models.message import clock_position
 from ..providers import get_provider
 from ..providers.types import ProviderMessage, ProviderRequest
 from ..skills import SkillsContext, load_skills
 from ..tools import Tool, get_tools
-from .attempts import FirstCall, ProviderAttempts
+from .attempts import ProviderAttempts
 from .history import History
+from .runner_admission import admit
 from .runner_budget import RunBudget
 from .runner_request import provider_request
 from .session import Blocked, RunSession
 from .toolrun import ToolRunner
 from .transcript import (
-    answered_history,
     last_reported_step,
     load_history,
     provider_message,
@@ -163,85 +157,7 @@ class Runner:
         ``later``: the run is queued for a worker, whose task is sent when the
         transaction commits (:meth:`ask_later`). A blocked prompt raises
         :class:`Blocked` and stores nothing. The stored prompt is :attr:`prompt`."""
-        chat = self.chat
-        events: list[StreamEvent] = []
-        message = None
-        if prompt is not None:
-            text, events = self.check_prompt(prompt)
-            message = Message(chat=chat, role="user", content=text)
-        elif not regenerate and not later:
-            # continuing: the chat's next run, when nobody else is on it (a run queued
-            # again after tool-call decisions, one whose worker died), is this one
-            found = runs.claim(chat.pk)
-            if found.execution is not None:
-                self.run_row, self.execution = found.execution.run, found.execution
-                return events
-            if found.state == runs.PAUSED:
-                raise ChatBusyError(
-                    f"chat {chat.pk} is waiting for a decision on its tool calls: approve "
-                    "or deny them (or cancel the run) first"
-                )
-        first = None
-        if (
-            not later
-            and message is not None
-            and runs.opens_attempt(chat, attachments, self.double_texting)
-        ):
-            first = self._first_call(message)
-        if message is not None:
-            # read after the path was: a path the admission finds as read is before it
-            message.position = clock_position()
-        task_id = uuid.uuid4().hex if later else ""
-        run, execution = runs.enqueue(
-            chat,
-            message,
-            attachments,
-            task_id=task_id,
-            start=not later,
-            wait=not later,
-            regenerate=regenerate,
-            attempt=first.row if first is not None else None,
-            seen=first.seen if first is not None else None,
-            double_texting=self.double_texting,
-        )
-        if first is not None and first.row.pk is not None:
-            first.prompt.ref = message.pk  # what the reply follows
-            self.attempts.first = first
-            self.attempts.answering = (first.seen, first.prompt, message)
-        self.budget.admitted = run.verdict  # the admission's check serves the first call
-        self.run_row, self.execution, self.prompt = run, execution, message
-        if later:
-            chat_id, run_id = chat.pk, run.pk
-            transaction.on_commit(
-                lambda: runs.send(chat_id, run_id, task_id=task_id), using=database_of(chat)
-            )
-        return events
-
-    def _first_call(self, prompt: Message) -> FirstCall | None:
-        """The run's first call made ready before its admission (:class:`FirstCall`): the
-        history read, the prompt added, the request built and estimated. ``None`` when the
-        loop has other work first (tool calls unanswered, a compaction to store)."""
-        chat = self.chat
-        # the history this process stored last needs no read: the admission checks it
-        loaded = answered_history(chat) or load_history(chat)
-        if loaded.pending:
-            return None
-        message = provider_message(prompt, calls=[], attachments=[])
-        history = History(
-            chat,
-            self.agent,
-            [*loaded.messages, message],
-            loaded.summary,
-            loaded.tokens,
-            limits=model_limits,
-            last_step=last_reported_step,
-        )
-        request = history.fit_now(self.request_for)
-        if request is None:
-            return None
-        self.history = history
-        row = self.attempts.pending_row(request, chat.provider, chat.model_id, "chat")
-        return FirstCall(history, request, row, loaded.seen, message)
+        return admit(self, prompt, attachments, regenerate=regenerate, later=later)
 
     def take_turn(self) -> None:
         """The second half of :meth:`begin`: wait until the admitted run is this

@@ -207,7 +207,7 @@ def test_a_path_changed_after_the_read_is_read_again(chat, fake_llm, monkeypatch
     leaf moved; instructions: the leaf did not, the count did): the admission writes no
     attempt, the run reads the path again (the request holds the late message) and opens
     its attempt then; one usage row, closed."""
-    from django_llmchat.loop import runner as runner_module
+    from django_llmchat.loop import runner_admission as runner_module
 
     read = runner_module.load_history
 
