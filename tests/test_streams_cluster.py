@@ -11,10 +11,10 @@ import asyncio
 import uuid
 
 import pytest
-from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_llmchat import streams, streams_redis
+from django_llmchat.checks import check_settings
 from django_llmchat.events import RunFinished, RunStarted, TextDelta
 from tests.conftest import require_service
 
@@ -199,5 +199,5 @@ def test_events_cluster_makes_cluster_clients(monkeypatch):
 )
 def test_events_cluster_is_checked(cluster, url, wrong):
     with override_settings(LLMCHAT={"EVENTS_URL": url, "EVENTS_CLUSTER": cluster}):
-        ids = {message.id for message in run_checks()}
+        ids = {message.id for message in check_settings()}
     assert ("llmchat.E018" in ids) is wrong
