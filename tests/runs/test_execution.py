@@ -179,16 +179,30 @@ def test_poll_reads_the_run_at_most_every_quarter_second_unless_forced(chat, mon
     monkeypatch.setattr(runs_execution, "time", clock)
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
     runs.interrupt(chat.pk, "why")
-    execution.poll()  # just claimed: the first read is a poll interval away
+    assert execution.poll() is False  # just claimed: the first read is a poll interval away
     ticks[0] += runs.CANCEL_POLL_SECONDS / 2
-    execution.poll()
+    assert execution.poll() is False
     ticks[0] += runs.CANCEL_POLL_SECONDS / 2
     with pytest.raises(runs.CancelRequested) as stop:
         execution.poll()
     assert stop.value.reason == "why" and str(stop.value) == "why"
-    execution.poll()  # read just now: the next read is a poll interval away
+    assert execution.poll() is False  # read just now: the next read is a poll interval away
     with pytest.raises(runs.CancelRequested):
         execution.poll(force=True)
+
+
+def test_poll_says_whether_it_read_the_run(chat, monkeypatch):
+    """poll returns True when it read the run (a caller gives its connection back then),
+    False when the last read is too recent to read again."""
+    ticks = [1000.0]
+    clock = SimpleNamespace(monotonic=lambda: ticks[0], sleep=time.sleep)
+    monkeypatch.setattr(runs_execution, "time", clock)
+    _, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    assert execution.poll() is False
+    assert execution.poll(force=True) is True
+    ticks[0] += runs.CANCEL_POLL_SECONDS
+    assert execution.poll() is True
+    assert execution.poll() is False
 
 
 def test_poll_of_a_stop_without_a_reason_says_none(chat):
