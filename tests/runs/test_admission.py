@@ -284,3 +284,18 @@ def test_admission_locks_the_user_only_when_limits_are_on_and_the_chat_has_one(
     assert runs._admit(Chat(pk=chat.pk, user_id=user.pk), prompt) == "verdict"
     assert runs._admit(Chat(pk=chat.pk, user_id=user.pk), reserve=False) == "verdict"
     assert admitted[1:] == [(False, limits.prompt_tokens("x" * 40)), (False, None)]
+
+
+@pytest.mark.parametrize("late", [0, 1])
+def test_a_prompt_whose_clock_is_not_past_the_leaf_goes_after_it(chat, late, monkeypatch):
+    """A prompt's position was read before the chat's lock: when the active leaf's position
+    is the same or later (a reply stored meanwhile, another host's clock), the admission's
+    statements place the prompt right after the leaf, never beside it (on every database:
+    PostgreSQL's run function is not held to this yet)."""
+    monkeypatch.setattr(admission.pg, "available", lambda *using: False)
+    leaf = chat.add_message(role="assistant", content="stored meanwhile")
+    prompt = prompt_of(chat)
+    prompt.position = leaf.position - late
+    run, _ = runs.enqueue(chat, prompt, start=True)
+    stored = Message.objects.get(pk=run.prompt_id)
+    assert stored.position == leaf.position + 1 and stored.parent_id == leaf.pk
