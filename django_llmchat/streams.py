@@ -64,11 +64,6 @@ _SCAN_PAGE = 500
 _READ_COUNT = 200
 
 
-
-
-
-
-
 class FollowFailed(Exception):
     """A patient follow gave up: Redis did not answer, or could not be reached, for its
     ``patience`` seconds. ``cause`` says which, in words safe to show a user (no address,
@@ -77,46 +72,6 @@ class FollowFailed(Exception):
     def __init__(self, cause: str):
         self.cause = cause
         super().__init__(cause)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def delete(chat_ids) -> int:

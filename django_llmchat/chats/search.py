@@ -225,4 +225,3 @@ def snippet(content: str, words: list[str], width: int = 160) -> str:
     if start + width < len(text):
         piece = piece.rsplit(" ", 1)[0] + " …"
     return ("… " if start else "") + piece
-

@@ -155,6 +155,40 @@ def model_title(text: str) -> str:
 
 
 # -- after a run ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReplyTitle:
+    """An automatic title a run stores with its last reply (:func:`title_with_reply`)."""
+
+    text: str
+    source: str
+
+    def written(self, chat) -> None:
+        """The title was stored on ``chat``'s row: the instance follows."""
+        chat._title_written(self.text, self.source)
+
+
+def title_with_reply(runner) -> ReplyTitle | None:
+    """The title an untitled chat's run stores with its last reply, in the same call or
+    transaction (no statement of its own): its first prompt's title, when
+    titles are on without a model and that prompt is in the history the run sent.
+    ``None`` otherwise: :func:`title_chat` writes the title after the run (a model's
+    title needs the reply). Never raises."""
+    chat = runner.chat
+    try:
+        options = title_options()
+        if options is None or options.model is not None or chat.title:
+            return None
+        if getattr(chat, "title_source", "") == USER or chat.pk is None:
+            return None
+        history = getattr(runner.history, "messages", None) or []
+        first = next((m.content for m in history if m.role == "user" and m.content.strip()), "")
+        title = prompt_title(first)
+        return ReplyTitle(title, PROMPT) if title else None
+    except Exception:
+        logger.exception("chat %s: could not make its title", chat.pk)
+        return None
+
+
 def title_chat(runner) -> str | None:
     """Give ``runner``'s chat a title after the run that stored its first reply: the
     title written, or ``None`` (titles off, the chat titled already or by its user
@@ -196,8 +230,7 @@ def write_title(chat, title: str, source: str) -> bool:
         .update(title=title[:255], title_source=source)
     )
     if written:
-        chat.title, chat.title_source = title[:255], source
-        chat._loaded_title = (chat.title, chat.title_source)
+        chat._title_written(title, source)
     return bool(written)
 
 

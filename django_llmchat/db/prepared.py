@@ -374,6 +374,13 @@ class PreparedInsert:
         return found
 
     def save(self, obj: Model, using: str | None = None) -> None:
+        if not self.insert(obj, using):
+            obj.save(using=using)
+
+    def insert(self, obj: Model, using: str | None = None) -> bool:
+        """What :meth:`save` does, without the fallback: ``False`` (nothing written) where
+        only the ORM will do (a save receiver, an expression value, a backend without
+        ``RETURNING``, a related object not saved yet), so the caller saves."""
         model = self.model
         if type(obj) is not model or obj.pk is not None:
             raise ValueError(f"PreparedInsert({model.__name__}) saves new {model.__name__} rows")
@@ -384,20 +391,20 @@ class PreparedInsert:
             or signals.pre_save.has_listeners(model)
             or signals.post_save.has_listeners(model)
         ):
-            obj.save(using=using)
-            return
+            return False
         sql, plan = compiled
         connection = connections[using]
         params = []
         for field, reads_attribute, unchanged, null_param in plan:
             value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
             if value is None and null_param is not _UNKNOWN:
+                if field.is_relation and field.get_cached_value(obj, None) is not None:
+                    return False  # a related object not saved yet: the ORM says so
                 params.append(null_param)
             elif type(value) in unchanged:
                 params.append(value)
             elif hasattr(value, "resolve_expression"):
-                obj.save(using=using)
-                return
+                return False
             else:
                 params.append(field.get_db_prep_save(value, connection))
         with connection.cursor() as cursor:
@@ -408,6 +415,7 @@ class PreparedInsert:
                 value = converter(value, None, connection)
             setattr(obj, field.attname, value)
         mark_saved(obj, using)
+        return True
 
     def row(self, obj: Model, using: str) -> str:
         """``obj``'s new row as a JSON object of its column values, prepared as
@@ -471,6 +479,25 @@ _INTEGER_FIELDS = (
     PositiveBigIntegerField,
     PositiveSmallIntegerField,
 )
+
+
+_INSERTS: dict[type, PreparedInsert] = {}  # insert_new's, per model
+
+
+def insert_new(obj: Model, args: tuple, kwargs: dict) -> bool:
+    """Whether a model's ``save(*args, **kwargs)`` of a new row was done here, by its
+    compiled INSERT (:meth:`PreparedInsert.insert`): not with other arguments than
+    ``using``/``force_insert``, a primary key given, a parent model (multi-table
+    inheritance), or where ``insert()`` leaves it to the ORM; then the caller saves."""
+    if args or set(kwargs) - {"force_insert", "using"} or obj.pk is not None:
+        return False
+    model = type(obj)
+    if model._meta.parents:
+        return False
+    inserter = _INSERTS.get(model)
+    if inserter is None:
+        inserter = _INSERTS.setdefault(model, PreparedInsert(model))
+    return inserter.insert(obj, kwargs.get("using"))
 
 
 class Arg:

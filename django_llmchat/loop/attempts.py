@@ -151,6 +151,7 @@ class ProviderAttempts:
         the model that answered (a fallback), else the chat's."""
         chat = self.runner.chat
         target = target or Target(chat.provider, chat.model_id)
+        titled = self.runner.reply_title if final and not response.tool_calls else None
         message, calls = save_step(
             chat,
             response,
@@ -161,6 +162,7 @@ class ProviderAttempts:
             execution=self.runner.execution,
             final=final,
             parent_id=path_leaf(self.runner.history.messages),
+            title=titled(self.runner) if titled is not None else None,
         )
         self.runner.unanswered = list(calls)
         return message, calls

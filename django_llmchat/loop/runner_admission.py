@@ -19,7 +19,13 @@ from ..models.llm_model import model_limits
 from ..models.message import clock_position
 from .attempts import FirstCall
 from .history import History
-from .transcript import answered_history, last_reported_step, load_history, provider_message
+from .transcript import (
+    answered_history,
+    last_reported_step,
+    load_history,
+    new_chat_history,
+    provider_message,
+)
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -95,8 +101,9 @@ def first_call(runner: Runner, prompt: Message) -> FirstCall | None:
     history read, the prompt added, the request built and estimated. ``None`` when the
     loop has other work first (tool calls unanswered, a compaction to store)."""
     chat = runner.chat
-    # the history this process stored last needs no read: the admission checks it
-    loaded = answered_history(chat) or load_history(chat)
+    # a chat this instance created, or the history this process stored last, needs no
+    # read: the admission checks it
+    loaded = new_chat_history(chat) or answered_history(chat) or load_history(chat)
     if loaded.pending:
         return None
     message = provider_message(prompt, calls=[], attachments=[])

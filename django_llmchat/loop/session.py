@@ -318,6 +318,10 @@ class RunSession:
             runner.remember()
 
     def _loop(self, runner: Runner) -> Iterator[StreamEvent]:
+        from ..chats.titles import title_with_reply
+
+        # an untitled chat's prompt title goes with its reply (no statement of its own)
+        runner.reply_title = title_with_reply
         span = telemetry.start_run(runner, self.trace_parent)
         try:
             yield from self._told(runner)

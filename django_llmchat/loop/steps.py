@@ -44,6 +44,13 @@ __all__ = [
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_USAGE = PreparedInsert(Usage)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
+# an untitled chat's automatic title, never over a title of the user's
+_TITLED = PreparedUpdate(
+    Chat,
+    where=lambda pk: Chat._base_manager.filter(pk=pk, title="").exclude(title_source="user"),
+    title=Arg(str),
+    title_source=Arg(str),
+)
 
 
 def usage_row(
@@ -162,12 +169,16 @@ def save_step(
     execution,
     final: bool = False,
     parent_id: int | None = None,
+    title: Any = None,
 ) -> tuple[Message, list[ToolCall]]:
     """Write one provider response: the assistant message, its tool calls, citations and
     the link to its usage rows, in ONE transaction, fenced by the run's ``execution``
     (a run this process lost stores nothing). ``final``: the run ends with this response,
     so it is marked succeeded in the same transaction. Returns the message and its tool
-    calls. ``parent_id``: the message the step answers (the last of the history sent)."""
+    calls. ``parent_id``: the message the step answers (the last of the history sent).
+    ``title``: a :class:`~django_llmchat.chats.titles.ReplyTitle`, written on the chat with
+    a final response when the chat is still untitled and its title is not the user's
+    (``chat`` follows)."""
     raw: dict[str, Any] = {}
     if isinstance(response.raw, dict):
         raw["response"] = response.raw
@@ -192,9 +203,13 @@ def save_step(
     )
     message.placed = True
     message.thinking = response.thinking
-    if final and not response.tool_calls and execution.store_last_step(message, usages):
+    pair = (title.text, title.source) if title is not None else None
+    if final and not response.tool_calls and execution.store_last_step(message, usages, pair):
         known_relations(message, tool_calls=[], attachments=[], usages=usages)
+        if execution.titled:
+            title.written(chat)
         return message, []  # stored with the run's end in one call (PostgreSQL)
+    titled = False
     try:
         with transaction.atomic():
             if final:
@@ -207,6 +222,8 @@ def save_step(
             execution.step_stored(final_status=Run.SUCCEEDED if final else None)
             if not final:
                 _TOUCHED.run(chat.pk)
+            elif title is not None:
+                titled = _titled(chat.pk, title.text, title.source)
     except BaseException:
         # rolled back (the run lost, the database gone): the rows are as they were, so a
         # caller that still bills them links them to no message that was never written
@@ -215,8 +232,16 @@ def save_step(
             if not getattr(row, "closes_pending", False):
                 mark_unsaved(row)
         raise
+    if titled:
+        title.written(chat)
     known_relations(message, tool_calls=calls, attachments=[], usages=usages)
     return message, calls
+
+
+def _titled(chat_id: int, title: str, source: str) -> bool:
+    """Whether the chat's automatic ``title`` was written: only on a chat still untitled
+    whose title is not the user's (one conditional UPDATE)."""
+    return bool(_TITLED.run(chat_id, title=title[:255], title_source=source))
 
 
 def _store_calls(chat: Chat, message: Message, response: ProviderResponse) -> list[ToolCall]:

@@ -166,6 +166,24 @@ def answered_history(chat: Chat) -> LoadedHistory | None:
     return _loaded(built)
 
 
+def new_chat_history(chat: Chat) -> LoadedHistory | None:
+    """The history of a chat this instance created (``Chat.save()`` of a new row) and
+    never ran: empty, without reading the database, and kept so its answer extends it
+    (:func:`remember_answered`); ``None`` for any other chat. Asked once per instance.
+    The admission checks the path is still empty, as it checks any kept history."""
+    if not chat.__dict__.pop("_created_here", False):
+        return None
+    key = (router.db_for_read(Message), chat.pk)
+    # not ``answered``: only the run answering it makes it so (remember_answered)
+    built = _Built([], 0, 0, _FIRST, None, {}, {}, None, {}, time.monotonic() + HISTORY_CACHE_TTL)
+    with _built_lock:
+        _built[key] = built
+        _built.move_to_end(key)
+        while len(_built) > HISTORY_CACHE_SIZE:
+            _built.popitem(last=False)
+    return _loaded(built)
+
+
 def remember_answered(
     chat: Chat, seen: tuple[int | None, int, int | None], stored: list[tuple[Any, int, int]]
 ) -> None:

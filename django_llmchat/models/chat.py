@@ -17,7 +17,7 @@ from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
 
 from ..conf import settings
-from ..db.prepared import is_new
+from ..db.prepared import insert_new, is_new
 from ..errors import ArgumentError
 from ..values import Tokens
 from .attachment import Attachment
@@ -162,7 +162,8 @@ class AbstractChat(ChatBuilder, ChatRuns, ChatTotals, ChatOrganising, models.Mod
         unchanged title is not written back (a title written meanwhile stays)."""
         fields = kwargs.get("update_fields")
         mine = self._title_is_users(fields)
-        if not is_new(self) and not kwargs.get("force_insert"):
+        adding = is_new(self)
+        if not adding and not kwargs.get("force_insert"):
             if fields is None:
                 fields = [
                     f.name
@@ -177,7 +178,17 @@ class AbstractChat(ChatBuilder, ChatRuns, ChatTotals, ChatOrganising, models.Mod
             if mine and "title" in fields and "title_source" not in fields:
                 fields.append("title_source")
             kwargs["update_fields"] = fields
-        super().save(*args, **kwargs)
+        if not (adding and insert_new(self, args, kwargs)):
+            super().save(*args, **kwargs)
+        self._loaded_title = (self.title, self.title_source)
+        if adding:  # no message yet: its first run reads none (loop.transcript)
+            self._created_here = True
+
+    def _title_written(self, title: str, source: str) -> None:
+        """An automatic ``title`` (written by ``source``) was just stored on this chat's
+        row: the instance follows, and a later ``save()`` does not take it for the
+        user's."""
+        self.title, self.title_source = title[:255], source
         self._loaded_title = (self.title, self.title_source)
 
     def _title_is_users(self, fields) -> bool | None:

@@ -38,6 +38,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
+from ..providers.redact import _setting as _redact_setting
+from ..providers.redact import redact_values, stored_redactor
+
 MARKER = "llmchat-fernet:"
 """What a stored ciphertext starts with."""
 
@@ -47,9 +50,7 @@ _QUOTED = '"' + MARKER
 
 
 def _setting(name: str) -> Any:
-    from ..providers.redact import _setting as setting
-
-    return setting(name)
+    return _redact_setting(name)
 
 
 def configured_keys() -> tuple[str | bytes, ...]:
@@ -185,8 +186,6 @@ class _ProtectedMixin:
         return name, self.stored_as, args, kwargs
 
     def _redacted(self, instance: Any, value: Any) -> Any:
-        from ..providers.redact import redact_values, stored_redactor
-
         redact = stored_redactor() if value and self.redacted else None
         if redact is None:
             return value

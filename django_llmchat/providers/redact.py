@@ -25,6 +25,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from ..conf import DEFAULTS, settings
 from .types import AttachmentData, ProviderMessage, ProviderRequest
 
 Redactor = Callable[..., str]
@@ -64,8 +65,6 @@ def load_redactor(value: Any) -> Redactor | None:
 
 
 def _setting(name: str) -> Any:
-    from ..conf import DEFAULTS, settings
-
     try:
         return getattr(settings, name)
     except Exception:  # ImproperlyConfigured outside a Django project

@@ -23,9 +23,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import Count, Max
 from django.utils import timezone
 
-from ..db.prepared import PreparedInsert, mark_saved
+from ..db.prepared import INT_ARG, PreparedInsert, PreparedQuery, mark_saved
 from ..errors import (
     ArgumentError,
     BudgetExceededError,
@@ -52,6 +53,17 @@ from .transitions import ADMIT, START
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
 _INSERT_USAGE = PreparedInsert(Usage)
+# the path as the admission finds it, the prompt aside: its message count, its highest id
+_PATH_SEEN = PreparedQuery(
+    lambda chat_id, prompt_id: (
+        Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+        .exclude(pk=prompt_id)
+        .values("chat_id")
+        .annotate(count=Count("id"), top=Max("id"))
+        .values_list("count", "top")
+    ),
+    (INT_ARG, INT_ARG - 1),
+)
 
 # the advisory lock space of users' admissions: "llmc"
 _USER_LOCK_SPACE = 0x6C6C6D63
@@ -176,6 +188,8 @@ def enqueue(
                 run, claimed, chat.status = _enqueue(
                     chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy
                 )
+                if claimed and attempt is not None and seen is not None:
+                    _open_first_attempt(chat.pk, prompt, run, attempt, seen)
     except BudgetExceededError as exc:
         limits.exceeded(chat, exc)  # after the rollback: a receiver may write
         raise
@@ -218,6 +232,21 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         _CHAT_STATUS.run(chat.pk, status=Run.QUEUED)
     run.verdict = verdict
     return run, claimed, (run.status if head is None else head.status)
+
+
+def _open_first_attempt(chat_id: int, prompt, run: Run, attempt: Usage, seen) -> None:
+    """The started run's first attempt, its pending usage row, written in the
+    admission's transaction when the path is still the one the caller read (``seen``: its
+    active leaf, which the prompt now follows, its message count and highest id, the prompt
+    aside); otherwise nothing is written and the caller reads the path again."""
+    after, count, top = seen
+    if prompt is None or prompt.parent_id != after:
+        return
+    found = _PATH_SEEN.values(chat_id, prompt.pk)
+    if (tuple(found[0]) if found else (0, None)) != (count, top):
+        return
+    attempt.run_id = run.pk
+    _INSERT_USAGE.save(attempt)
 
 
 def _place_prompt(chat, prompt, attachments, head, branch, after) -> None:
@@ -272,16 +301,15 @@ def _in_one_call(
     return pg.available(using, Message, Run)
 
 
-def opens_attempt(
-    chat: Chat, attachments=None, double_texting: str | None = None
-) -> bool:  # pragma: no mutate block
+def opens_attempt(chat: Chat, attachments=None, double_texting: str | None = None) -> bool:
     """Whether :func:`enqueue` of a prompt (with ``attachments``, under ``double_texting``)
-    can write its run's first attempt (``attempt=``) in its own call: on PostgreSQL with
-    the run functions, where the admission is one call, and no receiver of Usage's save
-    signals."""
-    using = router.db_for_write(Run)
-    policy = resolve(chat, double_texting)
-    return _in_one_call(chat, attachments, False, using, policy) and pg.available(using, Usage)
+    can write its run's first attempt (``attempt=``) in its own transaction: a prompt
+    without files after the active leaf (not a new branch), under the ``enqueue``
+    policy. On PostgreSQL the one call writes it (not with a receiver of Usage's save
+    signals: the caller opens it then), elsewhere the admission's statements."""
+    if attachments or resolve(chat, double_texting) != ENQUEUE:
+        return False
+    return branches.pending_branch() is None
 
 
 def _enqueue_call(

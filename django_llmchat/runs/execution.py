@@ -100,6 +100,7 @@ class Execution:
         # taken over from a process whose lease ran out (it died working on the run)
         self.taken_over = False
         self.outcome: str | None = None  # the status this process wrote last
+        self.titled = False  # the last step's call wrote the chat's title (store_last_step)
         # when it ends, send the task of the run queued next (a task draining the queue
         # itself turns it off)
         self.kick_next = True
@@ -178,7 +179,7 @@ class Execution:
             self._ended(final_status, _release(self.chat_id, self.pk))
 
     def store_last_step(
-        self, message: Message, usages: list[Usage]
+        self, message: Message, usages: list[Usage], title: tuple[str, str] | None = None
     ) -> bool:  # pragma: no mutate block
         """Store the run's last provider response and end the run ``succeeded``, in one
         call of ``llmchat_run_store_last_step_v1`` (:mod:`.pg`): ``message`` (the reply,
@@ -187,7 +188,9 @@ class Execution:
         available, or when a row closing a pending one is ``estimated`` (the function
         writes a closed row as the vendor's counts: the caller stores the step with
         :meth:`step_stored`); raises :class:`RunLostError` (nothing stored) when the run is
-        not ours any more."""
+        not ours any more. ``title``: ``(title, source)``, the chat's automatic title written
+        in the same call when the chat is still untitled (:attr:`titled` says whether it
+        was)."""
         using = router.db_for_write(Run)
         if not pg.available(using, Message, Usage):
             return False
@@ -199,7 +202,8 @@ class Execution:
             else '{"closes":false,"row":' + _INSERT_USAGE.row(row, using) + "}"
             for row in usages
         )
-        outcome, message_id, usage_ids, next_run, next_status, next_lease = pg.call(
+        title_text, title_source = title if title is not None else (None, None)
+        outcome, message_id, usage_ids, next_run, next_status, next_lease, titled = pg.call(
             using,
             "llmchat_run_store_last_step_v1",
             (self.pk, "bigint"),
@@ -207,9 +211,12 @@ class Execution:
             (self.chat_id, "bigint"),
             (_INSERT_MESSAGE.row(message, using), "jsonb"),
             ("[" + items + "]", "jsonb"),
+            (title_text, "text"),
+            (title_source, "text"),
         )
         if outcome == "lost":
             raise self._lost()
+        self.titled = bool(titled)
         message.pk = message_id
         mark_saved(message, using)
         for row, pk in zip(usages, usage_ids, strict=True):

@@ -36,13 +36,34 @@ FUNCTIONS = (
     "llmchat_run_interrupt_v1",
 )
 
+SIGNATURES = {
+    "llmchat_run_leaf_v1": "bigint, bigint",
+    "llmchat_run_place_prompt_v1": "bigint, bigint, bigint, bigint",
+    "llmchat_run_release_v1": "bigint, bigint",
+    "llmchat_run_enqueue_v1": (
+        "bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint, "
+        "jsonb, bigint, bigint, bigint"
+    ),
+    "llmchat_run_claim_v1": (
+        "bigint, bigint, boolean, text, text, timestamptz, timestamptz, integer, bigint, bigint"
+    ),
+    "llmchat_run_store_last_step_v1": "bigint, integer, bigint, jsonb, jsonb, text, text",
+    "llmchat_run_end_v1": (
+        "bigint, integer, bigint, text, text, text, text, timestamptz, bigint, bigint"
+    ),
+    "llmchat_run_interrupt_v1": "bigint, bigint, text, text, bigint, bigint",
+}
+"""The arguments this code calls each function with: a database whose function has
+others (migrated to an older version) runs the statements instead."""
+
 _installed: dict[str, bool] = {}
 _mutex = threading.Lock()
 
 
 def available(using: str, *models) -> bool:
     """Whether database ``using`` runs the transitions as functions: PostgreSQL with this
-    version's functions installed (checked once per process and database), and no
+    version's functions installed, with the arguments of :data:`SIGNATURES` (checked once
+    per process and database), and no
     ``pre_save``/``post_save`` receiver on ``models`` (rows a function writes send no
     signal: with a receiver the ORM writes them)."""
     connection = connections[using]
@@ -55,9 +76,9 @@ def available(using: str, *models) -> bool:
     if found is None:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE p.proname = ANY(%s) AND n.nspname = ANY(current_schemas(false))",
-                [list(FUNCTIONS)],
+                "SELECT count(*) FROM unnest(%s::text[]) AS f(signature) "
+                "WHERE to_regprocedure(f.signature) IS NOT NULL",
+                [[f"{name}({SIGNATURES[name]})" for name in FUNCTIONS]],
             )
             found = cursor.fetchone()[0] == len(FUNCTIONS)
         if not found:

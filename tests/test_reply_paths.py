@@ -1,0 +1,162 @@
+"""What one reply costs the database on each path that makes one, counted from what the
+database receives (:class:`tests.wire.Wire`: libpq's trace on PostgreSQL, the sqlite3
+module's trace on SQLite): the statements in order and the transactions that wrote (each
+one commit). The REST paths are counted in ``tests/api/test_reply_statements.py``.
+
+On PostgreSQL a transition of a run is one call of its function (``django_llmchat/sql/``);
+on SQLite the same transitions are statements in one transaction each. Either way a
+reply commits twice: the prompt with its run and the first attempt's pending usage row
+(before the provider is called, so a process dying mid-call leaves the attempt on the
+ledger), then the reply with its usage, the run's end and, on a chat's first reply, its
+automatic title.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from django_llmchat.loop.transcript import forget_history
+from django_llmchat.models import Chat, Usage
+from django_llmchat.testing import Reply
+from tests.wire import Wire
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PG = connection.vendor == "postgresql"
+
+# the prompt with its run, started, and the first attempt's pending usage row
+ADMISSION = (
+    ["SELECT llmchat_run_enqueue_v1"]
+    if PG
+    else [
+        "UPDATE llmchat_chat",  # the chat's lock
+        "SELECT llmchat_run",  # the run ahead, if any
+        "SELECT llmchat_message",  # the active leaf the prompt follows
+        "INSERT llmchat_message",
+        "INSERT llmchat_run",
+        "UPDATE llmchat_chat",  # running
+        "SELECT llmchat_message",  # the path is still the one the request was built on
+        "INSERT llmchat_usage",  # the attempt, pending
+    ]
+)
+# the reply, its attempt closed, the run ended (and the chat's title, on its first reply)
+REPLY = (
+    ["SELECT llmchat_run_store_last_step_v1"]
+    if PG
+    else [
+        "UPDATE llmchat_chat",  # the chat's lock
+        "INSERT llmchat_message",
+        "UPDATE llmchat_usage",
+        "UPDATE llmchat_run",  # fenced by the attempt
+        "SELECT llmchat_run",  # the run queued next, if any
+        "UPDATE llmchat_chat",  # idle
+    ]
+)
+TITLE = [] if PG else ["UPDATE llmchat_chat"]  # in the reply's transaction
+READ = ["SELECT llmchat_message"]  # the transcript
+
+
+@pytest.fixture
+def chat(fake_llm):
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    made.ask("warm up")  # the statements compiled, the functions found
+    return made
+
+
+def test_a_plain_ask(chat, fake_llm):
+    """A chat this process answered last: its transcript is kept, nothing is read."""
+    fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
+    with Wire() as wire:
+        reply = chat.ask("hello")
+    assert wire.statements == ADMISSION + REPLY
+    assert wire.commits == 2
+    assert reply.usages.get().output_tokens == 1
+
+
+def test_a_new_chats_first_turn(chat, fake_llm):
+    """The chat's row, then the ask: the transcript of a chat this instance created is
+    known to be empty (nothing read), and its title goes with the reply."""
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+        made.ask("Plan a trip to Lisbon")
+    assert wire.statements == ["INSERT llmchat_chat", *ADMISSION, *REPLY, *TITLE]
+    assert wire.commits == 3  # the chat's row is the caller's
+    made.refresh_from_db()
+    assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
+
+
+def test_the_first_turn_of_a_chat_read_from_the_database(chat, fake_llm):
+    """A chat loaded (not created by this instance): its transcript is read once."""
+    fresh = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    loaded = Chat.objects.get(pk=fresh.pk)
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        loaded.ask("hello")
+    assert wire.statements == [*READ, *ADMISSION, *REPLY, *TITLE]
+    assert wire.commits == 2
+
+
+def test_a_cold_ask_reads_the_transcript_once(chat, fake_llm):
+    """A process that kept no history of the chat (a new one, or another process answered
+    it last): one read before the admission, the same two commits."""
+    forget_history(chat.pk)
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        chat.ask("hello")
+    assert wire.statements == READ + ADMISSION + REPLY
+    assert wire.commits == 2
+
+
+def test_a_streamed_reply(chat, fake_llm):
+    """``stream()``: the same, and the terminal event's totals (one read)."""
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        events = list(chat.stream("hello"))
+    assert wire.statements == [*ADMISSION, *REPLY, "SELECT llmchat_run"]
+    assert wire.commits == 2
+    assert events[-1].type == "run_finished" and events[-1].message_id is not None
+
+
+def test_an_ask_with_spending_limits_on(fake_llm, django_user_model):
+    """With limits, the admission's statements (on PostgreSQL too): the user's lock and
+    the limits read under it; the first attempt still goes in the admission's
+    transaction, so the reply commits twice."""
+    user = django_user_model.objects.create_user("spender")
+    fake_llm.configure("openai", "gpt-4.1-mini", LIMITS={"default": {"usd_per_day": "5"}})
+    limited = Chat.objects.create(user=user, provider="openai", model_id="gpt-4.1-mini")
+    limited.ask("warm up")
+    with Wire() as wire:
+        limited.ask("hello")
+    admission = [
+        "UPDATE llmchat_chat",
+        "SELECT llmchat_run",
+        *(["SELECT pg_advisory_xact_lock"] if PG else []),
+        "SELECT auth_user",  # the user's row (and its spend, one statement)
+        "SELECT llmchat_message",
+        "INSERT llmchat_message",
+        "INSERT llmchat_run",
+        "UPDATE llmchat_chat",
+        "SELECT llmchat_message",
+        "INSERT llmchat_usage",
+    ]
+    assert wire.statements == admission + REPLY
+    assert wire.commits == 2
+    assert Usage.objects.filter(chat=limited).count() == 2
+
+
+def test_a_failed_call_leaves_its_attempt_billed_with_the_same_commits(chat, fake_llm):
+    """The attempt's pending row went in with the admission: a provider error closes it
+    (failed) with the run's end."""
+    from django_llmchat.errors import ProviderError
+    from django_llmchat.testing import Fault
+
+    fake_llm.script(Fault(status=400, body={"error": {"message": "bad request"}}))
+    with Wire() as wire, pytest.raises(ProviderError):
+        chat.ask("hello")
+    assert wire.statements[: len(ADMISSION)] == ADMISSION
+    assert wire.commits == 3  # the admission, the attempt closed failed, the run's end
+    row = Usage.objects.filter(chat=chat).latest("id")
+    assert row.status == Usage.FAILED
