@@ -106,11 +106,11 @@ def test_placeholder_that_never_reaches_the_sql_is_an_error():
         query.rows(1)
 
 
-def _columns(obj):
+def _columns(obj, skip=("id", "created_at", "position")):
     return {
         f.attname: getattr(obj, f.attname)
         for f in type(obj)._meta.concrete_fields
-        if f.attname not in ("id", "created_at", "position")
+        if f.attname not in skip
     }
 
 
@@ -177,6 +177,52 @@ def test_prepared_insert_sends_save_signals_through_the_orm():
     finally:
         post_save.disconnect(receiver, sender=Message)
     assert seen == [("signalled", True, message.pk)]
+
+
+def test_prepared_insert_leaves_an_unsaved_related_object_to_the_orm():
+    """A message whose chat is not saved yet: nothing is written, the ORM's save says
+    why (rather than a row with no chat)."""
+    from django_llmchat.db.prepared import PreparedInsert
+
+    message = Message(chat=Chat(), role="user", content="orphan")
+    assert PreparedInsert(Message).insert(message) is False
+    assert message.pk is None
+    with pytest.raises(ValueError, match="unsaved related object"):
+        PreparedInsert(Message).save(message)
+    assert not Message.objects.filter(content="orphan").exists()
+
+
+def test_a_new_chat_is_saved_by_its_compiled_insert_as_the_orm_saves_it(
+    django_user_model, django_assert_num_queries
+):
+    """``Chat.objects.create()``: one INSERT, compiled once, the row the ORM writes; a
+    save with other arguments, a given primary key or a save receiver goes to the ORM."""
+    from django.db.models.signals import pre_save
+
+    user = django_user_model.objects.create_user("owner")
+    fields = dict(user=user, title="Trip", model_id="gpt-4.1-mini", params={"t": 1})
+    with django_assert_num_queries(1):
+        fast = Chat.objects.create(**fields)
+    by_orm = Chat(**fields)
+    by_orm.save(force_update=False, update_fields=None)  # other arguments: the ORM's save
+    assert fast.pk is not None and not fast._state.adding and fast.created_at is not None
+    assert _columns(Chat.objects.get(pk=fast.pk), skip=("id", "created_at", "updated_at")) == (
+        _columns(Chat.objects.get(pk=by_orm.pk), skip=("id", "created_at", "updated_at"))
+    )
+    assert Chat.objects.get(pk=fast.pk).title_source == "user"
+    given = Chat.objects.create(pk=fast.pk + 100, title="given")
+    assert Chat.objects.get(pk=fast.pk + 100).title == "given" and given.pk == fast.pk + 100
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.title)
+
+    pre_save.connect(receiver, sender=Chat)
+    try:
+        Chat.objects.create(title="signalled")
+    finally:
+        pre_save.disconnect(receiver, sender=Chat)
+    assert seen == ["signalled"]
 
 
 def test_prepared_update_changes_one_row():

@@ -42,7 +42,7 @@ ADMISSION = (
 )
 # the reply, its attempt closed, the run ended (and the chat's title, on its first reply)
 REPLY = (
-    ["SELECT llmchat_run_store_last_step_v1"]
+    ["SELECT llmchat_run_store_last_step_v2"]
     if PG
     else [
         "UPDATE llmchat_chat",  # the chat's lock
@@ -160,3 +160,29 @@ def test_a_failed_call_leaves_its_attempt_billed_with_the_same_commits(chat, fak
     assert wire.commits == 3  # the admission, the attempt closed failed, the run's end
     row = Usage.objects.filter(chat=chat).latest("id")
     assert row.status == Usage.FAILED
+
+
+def test_after_a_new_chats_first_run_with_tool_calls_the_next_ask_reads_once(fake_llm):
+    """The empty history a new chat starts from is the run's to extend: a first run that
+    called a tool did not keep it, so the next ask reads the transcript (once) and its
+    first attempt still goes in with the admission."""
+    from django_llmchat.testing import ToolCall as Call
+    from django_llmchat.tools import tool
+
+    @tool
+    def lookup(city: str) -> str:
+        """Looks a city up"""
+        return f"{city}: sunny"
+
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini").with_tools(lookup)
+    fake_llm.script(Reply(tool_calls=[Call("lookup", {"city": "Rome"})]), Reply("sunny"))
+    made.ask("weather in Rome?")
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        made.ask("and tomorrow?")
+    assert wire.statements[0] == "SELECT llmchat_message"  # the transcript
+    assert wire.statements.count("INSERT llmchat_usage") == (0 if PG else 1)
+    assert wire.commits == 2
+    sent = [m.get("role") or m.get("type") for m in fake_llm.last_request.body["input"]]
+    assert sent == ["user", "function_call", "function_call_output", "assistant", "user"]

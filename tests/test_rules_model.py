@@ -734,6 +734,8 @@ class RulesMachine(RuleBasedStateMachine):
         elif source == "prompt":
             first = Message.objects.filter(chat=self.chat, role="user").order_by("position", "id")
             assert title in {prompt_title(m.content) for m in first}
+            # written with a reply (in its transaction), never before one is stored
+            assert Message.objects.filter(chat=self.chat, role="assistant").exists()
         else:
             assert (title, source) == ("", "")
 

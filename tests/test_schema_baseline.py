@@ -9,8 +9,8 @@ One difference is by design: the chain installed ``llmchat_run_enqueue_v1`` and
 ``llmchat_run_enqueue_v2`` (which called v1 and then opened the first attempt); the
 baseline installs one ``llmchat_run_enqueue_v1`` with v2's arguments and both bodies
 folded. :func:`expected` applies that to the recorded snapshot before comparing. The
-recorded line of ``llmchat_run_store_last_step_v1`` is the one ``0003_reply_titles`` (the
-chain's third migration) leaves, recorded from it.
+line of ``llmchat_run_store_last_step_v2`` was recorded from the chain's third migration,
+``0003_run_functions_v2``, which installs it beside ``_v1``.
 
 ``0001_baseline`` replaces the old chain (``replaces``): a database that applied all 23 is
 treated as migrated to it, and ``0002_run_functions`` then installs the functions (and

@@ -427,23 +427,33 @@ class PreparedInsert:
         plan = self._plans.get(using)
         if plan is None:
             plan = self._plans[using] = [
-                (f, reads, unchanged, json.dumps(f.column) + ":", isinstance(f, JSONField))
+                (f, reads, unchanged, f.column, isinstance(f, JSONField))
                 for f, reads, unchanged, _ in self._plan(connection)
             ]
-        parts = []
-        for field, reads_attribute, unchanged, key, is_json in plan:
+        values: dict[str, Any] = {}
+        nested = []  # a JSON field's value, as its own encoder writes it
+        for field, reads_attribute, unchanged, column, is_json in plan:
             value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
             if value is None:
-                parts.append(key + "null")
-                continue
-            if is_json:  # the value itself (an encrypted one: its ciphertext, a JSON string)
-                value = field.get_prep_value(value)
-                parts.append(key + json.dumps(value, cls=field.encoder, ensure_ascii=False))
-                continue
-            if type(value) not in unchanged:
-                value = _json_scalar(field.get_db_prep_save(value, connection))
-            parts.append(key + json.dumps(value, ensure_ascii=False))
-        return "{" + ",".join(parts) + "}"
+                values[column] = None
+            elif is_json:  # the value itself (an encrypted one: its ciphertext, a JSON string)
+                value = json.dumps(
+                    field.get_prep_value(value), cls=field.encoder, ensure_ascii=False
+                )
+                nested.append(json.dumps(column) + ":" + value)
+            elif type(value) in unchanged:
+                values[column] = value
+            else:
+                values[column] = field.get_db_prep_save(value, connection)
+        text = json.dumps(values, ensure_ascii=False, default=_json_default)
+        if not nested:
+            return text
+        return text[:-1] + ("," if values else "") + ",".join(nested) + "}"
+
+
+def _json_default(value: Any) -> Any:
+    """What ``json`` does not write itself, as :func:`_json_scalar` writes it."""
+    return _json_scalar(value)
 
 
 def _json_scalar(value: Any) -> Any:

@@ -69,7 +69,7 @@ SUCCEED = Transition(
     (RUNNING,),
     SUCCEEDED,
     "its final reply stored",
-    "llmchat_run_store_last_step_v1, llmchat_run_end_v1",
+    "llmchat_run_store_last_step_v2, llmchat_run_end_v1",
 )
 FAIL = Transition("fail", (RUNNING,), FAILED, "it ended on an error", _END)
 CANCEL = Transition("cancel", (RUNNING,), CANCELLED, "it stopped on a cancel", _END)

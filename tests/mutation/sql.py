@@ -47,7 +47,7 @@ REPORT_SECONDS = 5
 
 CRITICAL = {
     "the claim": ["llmchat_run_claim_v1"],
-    "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v1"],
+    "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v2"],
     "admission": ["llmchat_run_enqueue_v1"],
 }
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]

@@ -99,7 +99,9 @@ def fold(text: str) -> str:
 
 
 def functions(folder: Path = SQL) -> dict[str, Function]:
-    """Every function of ``folder``'s files, by name (the newest version's text)."""
+    """Every function of ``folder``'s files, by name, the newest version of each
+    (``llmchat_run_store_last_step_v2`` of ``sql/v2/``, not the ``_v1`` it replaced and
+    migrations keep installed for the processes of an older release)."""
     found = {}
     for path in sorted(folder.glob("v*/*.sql")):
         text = path.read_text()
@@ -113,7 +115,12 @@ def functions(folder: Path = SQL) -> dict[str, Function]:
                 match.start("body") - offset,
                 match.end("body") - offset,
             )
-    return found
+    newest: dict[str, tuple[int, str]] = {}
+    for name in found:
+        base, _, version = name.rpartition("_v")
+        if base not in newest or int(version) > newest[base][0]:
+            newest[base] = (int(version), name)
+    return {name: found[name] for _, name in newest.values()}
 
 
 def tokens(body: str) -> list[Token]:

@@ -22,6 +22,7 @@ from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.runs import pg
 from django_llmchat.testing import Reply
 from tests.factories import taken_run
+from tests.wire import Wire
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -92,7 +93,7 @@ def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
         reply = chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v1",
+        "SELECT llmchat_run_store_last_step_v2",
     ]
     assert len(wire.trips) == 2, wire.trips
     assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
@@ -112,7 +113,7 @@ def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
     assert _statements(ctx) == [
         "SELECT llmchat_message",
         "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v1",
+        "SELECT llmchat_run_store_last_step_v2",
     ]
     assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
 
@@ -130,7 +131,7 @@ def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
         "SELECT llmchat_run_enqueue_v1",
         "SELECT llmchat_message",
         "INSERT llmchat_usage",
-        "SELECT llmchat_run_store_last_step_v1",
+        "SELECT llmchat_run_store_last_step_v2",
     ]
     sent = [m["content"] for m in fake_llm.last_request.body["input"]]
     texts = [c if isinstance(c, str) else c[0]["text"] for c in sent]
@@ -167,7 +168,7 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
         reply = chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v1",
+        "SELECT llmchat_run_store_last_step_v2",
     ]
     admission = written["prompt"]
     assert written["run"] == written["attempt"] == admission
@@ -344,7 +345,7 @@ def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
         reply = chat.ask("hello again")
     assert _statements(ctx) == [
         "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v1",
+        "SELECT llmchat_run_store_last_step_v2",
     ]
     assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
     assert Usage.objects.get(message_id=reply.pk).estimated is False
@@ -457,6 +458,34 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
     finally:
         call_command("migrate", "django_llmchat", verbosity=0)
     assert installed() == set(pg.FUNCTIONS) and pg.available("default")
+
+
+def test_a_database_without_the_functions_of_version_2_stores_replies_by_statements(chat, fake_llm):
+    """A database migrated to ``0002_run_functions`` only (version 1: the store function
+    of an older release, without the title) runs the statements for the reply, which
+    title the chat all the same, in the reply's transaction; the functions are used again
+    once it is migrated."""
+    from django.core.management import call_command
+
+    try:
+        call_command("migrate", "django_llmchat", "0002_run_functions", verbosity=0)
+        assert not pg.available("default")
+        made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+        fake_llm.script(Reply("fine"))
+        with Wire() as wire:
+            made.ask("Titled by the statements")
+        assert not any("llmchat_run_" in name for name in wire.statements)
+        assert wire.statements[-3:] == [
+            "SELECT llmchat_run",
+            "UPDATE llmchat_chat",
+            "UPDATE llmchat_chat",  # the title, in the reply's transaction
+        ]
+        assert wire.commits == 2  # the admission, the reply with its title
+        made.refresh_from_db()
+        assert (made.title, made.title_source) == ("Titled by the statements", "prompt")
+    finally:
+        call_command("migrate", "django_llmchat", verbosity=0)
+    assert pg.available("default")
 
 
 def test_a_claim_is_one_call(chat):

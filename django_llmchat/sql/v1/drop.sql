@@ -1,13 +1,9 @@
--- What migrations 0002_run_functions and 0003_reply_titles installed, removed (0002's
--- reverse).
+-- What migration 0002_run_functions installed, removed (its reverse).
 DROP FUNCTION IF EXISTS llmchat_run_enqueue_v1(
     bigint, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, bigint, jsonb,
     bigint, bigint, bigint
 );
 DROP FUNCTION IF EXISTS llmchat_run_store_last_step_v1(bigint, integer, bigint, jsonb, jsonb);
-DROP FUNCTION IF EXISTS llmchat_run_store_last_step_v1(
-    bigint, integer, bigint, jsonb, jsonb, text, text
-);
 DROP FUNCTION IF EXISTS llmchat_run_claim_v1(
     bigint, bigint, boolean, text, text, timestamptz, timestamptz, integer, bigint, bigint
 );

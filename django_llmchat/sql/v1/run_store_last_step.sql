@@ -11,24 +11,19 @@
 -- (p_usages: [{"row": {...}, "closes": true|false}]) closes its pending row or is
 -- inserted, linked to the reply, and the run lets go of the chat: the chat's cached
 -- status becomes its next run's (or 'idle'), and active_run is cleared when it was this
--- run. The next run is returned, so the caller can send its task. p_title (not NULL): the
--- chat's automatic title, written with the reply (source p_title_source) when the chat is
--- still untitled and its title is not the user's; titled says whether it was.
+-- run. The next run is returned, so the caller can send its task.
 CREATE OR REPLACE FUNCTION llmchat_run_store_last_step_v1(
     p_run bigint,
     p_attempt integer,
     p_chat bigint,
     p_message jsonb,
     p_usages jsonb,
-    p_title text,
-    p_title_source text,
     OUT outcome text,
     OUT message_id bigint,
     OUT usage_ids bigint[],
     OUT next_run bigint,
     OUT next_status text,
-    OUT next_lease timestamptz,
-    OUT titled boolean
+    OUT next_lease timestamptz
 )
 LANGUAGE plpgsql
 AS $$
@@ -76,12 +71,6 @@ BEGIN
         END IF;
         usage_ids := usage_ids || usage.id;
     END LOOP;
-    titled := false;
-    IF p_title IS NOT NULL AND p_title <> '' THEN
-        UPDATE llmchat_chat SET title = left(p_title, 255), title_source = p_title_source
-         WHERE id = p_chat AND title = '' AND title_source <> 'user';
-        titled := FOUND;
-    END IF;
     head := llmchat_run_release_v1(p_chat, p_run);
     next_run := head.id;
     next_status := head.status;
@@ -90,6 +79,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION llmchat_run_store_last_step_v1(
-    bigint, integer, bigint, jsonb, jsonb, text, text
-) IS 'running -> succeeded: the last provider response stored with its usage rows (fenced by the attempt), and an untitled chat''s automatic title';
+COMMENT ON FUNCTION llmchat_run_store_last_step_v1(bigint, integer, bigint, jsonb, jsonb)
+IS 'running -> succeeded: the last provider response stored with its usage rows (fenced by the attempt)';
