@@ -24,8 +24,11 @@ Two shapes: 1-turn (every ask a new chat, created before the clock starts) and 1
 of its own, so its work never shows in this process's CPU time; the asking thread's CPU
 is ``time.thread_time()`` (the export thread's is not in it, it is in the wall time).
 The sides take turns a block at a time, in a rotating order, round after round, so a
-slow spell of this shared machine hits them alike; printed are ms per ask (wall and CPU)
-of the totals over all rounds and the ratios to "off".
+slow spell of this shared machine hits them alike. Each ask is timed on its own; printed
+are the mean and the median ms per ask of each side (wall and CPU) and their ratios to
+"off". The median is the steadier figure: the mean takes in the odd ask that pays for a
+SQLite checkpoint, a full garbage collection or another process's burst. What the warm-up
+left in memory is frozen (``gc.freeze()``) so collections weigh the asks' own objects.
 
     python benchmarks/telemetry.py [--block 20] [--rounds 10] [--exporter memory|otlp]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_otel python benchmarks/telemetry.py
@@ -34,6 +37,8 @@ of the totals over all rounds and the ratios to "off".
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import subprocess
 import sys
 import time
@@ -198,23 +203,24 @@ def main() -> None:
 
     floor_around = hand_made_spans(0, 0)
 
-    def block(side: str, turns: int) -> tuple[float, float]:
-        """One block of asks: (wall, asking thread's CPU) seconds."""
+    def block(side: str, turns: int) -> list[tuple[float, float]]:
+        """One block of asks: each one's (wall, asking thread's CPU) seconds."""
         telemetry(side == "on")
         chats = [
             Chat.objects.create(provider="openai", model_id=MODEL)
             for _ in range(args.block // turns)
         ]
-        wall, cpu = time.perf_counter(), time.thread_time()
+        times = []
         for number in range(args.block):
             chat = chats[number // turns]
+            wall, cpu = time.perf_counter(), time.thread_time()
             if side == "sdk floor":
                 floor_around(lambda chat=chat, n=number: chat.ask(f"question {n}"))
             else:
                 chat.ask(f"question {number}")
-        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            times.append((time.perf_counter() - wall, time.thread_time() - cpu))
         provider.force_flush()  # this block's spans exported before the next one starts
-        return wall, cpu
+        return times
 
     def between() -> None:
         exporter.clear()
@@ -226,38 +232,53 @@ def main() -> None:
         for side in SIDES:
             block(side, turns)
     between()
-    spent = {(side, turns): [0.0, 0.0] for side in SIDES for turns in SHAPES}
-    per_round = {key: [] for key in spent}
+    # what the warm-up left is not collected again and again by the asks' GC passes
+    gc.collect()
+    gc.freeze()
+    asks: dict[tuple[str, int], list[tuple[float, float]]] = {
+        (side, turns): [] for side in SIDES for turns in SHAPES
+    }
     for number in range(args.rounds):
         order = SIDES[number % len(SIDES) :] + SIDES[: number % len(SIDES)]
         for turns in SHAPES:
             for side in order:
-                wall, cpu = block(side, turns)
-                spent[side, turns][0] += wall
-                spent[side, turns][1] += cpu
-                per_round[side, turns].append(wall)
+                asks[side, turns] += block(side, turns)
             between()
     telemetry(False)
     server.stdin.close()
     server.wait(timeout=30)
     provider.shutdown()
+    report(args, asks, django_settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1])
 
-    asks = args.block * args.rounds
+
+def report(args, asks, database: str) -> None:
+    """ms per ask of each side (mean and median, wall and CPU) and the ratios to off."""
+    count = args.block * args.rounds
     print(
-        f"{asks} asks per side and shape, {args.rounds} rounds interleaved, exporter "
-        f"{args.exporter}, {django_settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
+        f"{count} asks per side and shape, {args.rounds} rounds of blocks of {args.block}, "
+        f"interleaved; exporter {args.exporter}; {database}"
     )
-    print(f"{'shape':<9}{'side':<11}{'wall ms':>9}{'ratio':>7}{'cpu ms':>9}{'ratio':>7}  rounds")
+    print(
+        f"{'':<19}{'mean ms (ratio to off)':^36}{'median ms (ratio to off)':^36}\n"
+        f"{'shape':<9}{'side':<10}{'wall':>18}{'cpu':>18}{'wall':>18}{'cpu':>18}"
+    )
     for turns in SHAPES:
-        off_wall, off_cpu = spent["off", turns]
+        figures = {}
         for side in SIDES:
-            wall, cpu = spent[side, turns]
-            ratios = sorted(w / o for w, o in zip(per_round[side, turns], per_round["off", turns]))
-            print(
-                f"{f'{turns}-turn':<9}{side:<11}{wall / asks * 1000:>9.3f}{wall / off_wall:>7.3f}"
-                f"{cpu / asks * 1000:>9.3f}{cpu / off_cpu:>7.3f}"
-                f"  {ratios[0]:.2f}-{ratios[-1]:.2f}"
+            walls = [wall for wall, _cpu in asks[side, turns]]
+            cpus = [cpu for _wall, cpu in asks[side, turns]]
+            figures[side] = (
+                statistics.fmean(walls),
+                statistics.fmean(cpus),
+                statistics.median(walls),
+                statistics.median(cpus),
             )
+        for side in SIDES:
+            cells = "".join(
+                f"{value * 1000:>10.3f} ({value / off:.3f})"
+                for value, off in zip(figures[side], figures["off"], strict=True)
+            )
+            print(f"{f'{turns}-turn':<9}{side:<10}{cells}")
 
 
 if __name__ == "__main__":
