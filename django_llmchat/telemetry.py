@@ -78,6 +78,20 @@ def _trace():
     return trace
 
 
+@cache
+def _context():
+    from opentelemetry import context
+
+    return context
+
+
+@cache
+def _metrics():
+    from opentelemetry import metrics
+
+    return metrics
+
+
 # (the global tracer provider, django_llmchat's tracer from it): one lookup per provider
 _tracer_of: tuple[Any, Any] = (None, None)
 
@@ -106,9 +120,7 @@ def current_context() -> Any:
     child of its current span."""
     if not enabled():
         return None
-    from opentelemetry import context
-
-    return context.get_current()
+    return _context().get_current()
 
 
 def inject(headers: MutableMapping[str, Any]) -> None:
@@ -160,8 +172,7 @@ def with_context(ctx: Any) -> Iterator[None]:
     if ctx is None:
         yield
         return
-    from opentelemetry import context
-
+    context = _context()
     token = context.attach(ctx)
     try:
         yield
@@ -420,10 +431,8 @@ def _histograms() -> dict[str, Any]:
     """The histograms on the global meter provider, created once for each provider (a
     provider set later, replacing the API's proxy, gets histograms of its own)."""
     global _instruments_of
-    from opentelemetry import metrics
-
     provider, instruments = _instruments_of
-    current = metrics.get_meter_provider()
+    current = _metrics().get_meter_provider()
     if current is not provider:
         from . import __version__
 
