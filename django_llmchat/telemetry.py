@@ -221,6 +221,13 @@ def end_run(span: Any, status: str | None, error_type: str | None = None) -> Non
     span.end()
 
 
+_REQUEST_PARAMS = (
+    ("temperature", "gen_ai.request.temperature"),
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("top_p", "gen_ai.request.top_p"),
+)
+
+
 def start_attempt(runner, request, provider: str, model_id: str, operation: str) -> Any:
     """The client span of one provider attempt, a child of the run's."""
     if not enabled():
@@ -237,14 +244,12 @@ def start_attempt(runner, request, provider: str, model_id: str, operation: str)
     execution = getattr(runner, "execution", None)
     if execution is not None:
         attributes[RUN_ID] = str(execution.pk)
-    params = getattr(request, "params", None) or {}
-    for key, attribute in (
-        ("temperature", "gen_ai.request.temperature"),
-        ("max_tokens", "gen_ai.request.max_tokens"),
-        ("top_p", "gen_ai.request.top_p"),
-    ):
-        if isinstance(params.get(key), int | float) and not isinstance(params[key], bool):
-            attributes[attribute] = params[key]
+    params = getattr(request, "params", None)
+    if params:
+        for key, attribute in _REQUEST_PARAMS:
+            value = params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[attribute] = value
     parent = getattr(runner, "trace_context", None)
     span = _tracer().start_span(
         f"{name} {model_id}", context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes
