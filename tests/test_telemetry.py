@@ -89,6 +89,16 @@ def test_a_reply_is_a_run_span_with_a_chat_span_inside(otel, spans, fake_llm):
     assert "Hello" not in everything and "Hi." not in everything
 
 
+def test_the_requests_sampling_parameters_are_attributes(otel, spans, fake_llm):
+    fake_llm.script("Hi.")
+    chat = Chat.objects.create(provider="openai", model_id=MODEL)
+    chat.with_temperature(0.2).with_params(max_tokens=100, top_p=0.9).ask("Hello")
+    attributes = dict(by_name(spans)[f"chat {MODEL}"].attributes)
+    assert attributes["gen_ai.request.temperature"] == 0.2
+    assert attributes["gen_ai.request.max_tokens"] == 100
+    assert attributes["gen_ai.request.top_p"] == 0.9
+
+
 def test_a_tool_run_nests_in_the_run_and_the_tools_own_spans_in_it(otel, spans, fake_llm):
     fake_llm.script(
         Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
