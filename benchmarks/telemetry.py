@@ -30,7 +30,7 @@ are the mean and the median ms per ask of each side (wall and CPU) and their rat
 SQLite checkpoint, a full garbage collection or another process's burst. What the warm-up
 left in memory is frozen (``gc.freeze()``) so collections weigh the asks' own objects.
 
-    python benchmarks/telemetry.py [--block 20] [--rounds 10] [--exporter memory|otlp]
+    python benchmarks/telemetry.py [--block 10] [--rounds 100] [--exporter memory|otlp]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_otel python benchmarks/telemetry.py
 """
 
@@ -167,8 +167,8 @@ def hand_made_spans(chat_id: int, run_id: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--block", type=int, default=20, help="asks per side per turn")
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--block", type=int, default=10, help="asks per side per turn")
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--exporter", choices=("memory", "otlp"), default="memory")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
