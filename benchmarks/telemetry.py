@@ -4,7 +4,7 @@ off and on, side by side in one process, against the loopback fake provider serv
 "On" is the real SDK, configured as an application would: a ``TracerProvider`` with a
 ``BatchSpanProcessor`` (spans queued on the asking thread, exported by the SDK's own
 thread) and a ``MeterProvider`` whose reader aggregates the two histograms the library
-records. The exporter is ``InMemorySpanExporter``, cleared between blocks: it does the
+records. The exporter is ``InMemorySpanExporter``, cleared after each round: it does the
 SDK's real per-span work (the span's attributes checked and copied, the span ended,
 queued and handed over in batches) but no encoding and no network, so what the asking
 thread pays is the library's cost plus the SDK's unavoidable share, not a collector's.
@@ -31,7 +31,7 @@ SQLite checkpoint, a full garbage collection or another process's burst. What th
 left in memory is frozen (``gc.freeze()``) so collections weigh the asks' own objects.
 
     python benchmarks/telemetry.py [--block 10] [--rounds 100] [--exporter memory|otlp]
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_otel python benchmarks/telemetry.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/llmchat python benchmarks/telemetry.py
 """
 
 from __future__ import annotations
