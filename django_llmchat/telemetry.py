@@ -18,7 +18,11 @@ instrumented HTTP client's spans (``opentelemetry-instrumentation-httpx``) are i
 children. ``gen_ai.response.id`` is the vendor's id of the answer; with content on,
 ``gen_ai.tool.definitions`` lists the tools offered.
 
-When it is off every function here returns at once: no spans, no cost.
+When it is off every function here returns at once: no spans, no cost. When it is on,
+the tracer and the histograms are looked up once per global provider (and again only
+when the global provider changes); the attributes set as a span ends, and the content
+(JSON) of the request, the answer and a tool's arguments and result, are built only when
+the span is recording (sampled): metrics are recorded either way.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from .conf import settings
@@ -66,16 +71,43 @@ def _content() -> bool:
     return bool(settings.OPENTELEMETRY_CONTENT)
 
 
+@cache
 def _trace():
     from opentelemetry import trace
 
     return trace
 
 
-def _tracer():
-    from . import __version__
+@cache
+def _context():
+    from opentelemetry import context
 
-    return _trace().get_tracer(SCOPE, __version__)
+    return context
+
+
+@cache
+def _metrics():
+    from opentelemetry import metrics
+
+    return metrics
+
+
+# (the global tracer provider, django_llmchat's tracer from it): one lookup per provider
+_tracer_of: tuple[Any, Any] = (None, None)
+
+
+def _tracer():
+    """django_llmchat's tracer from the global tracer provider, looked up once for each
+    provider (a provider set later, replacing the API's proxy, gets a lookup of its own)."""
+    global _tracer_of
+    provider, tracer = _tracer_of
+    current = _trace().get_tracer_provider()
+    if current is not provider:
+        from . import __version__
+
+        tracer = current.get_tracer(SCOPE, __version__)
+        _tracer_of = (current, tracer)
+    return tracer
 
 
 def provider_name(chat) -> str:
@@ -88,9 +120,7 @@ def current_context() -> Any:
     child of its current span."""
     if not enabled():
         return None
-    from opentelemetry import context
-
-    return context.get_current()
+    return _context().get_current()
 
 
 def inject(headers: MutableMapping[str, Any]) -> None:
@@ -142,8 +172,7 @@ def with_context(ctx: Any) -> Iterator[None]:
     if ctx is None:
         yield
         return
-    from opentelemetry import context
-
+    context = _context()
     token = context.attach(ctx)
     try:
         yield
@@ -182,12 +211,21 @@ def start_run(runner, parent: Any) -> Any:
 def end_run(span: Any, status: str | None, error_type: str | None = None) -> None:
     if span is None:
         return
-    trace = _trace()
-    span.set_attribute(RUN_STATUS, status or "unknown")
-    if status in ("failed", "retrying"):
-        span.set_attribute("error.type", error_type or "error")
-        span.set_status(trace.Status(trace.StatusCode.ERROR, error_type or status))
+    if span.is_recording():
+        if status in ("failed", "retrying"):
+            trace = _trace()
+            span.set_attributes({RUN_STATUS: status, "error.type": error_type or "error"})
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error_type or status))
+        else:
+            span.set_attribute(RUN_STATUS, status or "unknown")
     span.end()
+
+
+_REQUEST_PARAMS = (
+    ("temperature", "gen_ai.request.temperature"),
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("top_p", "gen_ai.request.top_p"),
+)
 
 
 def start_attempt(runner, request, provider: str, model_id: str, operation: str) -> Any:
@@ -206,27 +244,18 @@ def start_attempt(runner, request, provider: str, model_id: str, operation: str)
     execution = getattr(runner, "execution", None)
     if execution is not None:
         attributes[RUN_ID] = str(execution.pk)
-    params = getattr(request, "params", None) or {}
-    for key, attribute in (
-        ("temperature", "gen_ai.request.temperature"),
-        ("max_tokens", "gen_ai.request.max_tokens"),
-        ("top_p", "gen_ai.request.top_p"),
-    ):
-        if isinstance(params.get(key), int | float) and not isinstance(params[key], bool):
-            attributes[attribute] = params[key]
-    if _content():
-        attributes["gen_ai.input.messages"] = json.dumps(
-            [_message(m) for m in request.messages], ensure_ascii=False
-        )
-        tools = getattr(request, "tools", None)
-        if tools:
-            attributes["gen_ai.tool.definitions"] = json.dumps(
-                [_tool_definition(tool) for tool in tools], ensure_ascii=False
-            )
+    params = getattr(request, "params", None)
+    if params:
+        for key, attribute in _REQUEST_PARAMS:
+            value = params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[attribute] = value
     parent = getattr(runner, "trace_context", None)
     span = _tracer().start_span(
         f"{name} {model_id}", context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes
     )
+    if _content() and span.is_recording():  # no JSON for a span no one keeps
+        _request_content(span, request)
     attempt = _Attempt(span, time.monotonic(), request)
     # the provider sends (and reads) its HTTP requests in this context: an instrumented
     # client's spans (opentelemetry-instrumentation-httpx) are children of this one
@@ -234,6 +263,21 @@ def start_attempt(runner, request, provider: str, model_id: str, operation: str)
     if hasattr(request, "trace_context"):
         request.trace_context = attempt.context
     return attempt
+
+
+def _request_content(span: Any, request) -> None:
+    """The request's messages and the tools it offers, as the conventions' JSON."""
+    content = {
+        "gen_ai.input.messages": json.dumps(
+            [_message(m) for m in request.messages], ensure_ascii=False
+        )
+    }
+    tools = getattr(request, "tools", None)
+    if tools:
+        content["gen_ai.tool.definitions"] = json.dumps(
+            [_tool_definition(tool) for tool in tools], ensure_ascii=False
+        )
+    span.set_attributes(content)
 
 
 class _Attempt:
@@ -251,48 +295,51 @@ def end_attempt(attempt: _Attempt | None, row, response=None) -> None:
     request = attempt.request
     if getattr(request, "trace_context", None) is attempt.context:
         request.trace_context = None  # the next attempt (a retry) sets its own
-    trace = _trace()
     span = attempt.span
     tokens = row.tokens
     inputs = [tokens.input_tokens, tokens.cache_read_tokens, tokens.cache_write_tokens]
     known = [n for n in inputs if n is not None]
-    if known:  # the conventions count cached prompt tokens as input
-        span.set_attribute("gen_ai.usage.input_tokens", sum(known))
+    # the conventions count cached prompt tokens as input
+    input_tokens = sum(known) if known else None
+    error_type = None
+    if row.status != "succeeded":
+        error_type = "cancelled" if row.status == "cancelled" else _error_type(row)
+    if span.is_recording():  # a sampled-out span: nothing to set, the metrics still count
+        span.set_attributes(_ended_attributes(row, tokens, input_tokens, response, error_type))
+        if error_type is not None and row.status != "cancelled":
+            trace = _trace()
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
+    _record_metrics(attempt, row, input_tokens, tokens.output_tokens, error_type)
+    span.end()
+
+
+def _ended_attributes(row, tokens, input_tokens, response, error_type) -> dict[str, Any]:
+    """The attributes an attempt's span gets as it ends."""
+    attributes: dict[str, Any] = {}
+    if input_tokens is not None:
+        attributes["gen_ai.usage.input_tokens"] = input_tokens
     if tokens.output_tokens is not None:
-        span.set_attribute("gen_ai.usage.output_tokens", tokens.output_tokens)
+        attributes["gen_ai.usage.output_tokens"] = tokens.output_tokens
     if tokens.cache_read_tokens is not None:
-        span.set_attribute("gen_ai.usage.cache_read.input_tokens", tokens.cache_read_tokens)
+        attributes["gen_ai.usage.cache_read.input_tokens"] = tokens.cache_read_tokens
     if tokens.cache_write_tokens is not None:
-        span.set_attribute("gen_ai.usage.cache_creation.input_tokens", tokens.cache_write_tokens)
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = tokens.cache_write_tokens
     if row.model_id:
-        span.set_attribute("gen_ai.response.model", row.model_id)
+        attributes["gen_ai.response.model"] = row.model_id
     if response is not None:
-        span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+        attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
         response_id = getattr(response, "response_id", None)
         if response_id:
-            span.set_attribute("gen_ai.response.id", response_id)
+            attributes["gen_ai.response.id"] = response_id
         if _content():
-            span.set_attribute(
-                "gen_ai.output.messages",
-                json.dumps(
-                    [
-                        {
-                            "role": "assistant",
-                            "parts": [{"type": "text", "content": response.content}],
-                        }
-                    ],
-                    ensure_ascii=False,
-                ),
+            attributes["gen_ai.output.messages"] = json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": response.content}]}],
+                ensure_ascii=False,
             )
-    span.set_attribute("django_llmchat.usage.status", row.status)
-    error_type = None
-    if row.status not in ("succeeded",):
-        error_type = "cancelled" if row.status == "cancelled" else _error_type(row)
-        span.set_attribute("error.type", error_type)
-        if row.status != "cancelled":
-            span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
-    _record_metrics(attempt, row, error_type)
-    span.end()
+    attributes["django_llmchat.usage.status"] = row.status
+    if error_type is not None:
+        attributes["error.type"] = error_type
+    return attributes
 
 
 def _error_type(row) -> str:
@@ -320,14 +367,17 @@ def tool_span(runner, call, result_of) -> Iterator[None]:
         "gen_ai.tool.type": "function",
         "gen_ai.conversation.id": str(runner.chat.pk),
     }
-    if _content():
-        attributes["gen_ai.tool.call.arguments"] = json.dumps(call.arguments, ensure_ascii=False)
     span = _tracer().start_span(
         f"execute_tool {call.name}",
         context=getattr(runner, "trace_context", None),
         kind=trace.SpanKind.INTERNAL,
         attributes=attributes,
     )
+    content = _content() and span.is_recording()  # no JSON for a span no one keeps
+    if content:
+        span.set_attribute(
+            "gen_ai.tool.call.arguments", json.dumps(call.arguments, ensure_ascii=False)
+        )
     try:
         with trace.use_span(span, end_on_exit=False, record_exception=True):
             yield
@@ -341,7 +391,7 @@ def tool_span(runner, call, result_of) -> Iterator[None]:
             kind = result.error_type or "error"
             span.set_attribute("error.type", kind)
             span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
-        if _content():  # the text the tool message stores: bounded, never raising
+        if content:  # the text the tool message stores: bounded, never raising
             from .loop.steps import checked_result
 
             span.set_attribute("gen_ai.tool.call.result", checked_result(call.name, result).text)
@@ -375,40 +425,68 @@ def _message(m) -> dict[str, Any]:
 
 
 # -- metrics ---------------------------------------------------------------------------------
-_instruments: dict[str, Any] = {}
+# (the global meter provider, its two histograms): created once per provider
+_instruments_of: tuple[Any, dict[str, Any]] = (None, {})
+# the attributes of the points, by (provider, model, error type): built once each
+_metric_attributes: dict[tuple[str, str, str | None], tuple[dict, dict, dict]] = {}
+_METRIC_ATTRIBUTES_KEPT = 256
 
 
-def _histograms():
-    if not _instruments:
-        from opentelemetry import metrics
-
+def _histograms() -> dict[str, Any]:
+    """The histograms on the global meter provider, created once for each provider (a
+    provider set later, replacing the API's proxy, gets histograms of its own)."""
+    global _instruments_of
+    provider, instruments = _instruments_of
+    current = _metrics().get_meter_provider()
+    if current is not provider:
         from . import __version__
 
-        meter = metrics.get_meter(SCOPE, __version__)
-        _instruments["tokens"] = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Tokens per attempt"
-        )
-        _instruments["duration"] = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s", description="Attempt duration"
-        )
-    return _instruments
+        meter = current.get_meter(SCOPE, __version__)
+        instruments = {
+            "tokens": meter.create_histogram(
+                "gen_ai.client.token.usage", unit="{token}", description="Tokens per attempt"
+            ),
+            "duration": meter.create_histogram(
+                "gen_ai.client.operation.duration", unit="s", description="Attempt duration"
+            ),
+        }
+        _instruments_of = (current, instruments)
+    return instruments
 
 
-def _record_metrics(attempt: _Attempt, row, error_type: str | None) -> None:
+def _point_attributes(provider: str, model_id: str, error_type: str | None):
+    """(duration, input tokens, output tokens) attributes of an attempt's points."""
+    key = (provider, model_id, error_type)
+    found = _metric_attributes.get(key)
+    if found is None:
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": PROVIDER_NAMES.get(provider, provider),
+            "gen_ai.request.model": model_id,
+        }
+        duration = {**attributes, **({"error.type": error_type} if error_type else {})}
+        found = (
+            duration,
+            {**attributes, "gen_ai.token.type": "input"},
+            {**attributes, "gen_ai.token.type": "output"},
+        )
+        if len(_metric_attributes) >= _METRIC_ATTRIBUTES_KEPT:
+            _metric_attributes.clear()  # many models or kinds of error: start over
+        _metric_attributes[key] = found
+    return found
+
+
+def _record_metrics(
+    attempt: _Attempt,
+    row,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    error_type: str | None,
+) -> None:
     instruments = _histograms()
-    attributes = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": PROVIDER_NAMES.get(row.provider, row.provider),
-        "gen_ai.request.model": row.model_id,
-    }
-    duration = {**attributes, **({"error.type": error_type} if error_type else {})}
+    duration, inputs, outputs = _point_attributes(row.provider, row.model_id, error_type)
     instruments["duration"].record(time.monotonic() - attempt.started, duration)
-    tokens = row.tokens
-    inputs = [tokens.input_tokens, tokens.cache_read_tokens, tokens.cache_write_tokens]
-    known = [n for n in inputs if n is not None]
-    if known:
-        instruments["tokens"].record(sum(known), {**attributes, "gen_ai.token.type": "input"})
-    if tokens.output_tokens is not None:
-        instruments["tokens"].record(
-            tokens.output_tokens, {**attributes, "gen_ai.token.type": "output"}
-        )
+    if input_tokens is not None:
+        instruments["tokens"].record(input_tokens, inputs)
+    if output_tokens is not None:
+        instruments["tokens"].record(output_tokens, outputs)

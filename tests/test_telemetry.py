@@ -89,6 +89,16 @@ def test_a_reply_is_a_run_span_with_a_chat_span_inside(otel, spans, fake_llm):
     assert "Hello" not in everything and "Hi." not in everything
 
 
+def test_the_requests_sampling_parameters_are_attributes(otel, spans, fake_llm):
+    fake_llm.script("Hi.")
+    chat = Chat.objects.create(provider="openai", model_id=MODEL)
+    chat.with_temperature(0.2).with_params(max_tokens=100, top_p=0.9).ask("Hello")
+    attributes = dict(by_name(spans)[f"chat {MODEL}"].attributes)
+    assert attributes["gen_ai.request.temperature"] == 0.2
+    assert attributes["gen_ai.request.max_tokens"] == 100
+    assert attributes["gen_ai.request.top_p"] == 0.9
+
+
 def test_a_tool_run_nests_in_the_run_and_the_tools_own_spans_in_it(otel, spans, fake_llm):
     fake_llm.script(
         Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]), "Warm."
@@ -196,3 +206,137 @@ def test_a_task_runs_under_the_task_span_when_one_is_current_else_the_senders(ot
         assert telemetry.task_context(request) is None
     with override_settings(LLMCHAT={"OPENTELEMETRY": False}):
         assert telemetry.task_context(request) is None
+
+
+# -- what a span no one keeps costs, and what is looked up once --------------------------------
+UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"  # flags 00: not sampled
+
+
+def points(reader, name: str) -> int:
+    """How many measurements django_llmchat's histogram ``name`` has counted so far."""
+    counted = 0
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            if scope.scope.name == "django_llmchat":
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        counted += sum(p.count for p in metric.data.data_points)
+    return counted
+
+
+def test_a_run_under_an_unsampled_parent_makes_no_spans_and_still_counts(otel, spans, fake_llm):
+    from django_llmchat import telemetry
+
+    otel(OPENTELEMETRY_CONTENT=True)
+    _exporter, reader = install()
+    before = points(reader, "gen_ai.client.operation.duration")
+    fake_llm.script(
+        Reply(tool_calls=[Call("city_weather", {"city": "Oslo"}, call_id="c1")]),
+        Reply("Warm.", usage=USAGE),
+    )
+    chat = Chat.objects.create(provider="openai", model_id=MODEL).with_tools(city_weather)
+    with telemetry.with_context(telemetry.extract({"traceparent": UNSAMPLED})):
+        chat.ask("Weather?")
+    assert chat.last_run.status == "succeeded"
+    # the sampler dropped the run, so every span in it (the tool's own "geocoder" too)
+    assert spans.get_finished_spans() == ()
+    # the two attempts are counted all the same: metrics do not follow sampling
+    assert points(reader, "gen_ai.client.operation.duration") == before + 2
+
+
+class Unwritable:
+    """A value ``json.dumps`` cannot write: building the content JSON of it raises."""
+
+
+def test_a_span_no_one_keeps_gets_no_content_built(otel):
+    from types import SimpleNamespace
+
+    from django_llmchat import telemetry
+    from django_llmchat.models import Usage
+    from django_llmchat.providers.types import ProviderMessage, ProviderRequest, ProviderResponse
+
+    otel(OPENTELEMETRY_CONTENT=True)
+    chat = Chat.objects.create(provider="openai", model_id=MODEL)
+    request = ProviderRequest(MODEL, [ProviderMessage("user", Unwritable())])
+    answer = ProviderResponse(content=Unwritable())
+    row = Usage(chat=chat, provider="openai", model_id=MODEL, status="succeeded")
+    unsampled = telemetry.extract({"traceparent": UNSAMPLED})
+    runner = SimpleNamespace(chat=chat, execution=None, trace_context=unsampled)
+    attempt = telemetry.start_attempt(runner, request, "openai", MODEL, "chat")
+    assert not attempt.span.is_recording()
+    telemetry.end_attempt(attempt, row, answer)  # nothing written: nothing raised
+    # a span that records does write the request (and so fails on it)
+    runner.trace_context = None
+    with pytest.raises(TypeError):
+        telemetry.start_attempt(runner, request, "openai", MODEL, "chat")
+
+
+def test_the_tracer_and_the_histograms_are_looked_up_once(otel, spans):
+    from django_llmchat import __version__, telemetry
+
+    # one tracer and one pair of histograms, on the global providers, reused by every call
+    assert telemetry._tracer() is telemetry._tracer()
+    assert telemetry._histograms() is telemetry._histograms()
+    telemetry._tracer().start_span("chat m").end()
+    (span,) = spans.get_finished_spans()
+    assert (span.instrumentation_scope.name, span.instrumentation_scope.version) == (
+        "django_llmchat",
+        __version__,
+    )
+
+
+FOLLOWS_THE_PROVIDER = """
+import django
+from django.conf import settings
+settings.configure(LLMCHAT={"OPENTELEMETRY": True})
+django.setup()
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from django_llmchat import telemetry
+
+early_tracer, early_histograms = telemetry._tracer(), telemetry._histograms()
+exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+tracer, histograms = telemetry._tracer(), telemetry._histograms()
+assert tracer is not early_tracer and tracer is telemetry._tracer()
+assert histograms is not early_histograms and histograms is telemetry._histograms()
+tracer.start_span("chat m").end()
+(span,) = exporter.get_finished_spans()
+assert span.instrumentation_scope.name == "django_llmchat", span.instrumentation_scope
+histograms["duration"].record(0.5, {"gen_ai.operation.name": "chat"})
+names = [
+    (scope.scope.name, metric.name)
+    for resource in reader.get_metrics_data().resource_metrics
+    for scope in resource.scope_metrics
+    for metric in scope.metrics
+]
+assert names == [("django_llmchat", "gen_ai.client.operation.duration")], names
+print("followed")
+"""
+
+
+def test_a_provider_set_after_the_first_lookup_is_followed():
+    """The tracer and histograms looked up before the application set its providers
+    (the API's proxies) are looked up again on the providers set later."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", FOLLOWS_THE_PROVIDER],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "followed"
