@@ -74,7 +74,7 @@ def _snapshot(chats):
         "chats": list(
             Chat.objects.filter(pk__in=chats)
             .order_by("pk")
-            .values("status", "active_run_id", "updated_at")
+            .values("status", "active_run_id", "updated_at", "title", "title_source")
         ),
         "runs": list(Run.objects.filter(chat__in=chats).order_by("pk").values()),
         "calls": list(ToolCall.objects.filter(chat__in=chats).order_by("pk").values()),
@@ -89,8 +89,8 @@ def _snapshot(chats):
 def bystanders(transactional_db):
     """Other chats with a run in each unfinished state (running with attempts 1 to 3, each
     with its attempt's pending usage row, a queued run, one queued behind a running one,
-    one waiting for a decision on a call): after each test they are exactly as before,
-    down to the chats' ``updated_at``."""
+    one waiting for a decision on a call), untitled: after each test they are exactly as
+    before, down to the chats' ``updated_at`` and titles."""
     now = timezone.now()
     chats = []
     for attempt in (1, 2, 3):

@@ -488,6 +488,41 @@ def test_a_database_without_the_functions_of_version_2_stores_replies_by_stateme
     assert pg.available("default")
 
 
+def test_a_chats_first_reply_writes_its_title_in_the_same_call(fake_llm):
+    """A new chat's first ask: its prompt's title is written by the reply's call (no
+    statement of its own), with its source; the chat instance follows."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    Chat.objects.create(provider="openai", model_id="gpt-4.1-mini").ask("warm up")
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    fake_llm.script(Reply("fine"))
+    with Wire() as wire:
+        made.ask("Plan a **trip** to Lisbon\nwith trains")
+    assert wire.statements == [
+        "SELECT llmchat_run_enqueue_v1",
+        "SELECT llmchat_run_store_last_step_v2",
+    ]
+    assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
+    stored = Chat.objects.values_list("title", "title_source").get(pk=made.pk)
+    assert stored == ("Plan a trip to Lisbon", "prompt")
+
+
+@pytest.mark.parametrize(
+    ("title", "source"), [("Mine", "user"), ("", "user"), ("Named by a model", "model")]
+)
+def test_the_reply_leaves_a_title_it_did_not_write_alone(fake_llm, title, source):
+    """A chat titled already (by its user or a model), or left untitled by its user
+    (``title_source="user"``, no title): the reply's call writes no title."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    Chat.objects.filter(pk=made.pk).update(title=title, title_source=source)
+    loaded = Chat.objects.get(pk=made.pk)
+    fake_llm.script(Reply("fine"))
+    loaded.ask("Plan a trip to Lisbon")
+    stored = Chat.objects.values_list("title", "title_source").get(pk=made.pk)
+    assert stored == (title, source)
+    assert (loaded.title, loaded.title_source) == (title, source)
+
+
 def test_a_claim_is_one_call(chat):
     """A queued run started by a worker: one statement, one round trip; its prompt moved
     into place, the chat running it."""

@@ -12,9 +12,10 @@
 -- (p_usages: [{"row": {...}, "closes": true|false}]) closes its pending row or is
 -- inserted, linked to the reply, and the run lets go of the chat: the chat's cached
 -- status becomes its next run's (or 'idle'), and active_run is cleared when it was this
--- run. The next run is returned, so the caller can send its task. p_title (not NULL): the
--- chat's automatic title, written with the reply (source p_title_source) when the chat is
--- still untitled and its title is not the user's; titled says whether it was.
+-- run. The next run is returned, so the caller can send its task. p_title (not NULL, at
+-- most 255 characters): the chat's automatic title, written with the reply (source
+-- p_title_source) when the chat is still untitled and its title is not the user's;
+-- titled says whether it was.
 CREATE OR REPLACE FUNCTION llmchat_run_store_last_step_v2(
     p_run bigint,
     p_attempt integer,
@@ -78,8 +79,8 @@ BEGIN
         usage_ids := usage_ids || usage.id;
     END LOOP;
     titled := false;
-    IF p_title IS NOT NULL AND p_title <> '' THEN
-        UPDATE llmchat_chat SET title = left(p_title, 255), title_source = p_title_source
+    IF p_title <> '' THEN  -- not NULL: no title to write
+        UPDATE llmchat_chat SET title = p_title, title_source = p_title_source
          WHERE id = p_chat AND title = '' AND title_source <> 'user';
         titled := FOUND;
     END IF;
