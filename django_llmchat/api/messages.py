@@ -178,6 +178,8 @@ class MessageListCreateView(LLMChatView):
         )
 
     def _ask_later(self, chat, content, attachments, idem, parent=None, policy=None):
+        from ..tasks import in_process_mode
+
         after = stream_position(chat)
         with _branch_refusals(parent):
             try:
@@ -193,7 +195,12 @@ class MessageListCreateView(LLMChatView):
                 status=status.HTTP_422_UNPROCESSABLE_ENTITY,
             )
         run = chat.last_run
-        run.refresh_from_db()  # a worker (or an in-process run) may have taken it already
+        if in_process_mode() == "inline":
+            # the run was answered here, when its admission committed: as it is now, its
+            # totals in the same statement
+            run = Run.objects.with_totals().get(pk=run.pk)
+        # else its task went to a worker (the broker's, or a thread's): the run as this
+        # request admitted it (follow it at events_url)
         if attachments:
             message = Message.objects.filter(pk=message.pk).transcript().get()
         else:  # just stored, with nothing attached: nothing to read back
