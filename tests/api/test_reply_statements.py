@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_llmchat.models import Chat, IdempotencyKey, Message, Run
 from django_llmchat.tasks import complete_chat
+from django_llmchat.testing import Reply
 from tests.celery_app import make_app
 
 from .conftest import url
@@ -428,3 +429,20 @@ def test_ui_chat_with_an_idempotency_key(api, chat, served):
     assert Message.objects.get(chat=chat, role="user").raw == {"ui_message_id": message["id"]}
     retried = ui(api, chat.pk, message, **key)
     assert retried.status_code == 200 and chat.runs.count() == 1
+
+
+def test_a_202_answered_in_the_request_shows_the_run_as_it_ended(api, chat, fake_llm):
+    """With tasks run inline (no broker), the run is answered when the admission commits,
+    inside the request: the ``202``'s run is read once more, its totals in the same
+    statement (the request's last read of the run)."""
+    fake_llm.configure("openai", MODEL, TASKS_EAGER_WITHOUT_BROKER="inline")
+    fake_llm.script(Reply("Paris.", usage={"input_tokens": 7, "output_tokens": 2}))
+    with Measured() as measured:
+        response = rest(api, chat, "Capital of France?")
+    assert response.status_code == 202, response.content
+    run = response.json()["run"]
+    assert run["status"] == "succeeded" and run["attempt"] == 1
+    assert run["tokens"]["input_tokens"] == 7 and run["tokens"]["output_tokens"] == 2
+    assert measured.list[-2:] == ["SELECT llmchat_run", "SELECT llmchat_message"]
+    totals = measured.ctx.captured_queries[-2]["sql"]
+    assert "SUM" in totals.upper() and "llmchat_usage" in totals
