@@ -159,16 +159,19 @@ def stream_inline(view: LLMChatView, chat: Chat, **run: Any):
     return sse_response(inline.frames())
 
 
-def once(idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None):
+def once(
+    idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None, also=None
+):
     """``answer()`` once per ``Idempotency-Key``: a retry gets the first outcome (a racing
-    one too, once the first stored its key)."""
+    one too, once the first stored its key). ``also(run)``: more to write in the
+    transaction admitting the run, with the key."""
     if idem is None:
         return answer()
     row = idem.earlier()
     if row is not None:
         return idem.replay(view, row)
     try:
-        with idem.admitting(stream=stream, events_after=after):
+        with idem.admitting(stream=stream, events_after=after, also=also):
             return answer()
     except Replayed as found:
         return idem.replay(view, found.row)

@@ -31,7 +31,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -194,6 +194,8 @@ class Idempotency:
         self.hash = request_hash(scope, chat.pk, body)
         self._body = body
         self.row: IdempotencyKey | None = None
+        self._looked = False  # earlier() read the key: _expired is what it found
+        self._expired: int | None = None  # the key's expired row earlier() found
 
     @classmethod
     def of(cls, request, scope: str, chat: Chat, body: Any, fallback: str | None = None):
@@ -207,18 +209,19 @@ class Idempotency:
     def earlier(self) -> IdempotencyKey | None:
         """The key's row within the window; :class:`KeyReused` when it names another
         request. A key left in progress past the lease with nothing of its request left
-        (no run) is dropped: ``None``, the retry is answered afresh."""
+        (no run) is dropped: ``None``, the retry is answered afresh. The key's row past the
+        window is read too (the key is unique: one row at most), so that storing the key
+        deletes it only when there is one."""
         row = (
             IdempotencyKey.objects.filter(
-                user=self.user,
-                chat=self.chat,
-                scope=self.scope,
-                key=self.key,
-                created_at__gte=_cutoff(),
+                user=self.user, chat=self.chat, scope=self.scope, key=self.key
             )
             .select_related("run")
             .first()
         )
+        self._looked, self._expired = True, None
+        if row is not None and row.created_at < _cutoff():
+            self._expired, row = row.pk, None
         if row is not None and row.request_hash != self.hash:
             if row.request_hash not in request_hashes(self.scope, self.chat.pk, self._body):
                 raise KeyReused()
@@ -324,11 +327,18 @@ class Idempotency:
 
     # -- the first request
     @contextmanager
-    def admitting(self, *, stream: str | None = None, events_after: str | None = None):
+    def admitting(
+        self,
+        *,
+        stream: str | None = None,
+        events_after: str | None = None,
+        also: Callable[[Run], None] | None = None,
+    ):
         """Store the key with the run the block admits (in the run's transaction); a
         racing request with the same key that got there first answers instead
         (:class:`Replayed` carries its outcome). ``stream``: the answer streams the run
-        (``"sse"`` or ``"ui"``): the outcome is stored at once."""
+        (``"sse"`` or ``"ui"``): the outcome is stored at once. ``also(run)``: more the
+        request writes in the run's transaction, after the key."""
 
         def store(run: Run) -> None:
             if self.row is not None:
@@ -341,9 +351,12 @@ class Idempotency:
                     "run_id": run.pk,
                     "events_after": events_after,
                 }
-            with transaction.atomic():  # a savepoint: the duplicate's error stays in it
-                row.save(force_insert=True)
+            # no savepoint: a duplicate's IntegrityError rolls the whole admission back
+            # (the run's transaction, or its savepoint), and is answered below
+            row.save(force_insert=True)
             self.row = row
+            if also is not None:
+                also(run)
 
         try:
             with runs.on_admit(store):
@@ -354,9 +367,12 @@ class Idempotency:
 
     def _new_row(self, **fields: Any) -> IdempotencyKey:
         """This request's key row, not saved yet; an expired row of the key is deleted
-        first."""
+        first (the one :meth:`earlier` found, when it read the key)."""
         identity = {"user": self.user, "chat": self.chat, "scope": self.scope, "key": self.key}
-        IdempotencyKey.objects.filter(**identity, created_at__lt=_cutoff()).delete()
+        if not self._looked:
+            IdempotencyKey.objects.filter(**identity, created_at__lt=_cutoff()).delete()
+        elif self._expired is not None:
+            IdempotencyKey.objects.filter(pk=self._expired, created_at__lt=_cutoff()).delete()
         return IdempotencyKey(**identity, request_hash=self.hash, **fields)
 
     def _after_race(self) -> IdempotencyKey:

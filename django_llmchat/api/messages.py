@@ -178,6 +178,8 @@ class MessageListCreateView(LLMChatView):
         )
 
     def _ask_later(self, chat, content, attachments, idem, parent=None, policy=None):
+        from ..tasks import in_process_mode
+
         after = stream_position(chat)
         with _branch_refusals(parent):
             try:
@@ -193,7 +195,13 @@ class MessageListCreateView(LLMChatView):
                 status=status.HTTP_422_UNPROCESSABLE_ENTITY,
             )
         run = chat.last_run
-        run.refresh_from_db()  # a worker (or an in-process run) may have taken it already
+        if in_process_mode() == "inline" and not _in_transaction():
+            # the run was answered here, when its admission committed: as it is now, its
+            # totals in the same statement
+            run = Run.objects.with_totals().get(pk=run.pk)
+        # else its task went to a worker (the broker's, or a thread's), or waits for the
+        # caller's transaction to commit: the run as this request admitted it (follow it
+        # at events_url)
         if attachments:
             message = Message.objects.filter(pk=message.pk).transcript().get()
         else:  # just stored, with nothing attached: nothing to read back
@@ -206,6 +214,14 @@ class MessageListCreateView(LLMChatView):
         if idem is not None:
             idem.answered(status.HTTP_202_ACCEPTED, body)
         return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _in_transaction() -> bool:
+    """Whether runs are written in a transaction still open (the caller's): a task sent
+    on its commit has not run yet."""
+    from django.db import router, transaction
+
+    return transaction.get_connection(router.db_for_write(Run)).in_atomic_block
 
 
 def _checked_parent(chat: Chat, parent: int | None):

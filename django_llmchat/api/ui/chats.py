@@ -17,7 +17,7 @@ from ...models import Chat, Run, ToolCall
 from ..errors import Conflict, invalid
 from ..permissions import chats_for
 
-__all__ = ["call_for", "chat_for", "decide_all"]
+__all__ = ["call_for", "chat_for", "decide_all", "made_chat"]
 
 logger = logging.getLogger("django_llmchat.api")
 
@@ -36,6 +36,15 @@ def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
     found = visible.filter(client_id=client_id).first()
     if found is not None or not create:
         return found
+    return made_chat(user, client_id)[0]
+
+
+def made_chat(user, client_id: str) -> tuple[Chat | None, bool]:
+    """The chat ``client_id`` names made for ``user`` (the caller found none of theirs by
+    it), and whether this call made it (``False``: a concurrent first request did);
+    in the caller's transaction, if any. The number of another user's chat is no id a
+    client may make up: :class:`~django.http.Http404`, and nothing is made."""
+    number = client_id.isascii() and client_id.isdigit()
     if number and Chat.objects.filter(pk=int(client_id)).exists():
         raise Http404("No such chat.")
     try:
@@ -51,9 +60,9 @@ def chat_for(user, client_id: str, *, create: bool) -> Chat | None:
         raise invalid(exc) from None
     try:
         with transaction.atomic():
-            return Chat.objects.create(user=user, client_id=client_id, title="")
+            return Chat.objects.create(user=user, client_id=client_id, title=""), True
     except IntegrityError:  # a concurrent first request made it
-        return Chat.objects.filter(user=user, client_id=client_id).first()
+        return Chat.objects.filter(user=user, client_id=client_id).first(), False
 
 
 def call_for(chat: Chat, approval_id: str) -> ToolCall | None:

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Case, F, When
 from rest_framework.exceptions import ValidationError
 
 from ...models import Chat, Message, Run
@@ -57,21 +58,30 @@ class UINode:
 
 class Tree:
     """A chat's stored messages as UI nodes (system messages and summaries are no UI
-    messages), read in two queries."""
+    messages), read in one query."""
 
-    def __init__(self, chat: Chat | int):
-        tree = Message.objects.filter(
-            chat=chat, summary_until__isnull=True, position__lt=QUEUED_POSITION
-        ).exclude(role="system")
-        rows = tree.order_by("id").values_list("id", "role", "parent_id", "run_id", "on_path")
-        # the client's ids are in the user messages' raw (a reply's raw, the provider's
-        # whole answer, stays in the database)
-        raws = dict(tree.filter(role="user").values_list("id", "raw"))
+    def __init__(self, chat: Chat | int | None):
         self.nodes: list[UINode] = []
         self.node_of: dict[int, UINode] = {}  # stored message id -> its node
         self._run_of: dict[int, int | None] = {}  # a node's first message -> its run
-        for pk, role, parent, run_id, on_path in rows:
-            raw = raws.get(pk)
+        if chat is None:
+            return
+        tree = Message.objects.filter(
+            chat=chat, summary_until__isnull=True, position__lt=QUEUED_POSITION
+        ).exclude(role="system")
+        # the client's ids are in the user messages' raw (a reply's raw, the provider's
+        # whole answer, stays in the database)
+        user_raw = Case(
+            When(role="user", then=F("raw")),
+            default=None,
+            output_field=Message._meta.get_field("raw"),
+        )
+        rows = (
+            tree.order_by("id")
+            .annotate(user_raw=user_raw)
+            .values_list("id", "role", "parent_id", "run_id", "on_path", "user_raw")
+        )
+        for pk, role, parent, run_id, on_path, raw in rows:
             above = self.node_of.get(parent) if parent is not None else None
             if role != "user" and above is not None and above.role == "assistant":
                 if self._run_of.get(above.first) == run_id:  # the same reply goes on
@@ -87,6 +97,12 @@ class Tree:
             self._run_of[pk] = run_id
             self.nodes.append(node)
             self.node_of[pk] = node
+
+    @classmethod
+    def empty(cls) -> Tree:
+        """The tree of a chat with no messages (one this request made), read from
+        nothing."""
+        return cls(None)
 
     def by_id(self, ui_id: str) -> UINode | None:
         """The node a client id names (the one on the active path, else the newest, when
@@ -136,7 +152,7 @@ def reply_branch(chat_id: int, run_id: Any) -> dict[str, Any]:
     "< 2/2 >" without a reload: ``branch`` when the reply of run ``run_id`` has
     alternatives (a regenerated reply), ``promptBranch`` when the prompt it answers has
     (an edited prompt: the client's own copy of it has no metadata to carry it). ``{}``
-    when neither has. Two queries."""
+    when neither has. One query."""
     out: dict[str, Any] = {}
     try:
         tree = Tree(chat_id)
@@ -157,6 +173,12 @@ def reply_branch(chat_id: int, run_id: Any) -> dict[str, Any]:
     return out
 
 
+def _empty_runs(chat: Chat, tree: Tree) -> set[str]:
+    """The UI ids of the chat's runs that stored no message of the tree."""
+    ids = Run.objects.filter(chat=chat).values_list("pk", flat=True)
+    return {f"run-{pk}" for pk in ids} - {node.id for node in tree.nodes}
+
+
 @dataclass
 class Placement:
     """Where a request's new message (or regenerated reply) goes: after ``parent`` (a
@@ -173,24 +195,29 @@ def placement_of(
     *,
     regenerate: bool = False,
     field_name: str = "messages",
+    tree: Tree | None = None,
 ) -> Placement:
     """Where a message sent after ``prefix`` (the client's messages before it) goes; with
     ``regenerate``, where a new reply to ``prefix`` goes (the ordinary regenerate when the
     active path ends with ``prefix`` and, maybe, a reply to it). Refuses (a 400 on
     ``field_name``) a prefix naming a message the chat does not have, or not in the order
-    of one of its paths."""
-    tree = Tree(chat)
-    # runs that stored no message (failed before their first step) are UI messages the
-    # client kept: they stand for nothing on the path
-    empty_runs = {
-        f"run-{pk}" for pk in Run.objects.filter(chat=chat).values_list("pk", flat=True)
-    } - {node.id for node in tree.nodes}
+    of one of its paths. ``tree``: the chat's, when the caller knows it (an empty one for
+    a chat it just made)."""
+    if tree is None:
+        tree = Tree(chat)
+    empty_runs: set[str] | None = None
     known: list[UINode] = []
     for index, message in enumerate(prefix):
         ui_id = message.get("id")
-        if ui_id in empty_runs and message.get("role") == "assistant":
-            continue
         node = tree.by_id(ui_id) if isinstance(ui_id, str) else None
+        if node is None and message.get("role") == "assistant" and isinstance(ui_id, str):
+            # runs that stored no message (failed before their first step) are UI
+            # messages the client kept: they stand for nothing on the path (read once,
+            # only for a reply the tree does not have)
+            if empty_runs is None:
+                empty_runs = _empty_runs(chat, tree)
+            if ui_id in empty_runs:
+                continue
         if node is None:
             raise ValidationError(
                 {

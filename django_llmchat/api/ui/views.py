@@ -31,8 +31,8 @@ from ..schema import document
 from ..serializers import RunSerializer
 from . import DONE, UIRun, can_resume, chunk, follow_chunks, no_stream, ui_response
 from . import messages as ui_messages
-from .chats import chat_for, decide_all
-from .paths import placement_of, reply_branch
+from .chats import chat_for, decide_all, made_chat
+from .paths import Tree, placement_of, reply_branch
 from .requests import UIChatSerializer, UIMessageSerializer, approvals_of
 from .stream import UIMessageStream
 
@@ -100,12 +100,14 @@ class UIChatView(TransportView):
         # a chat made on first use commits with the run the request admits: a refused
         # request (400, 404, 409, 422, 429) leaves no empty chat behind
         with transaction.atomic():
-            chat = chat_for(request.user, data["id"], create=True)
+            # the lookup above found none: made now (found, when a concurrent first
+            # request made it meanwhile)
+            chat, made = made_chat(request.user, data["id"])
             if chat is None:  # cannot happen for an authenticated user
                 raise Http404("No such chat.")
-            return self._post(request, chat, data)
+            return self._post(request, chat, data, made=made)
 
-    def _post(self, request, chat: Chat, data: dict):
+    def _post(self, request, chat: Chat, data: dict, made: bool = False):
         last = data["last"]
         # a new user message's own id names the request when no header does: a retried
         # sendMessage stores no second prompt
@@ -118,21 +120,47 @@ class UIChatView(TransportView):
             body["double_texting"] = data["double_texting"]
         idem = Idempotency.of(request, "ui-chat", chat, body, fallback=fallback)
         after = stream_position(chat) if idem is not None else None
+        prompted = data["trigger"] == "submit-message" and last.get("role") == "user"
+        remembered: list[int] = []  # the prompt whose client id was kept with its run
+
+        def remember(admitted: Run) -> None:
+            """The client's id of the user message, kept in the transaction admitting it
+            (with the request's key)."""
+            if admitted.prompt_id is not None:
+                ui_messages.remember_user_message_id(admitted.prompt_id, last.get("id"))
+                remembered.append(admitted.prompt_id)
+
         return once(
-            idem, self, lambda: self._answer(chat, data, last, idem), stream="ui", after=after
+            idem,
+            self,
+            lambda: self._answer(chat, data, last, idem, made=made, remembered=remembered),
+            stream="ui",
+            after=after,
+            also=remember if prompted else None,
         )
 
-    def _answer(self, chat: Chat, data: dict, last: dict, idem: Idempotency | None):
+    def _answer(
+        self,
+        chat: Chat,
+        data: dict,
+        last: dict,
+        idem: Idempotency | None,
+        *,
+        made: bool = False,
+        remembered: list[int] | None = None,
+    ):
         def finish(event) -> dict:  # a regenerated reply says its alternatives at once
             return reply_branch(chat.pk, event.run_id)
 
+        # a chat this request made has no messages and no runs: nothing to read
+        tree = Tree.empty() if made else None
         stream = UIMessageStream(chat_id=chat.pk, finish_metadata=finish)
         run: dict[str, Any] = {}
         sent = data.get("messages") if data.get("message") is None else None
         parent = None  # a new branch's parent (branches.ROOT: before the first message)
         if data["trigger"] == "regenerate-message":
             run["regenerate"] = True
-            if sent and not placement_of(chat, sent, regenerate=True).append:
+            if sent and not placement_of(chat, sent, regenerate=True, tree=tree).append:
                 raise ValidationError(
                     {
                         "messages": [
@@ -145,7 +173,7 @@ class UIChatView(TransportView):
             run["prompt"] = data["prompt"]  # checked by the serializer (the input rules)
             run["attachments"] = data["attachments"] or None
             if sent is not None:  # the messages before it are the path it continues
-                place = placement_of(chat, sent[:-1])
+                place = placement_of(chat, sent[:-1], tree=tree)
                 if not place.append:
                     parent = branches.ROOT if place.parent is None else place.parent
         else:  # an assistant message: the answers to approval requests
@@ -186,7 +214,8 @@ class UIChatView(TransportView):
         if "prompt" in run:  # a reloaded chat names the user message as its client did
             row = inline.run
             prompt_id = row.prompt_id if row is not None else None
-            ui_messages.remember_user_message_id(prompt_id, last.get("id"))
+            if prompt_id not in (remembered or ()):  # not with the key: after its admission
+                ui_messages.remember_user_message_id(prompt_id, last.get("id"))
         return ui_response(inline.frames())
 
 
