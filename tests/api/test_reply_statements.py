@@ -3,7 +3,7 @@ them: ``POST chats/{id}/messages/`` answering ``202`` (the run queued for a work
 request measured alone) and ``POST ui/chat`` (the reply streamed in the response, so its
 run is part of the request). Each list is exact, per database (PostgreSQL admits a run in
 one call of ``llmchat_run_enqueue_v1`` and stores the reply in one call of
-``llmchat_run_store_last_step_v1``; SQLite takes the statements); so are its ``BEGIN``
+``llmchat_run_store_last_step_v2``; SQLite takes the statements); so are its ``BEGIN``
 and ``COMMIT`` (on PostgreSQL, also counted on the wire, from libpq's trace: a statement
 outside a transaction commits alone and sends none). A process that served a request
 before is measured (its per-process lookups done: the functions found, the model's
@@ -308,10 +308,8 @@ def test_an_expired_key_is_deleted_with_the_new_one_stored(api, chat, served, se
 
 # -- POST ui/chat ----------------------------------------------------------------------------
 UI_REPLY = expect(
-    pg=["SELECT llmchat_run_store_last_step_v1", "SELECT llmchat_run", "SELECT llmchat_message"],
+    pg=["SELECT llmchat_run_store_last_step_v2", "SELECT llmchat_run", "SELECT llmchat_message"],
     sqlite=[
-        "SELECT llmchat_message",
-        "INSERT llmchat_usage",
         "BEGIN",
         "UPDATE llmchat_chat",
         "INSERT llmchat_message",
@@ -325,10 +323,9 @@ UI_REPLY = expect(
     ],
 )
 """The reply's part of a ``ui/chat`` request: on PostgreSQL the reply stored with the
-run's end in one call, on SQLite the transcript read, the attempt's pending row, then
-the reply's transaction; then the run's totals and last message (``RunFinished``, the
-``finish`` chunk's metadata) and the chat's UI tree (the reply's alternatives, one
-query)."""
+run's end in one call, on SQLite the reply's transaction; then the run's totals and last
+message (``RunFinished``, the ``finish`` chunk's metadata) and the chat's UI tree (the
+reply's alternatives, one query)."""
 
 UI_ADMISSION = expect(
     pg=[
@@ -348,12 +345,14 @@ UI_ADMISSION = expect(
         "INSERT llmchat_idempotency_key",
         "UPDATE llmchat_message",
         "UPDATE llmchat_chat",
+        "SELECT llmchat_message",  # the path the request was built on, still the chat's
+        "INSERT llmchat_usage",  # the first attempt, pending
         "COMMIT",
     ],
 )
 """The admission of a ``ui/chat`` prompt with its key (the client's message id, or the
-header): the prompt and its run (PostgreSQL: one call, which also opens the first
-attempt's pending row; SQLite: its statements), the key's row with the stream's outcome,
+header): the prompt and its run, and the first attempt's pending row (PostgreSQL: one
+call; SQLite: its statements), the key's row with the stream's outcome,
 the client's message id kept on the prompt (``raw``), committed together."""
 
 
@@ -381,13 +380,16 @@ def test_ui_chat_starting_a_new_chat(api, owner, served):
     """The token, the chat looked up by the client's id (none), then one transaction:
     the chat made (in a savepoint: a concurrent first request's chat is read instead),
     the key's read, the admission in its own savepoint (:data:`UI_ADMISSION`'s statements
-    there), committed with the chat; no tree read (a chat just made has none). The
-    reply: the run's first transcript read (the chat is new to the process), then
-    :data:`UI_REPLY`, and the chat's title from the prompt."""
+    there), committed with the chat; no tree read and no transcript read (a chat just
+    made has none). The reply: :data:`UI_REPLY`, the chat's title from the prompt with
+    it (PostgreSQL: in the reply's call; SQLite: in its transaction)."""
     served.script("Paris.")
     with Measured() as measured:
         got = chunks(ui(api, "fresh-chat", user("Capital of France?")))
     admitted = [s for s in UI_ADMISSION if s not in ("BEGIN", "COMMIT")]
+    reply = list(UI_REPLY)
+    if not PG:  # the chat's title from the prompt, in the reply's transaction
+        reply.insert(reply.index("COMMIT"), "UPDATE llmchat_chat")
     assert measured.list == [
         "SELECT authtoken_token",
         "SELECT llmchat_chat",
@@ -396,13 +398,11 @@ def test_ui_chat_starting_a_new_chat(api, owner, served):
         "INSERT llmchat_chat",
         "RELEASE SAVEPOINT",
         "SELECT llmchat_idempotency_key",
-        *(["SELECT llmchat_message"] if PG else []),  # the run's transcript, before
         "SAVEPOINT",
         *admitted,
         "RELEASE SAVEPOINT",
         "COMMIT",
-        *UI_REPLY,
-        "UPDATE llmchat_chat",
+        *reply,
     ]
     assert measured.commits() == (1 if PG else 2)
     made = Chat.objects.get(client_id="fresh-chat")
@@ -422,7 +422,7 @@ def test_ui_chat_with_an_idempotency_key(api, chat, served):
     with Measured() as measured:
         chunks(ui(api, chat.pk, message, **key))
     reads = ["SELECT authtoken_token", "SELECT llmchat_chat", "SELECT llmchat_idempotency_key"]
-    cold = ["SELECT llmchat_message"] if PG else []
+    cold = ["SELECT llmchat_message"]  # the chat is new to the process: its transcript
     assert measured.list == [*reads, "SELECT llmchat_message", *cold, *UI_ADMISSION, *UI_REPLY]
     assert measured.commits() == (1 if PG else 2)
     assert IdempotencyKey.objects.get(chat=chat).key == key["HTTP_IDEMPOTENCY_KEY"]
