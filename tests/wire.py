@@ -74,6 +74,10 @@ class Wire:
         else:
             connection.connection.set_trace_callback(None)
 
+    def count(self, statement: str) -> int:
+        """How many times ``statement`` (``"BEGIN"``, ``"COMMIT"``) was sent as it is."""
+        return sum(1 for sql in self.sent if sql.strip().upper() == statement)
+
     @property
     def statements(self) -> list[str]:
         return [name_of(sql) for sql in self.sent if not _CONTROL.match(sql.strip())]

@@ -12,7 +12,6 @@ registry row read); ``docs/benchmarks.md`` has the lists before and after."""
 from __future__ import annotations
 
 import re
-import tempfile
 import uuid
 from contextlib import contextmanager
 from datetime import timedelta
@@ -25,6 +24,7 @@ from django_llmchat.models import Chat, IdempotencyKey, Message, Run
 from django_llmchat.tasks import complete_chat
 from django_llmchat.testing import Reply
 from tests.celery_app import make_app
+from tests.wire import Wire
 
 from .conftest import url
 from .test_ui_chat import chunks, post, user
@@ -33,41 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 MODEL = "gpt-4.1-mini"
 PG = connection.vendor == "postgresql"
-
-
-class Wire:
-    """What this connection sends the server, from libpq's own trace of the protocol
-    (as ``RoundTrips`` in tests/runs/test_pg.py): the ``BEGIN`` and ``COMMIT`` among the
-    round trips. On SQLite, ``None``: Django sends both through the cursor there, and the
-    captured statements hold them."""
-
-    def __enter__(self):
-        self.file = None
-        if not PG:
-            return self
-        from psycopg import pq
-
-        connection.ensure_connection()
-        self.file = tempfile.TemporaryFile(mode="w+")
-        self.pgconn = connection.connection.pgconn
-        self.pgconn.trace(self.file.fileno())
-        self.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        return self
-
-    def __exit__(self, *exc):
-        self.trips: list[str] = []
-        if self.file is None:
-            return
-        self.pgconn.untrace()
-        self.file.seek(0)
-        for line in self.file.read().splitlines():
-            fields = line.split("\t")
-            if fields[0] == "F" and len(fields) > 2 and fields[2] in ("Query", "Sync"):
-                self.trips.append(fields[3].strip().strip('"') if len(fields) > 3 else "")
-        self.file.close()
-
-    def count(self, statement: str) -> int:
-        return sum(1 for text in self.trips if text.upper() == statement)
 
 
 def statements(ctx) -> list[str]:
@@ -106,8 +71,8 @@ class Measured:
         captured = self.list.count("COMMIT")
         assert self.list.count("BEGIN") == captured
         if PG:
-            assert self.wire.count("COMMIT") == captured, self.wire.trips
-            assert self.wire.count("BEGIN") == captured, self.wire.trips
+            assert self.wire.count("COMMIT") == captured, self.wire.sent
+            assert self.wire.count("BEGIN") == captured, self.wire.sent
         return captured
 
 
