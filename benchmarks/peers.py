@@ -30,6 +30,10 @@ own, from PyPI); ``--no-install`` skips sides whose packages are missing there.
 
     python benchmarks/peers.py [--rounds 10] [--block 10] [--sides floor,django-llmchat,...]
         [--postgres postgres://postgres@127.0.0.1:5432/test] [--databases sqlite,postgres]
+        [--compare ../other-checkout]
+
+``--compare DIR`` adds a django-llmchat side running the checkout in ``DIR`` (another
+commit), side by side in the same run: a change's before and after.
 """
 
 from __future__ import annotations
@@ -101,9 +105,14 @@ def _has(python: Path, side: str) -> bool:
 class Side:
     """One side's process: told ``<conversations> <turns>``, it answers the seconds spent."""
 
-    def __init__(self, name: str, python: Path, url: str, workdir: Path, database: str):
+    def __init__(
+        self, name: str, python: Path, url: str, workdir: Path, database: str, root: Path = ROOT
+    ):
         self.name, self.database = name, database
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        if root != ROOT:  # another checkout of django-llmchat, side by side with this one
+            self.name = f"{name}@{root.name}"
+        env = {**os.environ, "PYTHONPATH": str(root), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env["PEERS_LLMCHAT_ROOT"] = str(root)
         env["LLM_USER_PATH"] = str(workdir / "llm")
         env.pop("DATABASE_URL", None)
         if database != "sqlite":
@@ -161,6 +170,9 @@ def main() -> None:
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--postgres", help="a PostgreSQL server's URL (default: DATABASE_URL)")
     parser.add_argument("--databases", default="sqlite,postgres")
+    parser.add_argument(
+        "--compare", type=Path, help="another checkout: its django-llmchat side beside this one"
+    )
     parser.add_argument("--no-install", action="store_true")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -203,11 +215,15 @@ def main() -> None:
             if name in PEER_PACKAGES and not _has(python, name):
                 print(f"skipping {name}: not installed in {PEERS_VENV}")
                 continue
-            workdir = workroot / f"{name}-{len(sides)}"
-            workdir.mkdir()
-            side = Side(name, python, server.base_url("openai"), workdir, database)
-            print(f"{name} ({_label(database)}): {side.ready}", flush=True)
-            sides.append(side)
+            roots = [ROOT]
+            if name == "django-llmchat" and args.compare:
+                roots.append(args.compare.resolve())
+            for root in roots:
+                workdir = workroot / f"{name}-{len(sides)}"
+                workdir.mkdir()
+                side = Side(name, python, server.base_url("openai"), workdir, database, root)
+                print(f"{side.name} ({_label(database)}): {side.ready}", flush=True)
+                sides.append(side)
 
     for side in sides:  # untimed warm-up: imports, pools, prepared statements, caches
         for turns in SHAPES:
@@ -243,7 +259,7 @@ def report(sides: list[Side], spent: dict, replies: int, rounds: int) -> None:
         print()
         print(_label(database))
         print(
-            f"{'side':<16}{'1-turn ms':>11}{'ratio':>7}{'cpu ms':>8}"
+            f"{'side':<24}{'1-turn ms':>11}{'ratio':>7}{'cpu ms':>8}"
             f"{'10-turn ms':>12}{'ratio':>7}{'cpu ms':>8}"
         )
         for side in mine:
@@ -254,7 +270,7 @@ def report(sides: list[Side], spent: dict, replies: int, rounds: int) -> None:
                 ratio = f"{wall / base:.2f}" if base else "-"
                 ms, cpu_ms = wall / replies * 1000, cpu / replies * 1000
                 cells.append(f"{ms:>{width}.2f}{ratio:>7}{cpu_ms:>8.2f}")
-            print(f"{side.name:<16}{''.join(cells)}")
+            print(f"{side.name:<24}{''.join(cells)}")
 
 
 # -- the sides ----------------------------------------------------------------------------------
@@ -339,6 +355,9 @@ def floor_side(url: str, workdir: Path):
 def llmchat_side(url: str, workdir: Path):
     sys.path.insert(0, str(HERE))
     from _django import setup  # DATABASE_URL: a database beside it (its name + "_bench")
+
+    # the checkout measured (--compare: another one), ahead of this one on the path
+    sys.path.insert(0, os.environ.get("PEERS_LLMCHAT_ROOT", str(ROOT)))
 
     setup(
         {
