@@ -115,8 +115,8 @@ class Side:
         env["PEERS_LLMCHAT_ROOT"] = str(root)
         env["LLM_USER_PATH"] = str(workdir / "llm")
         env.pop("DATABASE_URL", None)
-        if database != "sqlite":
-            env["DATABASE_URL"] = database
+        if database != "sqlite":  # another checkout: a database of its own beside it
+            env["DATABASE_URL"] = database + ("" if root == ROOT else f"_{root.name}")
         self.proc = subprocess.Popen(
             [str(python), str(Path(__file__).resolve()), "--side", name, "--url", url,
              "--workdir", str(workdir)],

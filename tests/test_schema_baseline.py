@@ -9,8 +9,9 @@ One difference is by design: the chain installed ``llmchat_run_enqueue_v1`` and
 ``llmchat_run_enqueue_v2`` (which called v1 and then opened the first attempt); the
 baseline installs one ``llmchat_run_enqueue_v1`` with v2's arguments and both bodies
 folded. :func:`expected` applies that to the recorded snapshot before comparing. The
-line of ``llmchat_run_store_last_step_v2`` was recorded from the chain's third migration,
-``0003_run_functions_v2``, which installs it beside ``_v1``.
+lines of ``llmchat_run_store_last_step_v2`` (installed beside ``_v1``) and of
+``llmchat_run_leaf_v1`` (its body now PL/pgSQL) were recorded from the chain's third
+migration, ``0003_run_functions_v2``.
 
 ``0001_baseline`` replaces the old chain (``replaces``): a database that applied all 23 is
 treated as migrated to it, and ``0002_run_functions`` then installs the functions (and
