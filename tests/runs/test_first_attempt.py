@@ -87,3 +87,22 @@ def test_the_attempt_is_written_only_when_leaf_count_and_highest_id_all_match(ch
         chat, prompt, start=True, attempt=attempt, seen=(leaf, count, top)
     )
     assert attempt.pk is not None and Usage.objects.get(run_id=run.pk).pk == attempt.pk
+
+
+def test_a_stream_closed_at_run_started_leaves_no_attempt(chat, fake_llm):
+    """The attempt the admission opened was never made: a stream closed at its first
+    event ends the run cancelled and deletes the pending row (nothing left pending, nothing
+    billed)."""
+    fake_llm.script(Reply("never asked"))
+    events = chat.stream("hello")
+    assert next(iter(events)).type == "run_started"
+    events.close()
+    run = chat.runs.latest("id")
+    assert run.status == "cancelled"
+    assert not Usage.objects.filter(run_id=run.pk).exists()
+    assert not Usage.objects.filter(status=Usage.PENDING).exclude(chat__in=_others()).exists()
+
+
+def _others():
+    """The bystanders' chats (their runs hold pending attempts of their own)."""
+    return Chat.objects.filter(messages__content__startswith="bystander").values("pk")
