@@ -112,8 +112,9 @@ class Runner:
         self.unanswered: list[ToolCall] = []
         self.attempts = ProviderAttempts(self)
         self.tool_runs = ToolRunner(self)
-        # ``reply_title(runner)``: the ``(title, source)`` the run's last reply is stored
-        # with (an untitled chat's automatic title), or ``None`` (its driver sets it)
+        # ``reply_title(runner)``: the title the run's last reply is stored with (an
+        # untitled chat's automatic title, a ``chats.titles.ReplyTitle``), or ``None``
+        # (its driver sets it)
         self.reply_title: Any = None
 
     # -- setup ----------------------------------------------------------------------------
