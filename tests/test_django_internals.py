@@ -635,3 +635,21 @@ def test_known_rows_and_forget_rows_read_the_prefetch_cache():
     with _queries() as queries:
         assert list(message.usages.all()) == [usage]
     assert len(queries.captured_queries) == 1
+
+
+def test_connection_attributes_the_direct_statements_read():
+    """``BaseDatabaseWrapper.connection``, ``execute_wrappers``, ``queries_logged``,
+    ``health_check_enabled``/``health_check_done``, ``validate_no_broken_transaction()``
+    and ``wrap_database_errors``: what ``prepared.execute`` reads to run a statement on
+    SQLite's own connection only where Django's cursor would add nothing."""
+    connection.ensure_connection()
+    assert connection.connection is not None
+    assert connection.execute_wrappers == []
+    assert connection.queries_logged is False
+    assert isinstance(connection.health_check_enabled, bool)
+    assert isinstance(connection.health_check_done, bool)
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        pass
+    with connection.execute_wrapper(lambda *a: None):
+        assert connection.execute_wrappers

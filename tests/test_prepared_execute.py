@@ -1,0 +1,147 @@
+"""``db.prepared.execute``: a compiled statement run straight on SQLite's connection gives
+what Django's cursor gives (rows, errors, refusals), and runs through Django's cursor
+whenever something watches the statements."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db import IntegrityError, connection, transaction
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+
+from django_llmchat.db import prepared
+from django_llmchat.db.prepared import PreparedInsert, PreparedQuery, PreparedUpdate, execute
+from django_llmchat.models import Chat, Message
+
+pytestmark = pytest.mark.django_db
+
+on_sqlite = pytest.mark.skipif(connection.vendor != "sqlite", reason="the direct path is SQLite's")
+
+
+class _Traced:
+    """The statements SQLite runs (its own trace), and whether Django's cursor ran them."""
+
+    def __init__(self, monkeypatch):
+        self.sql: list[str] = []
+        self.through_django = 0
+        wrapper = type(connection.cursor().cursor) if connection.vendor == "sqlite" else None
+        if wrapper is not None:
+            original = wrapper.execute
+
+            def counted(cursor, query, params=None):
+                self.through_django += 1
+                return original(cursor, query, params)
+
+            monkeypatch.setattr(wrapper, "execute", counted)
+
+    def __enter__(self):
+        connection.ensure_connection()
+        connection.connection.set_trace_callback(self.sql.append)
+        return self
+
+    def __exit__(self, *exc):
+        connection.connection.set_trace_callback(None)
+
+
+@on_sqlite
+def test_a_compiled_statement_runs_on_sqlite_without_django_cursor(monkeypatch):
+    chat = Chat.objects.create(title="before")
+    with _Traced(monkeypatch) as traced:
+        assert PreparedUpdate(Chat, title="after").run(chat.pk) == 1
+        rows = PreparedQuery(lambda pk: Chat.objects.filter(pk=pk).values_list("title")).rows(
+            chat.pk
+        )
+        message = Message(chat=chat, role="user", content="hi")
+        assert PreparedInsert(Message).insert(message)
+    assert rows == [("after",)]
+    assert traced.through_django == 0
+    # SQLite traces a statement again each time it re-runs it (triggers, a re-prepare)
+    kinds = [s.split()[0] for s in traced.sql if not s.startswith("--")]
+    assert [k for n, k in enumerate(kinds) if not n or kinds[n - 1] != k] == [
+        "UPDATE",
+        "SELECT",
+        "INSERT",
+    ]
+    assert Message.objects.get(pk=message.pk).content == "hi"
+
+
+@on_sqlite
+def test_the_placeholders_are_turned_as_django_turns_them():
+    """``%s`` becomes ``?``, ``%%`` (a literal ``%`` in Django's SQL, as in ``STRFTIME``)
+    becomes ``%``: the text Django's own SQLite cursor would run."""
+    from django.db.models.functions import Now
+
+    converter = type(connection.cursor().cursor)
+    update = PreparedUpdate(Chat, updated_at=Now(), title=prepared.Arg(str))
+    sql, _ = update._bound((1, "x"), "default")
+    assert "%%" in sql
+    chat = Chat.objects.create()
+    update.run(chat.pk, title="t")
+    assert prepared._QMARK_SQL[sql] == converter.convert_query(None, sql)
+
+
+@pytest.mark.parametrize("watched", ["execute_wrapper", "captured", "debug"])
+def test_watched_statements_run_through_django_cursor(monkeypatch, settings, watched):
+    chat = Chat.objects.create()
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    update = PreparedUpdate(Chat, title="watched")
+    if watched == "execute_wrapper":
+        with connection.execute_wrapper(wrapper):
+            update.run(chat.pk)
+        assert len(seen) == 1 and seen[0].startswith("UPDATE")
+    elif watched == "captured":
+        with CaptureQueriesContext(connection) as queries:
+            update.run(chat.pk)
+        assert len(queries.captured_queries) == 1
+    else:
+        settings.DEBUG = True
+        connection.queries_log.clear()
+        update.run(chat.pk)
+        assert [q["sql"].split()[0] for q in connection.queries] == ["UPDATE"]
+    assert Chat.objects.get(pk=chat.pk).title == "watched"
+
+
+def test_an_integrity_error_is_django_one():
+    chat = Chat.objects.create()
+    sql = 'INSERT INTO "llmchat_chat" ("id", "title") VALUES (%s, %s)'
+    with pytest.raises(IntegrityError), transaction.atomic():
+        execute(connection, sql, [chat.pk, "twin"], prepared._ROWCOUNT)
+    assert Chat.objects.filter(pk=chat.pk).count() == 1
+
+
+def test_a_statement_in_a_broken_transaction_is_refused():
+    chat = Chat.objects.create()
+    update = PreparedUpdate(Chat, title="never")
+    with transaction.atomic():
+        try:
+            execute(
+                connection,
+                'INSERT INTO "llmchat_chat" ("id", "title") VALUES (%s, %s)',
+                [chat.pk, "twin"],
+                prepared._ROWCOUNT,
+            )
+        except IntegrityError:
+            connection.set_rollback(True)
+        with pytest.raises(TransactionManagementError):
+            update.run(chat.pk)
+    assert Chat.objects.get(pk=chat.pk).title == ""
+
+
+def test_a_statement_from_an_event_loop_is_refused():
+    chat = Chat.objects.create()
+    connection.ensure_connection()
+
+    async def in_loop():
+        PreparedUpdate(Chat, title="async").run(chat.pk)
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(in_loop())
+    assert Chat.objects.get(pk=chat.pk).title == ""
