@@ -367,11 +367,15 @@ def llmchat_side(url: str, workdir: Path):
         }
     )
     from django_llmchat.models import Chat
+    from django_llmchat.runs import admission
+
+    # an older checkout (--compare) saves the chat before its first prompt
+    saved_with_prompt = "saved here, in the admission" in (admission.enqueue.__doc__ or "")
 
     def new():
         # a new conversation is a Chat row here (counted: llm's log_to_db writes its
-        # conversation row too)
-        chat = Chat.objects.create()
+        # conversation row too), saved with its first prompt
+        chat = Chat() if saved_with_prompt else Chat.objects.create()
         return chat.ask
 
     return new

@@ -88,6 +88,45 @@ def test_a_new_chats_first_turn(chat, fake_llm):
     assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
 
 
+# an unsaved chat's first prompt: its row first, in the admission's transaction; nothing
+# else can see it yet, so its lock, its run ahead and its leaf are not read
+NEW_CHAT_ADMISSION = (
+    ["INSERT llmchat_chat", "SELECT llmchat_run_enqueue_v1"]
+    if PG
+    else [
+        "INSERT llmchat_chat",
+        "INSERT llmchat_message",
+        "INSERT llmchat_run",
+        "UPDATE llmchat_chat",  # running
+        "INSERT llmchat_usage",  # the attempt, pending
+    ]
+)
+
+
+def test_an_unsaved_chats_first_turn(chat, fake_llm):
+    """``Chat(...).ask()``: the chat's row commits with its first prompt and run, two
+    commits in all; the next turn reads no transcript either."""
+    fake_llm.script(Reply("fine"), Reply("again"))
+    made = Chat(provider="openai", model_id="gpt-4.1-mini")
+    with Wire() as wire:
+        reply = made.ask("Plan a trip to Lisbon")
+    assert wire.statements == [*NEW_CHAT_ADMISSION, *REPLY, *TITLE]
+    assert wire.commits == 2
+    assert made.pk is not None and reply.chat_id == made.pk
+    made.refresh_from_db()
+    assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
+    assert made.status == "idle" and reply.usages.get().status == Usage.SUCCEEDED
+    with Wire() as wire:
+        made.ask("and then?")
+    assert wire.statements == ADMISSION + REPLY
+    assert [m.content for m in made.messages.order_by("position")] == [
+        "Plan a trip to Lisbon",
+        "fine",
+        "and then?",
+        "again",
+    ]
+
+
 def test_the_first_turn_of_a_chat_read_from_the_database(chat, fake_llm):
     """A chat loaded (not created by this instance): its transcript is read once."""
     fresh = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")

@@ -62,6 +62,7 @@ from django_llmchat.chats import lifecycle
 from django_llmchat.chats.titles import prompt_title
 from django_llmchat.errors import LLMChatError
 from django_llmchat.models import Chat, Limit, Message, Run, ToolCall, Usage
+from django_llmchat.models.chat_builder import tool_name
 from django_llmchat.models.protected import MARKER
 from django_llmchat.runs import execution as runs_execution
 from django_llmchat.runs import limits
@@ -252,9 +253,13 @@ class RulesMachine(RuleBasedStateMachine):
         self.new_chat()
 
     # -- helpers ----------------------------------------------------------------------
-    def new_chat(self) -> None:
-        self.chat = Chat.objects.create(user=self.owner, provider=MODEL[0], model_id=MODEL[1])
-        self.chat.with_tools(*TOOLS)
+    def new_chat(self, saved: bool = True) -> None:
+        """The chat the rules act on from now: a new one (``saved=False``: not saved yet,
+        its first prompt saves it)."""
+        self.chat = Chat(user=self.owner, provider=MODEL[0], model_id=MODEL[1])
+        self.chat.tools = [tool_name(t) for t in TOOLS]
+        if saved:
+            self.chat.save()
         self.waiting = False  # a run of the chat waits for a tool-call decision
         self.users_title: str | None = None  # the title the user gave the chat, if any
         self.new_prompt_parent = None  # (parent id or None) of the latest branch asked
@@ -369,6 +374,24 @@ class RulesMachine(RuleBasedStateMachine):
     def ask_python(self, text, kind, junk):
         self.script(kind, junk)
         self.python(self.chat.ask, text)
+
+    @precondition(lambda self: not self.waiting)
+    @rule(text=texts, kind=replies, junk=junk_kinds)
+    def ask_a_chat_not_saved_yet(self, text, kind, junk):
+        """``Chat(...).ask()``: the chat's row commits with its first prompt and run, or,
+        refused, not at all (the chat unsaved again; then the user saves it)."""
+        chats = Chat.objects.count()
+        self.new_chat(saved=False)
+        self.script(kind, junk)
+        self.python(self.chat.ask, text)
+        if self.chat.pk is None:
+            event("an unsaved chat refused")
+            assert Chat.objects.count() == chats, "a refused chat's row was stored"
+            self.plan.clear()
+            self.chat.save()
+        else:
+            assert Chat.objects.count() == chats + 1
+            assert self.chat.messages.filter(role="user").count() == 1
 
     @precondition(lambda self: not self.waiting)
     @rule(text=texts, kind=replies, junk=junk_kinds)

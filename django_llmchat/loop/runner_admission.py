@@ -70,6 +70,7 @@ def admit(
         # read after the path was: a path the admission finds as read is before it
         message.position = clock_position()
     task_id = uuid.uuid4().hex if later else ""
+    unsaved = chat.pk is None  # saved by the admission, with the prompt
     run, execution = runs.enqueue(
         chat,
         message,
@@ -82,6 +83,8 @@ def admit(
         seen=first.seen if first is not None else None,
         double_texting=runner.double_texting,
     )
+    if unsaved:
+        new_chat_history(chat)  # its empty history, kept now it has a key
     if first is not None and first.row.pk is not None:
         first.prompt.ref = message.pk  # what the reply follows
         runner.attempts.first = first

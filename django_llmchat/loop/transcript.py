@@ -168,14 +168,18 @@ def answered_history(chat: Chat) -> LoadedHistory | None:
 
 def new_chat_history(chat: Chat) -> LoadedHistory | None:
     """The history of a chat this instance created (``Chat.save()`` of a new row) and
-    never ran: empty, without reading the database, and kept so its answer extends it
-    (:func:`remember_answered`); ``None`` for any other chat. Asked once per instance.
+    never ran, or of an unsaved one: empty, without reading the database, and kept so its
+    answer extends it (:func:`remember_answered`; an unsaved chat's once the admission
+    saved it, asked again then); ``None`` for any other chat. Asked once per instance.
     The admission checks the path is still empty, as it checks any kept history."""
-    if not chat.__dict__.pop("_created_here", False):
+    unsaved = chat.pk is None  # saved with its first prompt: kept once it has its key
+    if not (unsaved or chat.__dict__.pop("_created_here", False)):
         return None
-    key = (router.db_for_read(Message), chat.pk)
     # not ``answered``: only the run answering it makes it so (remember_answered)
     built = _Built([], 0, 0, _FIRST, None, {}, {}, None, {}, time.monotonic() + HISTORY_CACHE_TTL)
+    if unsaved:
+        return _loaded(built)
+    key = (router.db_for_read(Message), chat.pk)
     with _built_lock:
         _built[key] = built
         _built.move_to_end(key)

@@ -1,5 +1,7 @@
 """The chat's builder: the ``with_*`` methods, each saving and returning the chat so calls
-chain (``chat.with_instructions("Be terse.").with_tools(weather)``)."""
+chain (``chat.with_instructions("Be terse.").with_tools(weather)``). On a chat not saved
+yet (``Chat(...)``) they only set its fields: its first prompt saves them with it (or
+``save()``); ``with_instructions``, which writes a message, saves the chat first."""
 
 from __future__ import annotations
 
@@ -41,10 +43,17 @@ class ChatBuilder:
     ``with_params``, ``with_history``, ``with_schema`` and ``cache_until_here``: a mixin of
     :class:`~django_llmchat.models.AbstractChat`."""
 
+    def _keep(self, fields: list[str]) -> None:
+        """Save ``fields``: now on a saved chat, with the chat on an unsaved one."""
+        if self.pk is not None:
+            self.save(update_fields=fields)
+
     def with_instructions(self, text: str | None, *, append: bool = False):
         """Set the system instructions: replace them (default), ``append=True`` to add one
         more, ``None`` to clear them."""
         with transaction.atomic():
+            if self.pk is None:
+                self.save()
             if not append or text is None:
                 # summaries (system rows too) are history, not instructions
                 self.messages.filter(role="system", summary_until__isnull=True).delete()
@@ -61,7 +70,7 @@ class ChatBuilder:
             info = find_model(model_id)
             provider = info.provider if info else self.provider
         self.model_id, self.provider = model_id, provider
-        self.save(update_fields=["model_id", "provider", "updated_at"])
+        self._keep(["model_id", "provider", "updated_at"])
         return self
 
     def with_tools(self, *tools: Any, replace: bool = False):
@@ -69,7 +78,7 @@ class ChatBuilder:
         names = [tool_name(t) for t in tools]
         current = [] if replace else list(self.tools or [])
         self.tools = current + [n for n in names if n not in current]
-        self.save(update_fields=["tools", "updated_at"])
+        self._keep(["tools", "updated_at"])
         return self
 
     def with_temperature(self, temperature: float):
@@ -82,7 +91,7 @@ class ChatBuilder:
     def with_params(self, **params: Any):
         """Merge request parameters (``max_tokens``, vendor options under the vendor's name)."""
         self.params = {**(self.params or {}), **params}
-        self.save(update_fields=["params", "updated_at"])
+        self._keep(["params", "updated_at"])
         return self
 
     def with_history(self, history: Any):
@@ -97,13 +106,13 @@ class ChatBuilder:
             if problems:
                 raise ArgumentError(f"history: {problems[0]}")
         self.history = history
-        self.save(update_fields=["history", "updated_at"])
+        self._keep(["history", "updated_at"])
         return self
 
     def with_schema(self, schema: Any):
         """Ask for structured output: a JSON Schema dict or a pydantic model class."""
         self.schema = schema_dict(schema)
-        self.save(update_fields=["schema", "updated_at"])
+        self._keep(["schema", "updated_at"])
         return self
 
     def cache_until_here(self):

@@ -96,10 +96,12 @@ class ChatRuns:
         return import_string(self.runner_class)
 
     def runner(self, context=None):
-        """The runner for one call of this chat's loop (the chat must be saved)."""
+        """The runner for one call of this chat's loop (the chat must be saved; a verb
+        with a prompt saves an unsaved chat with it)."""
         if self.pk is None:
             raise ArgumentError(
-                "save the chat before running it (Chat.objects.create(...) or chat.save())"
+                "save the chat before running it (Chat.objects.create(...) or chat.save()); "
+                "an unsaved chat is saved with its first prompt"
             )
         return self._loop()(self, context=context)
 
@@ -113,11 +115,16 @@ class ChatRuns:
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         return _attachment_items(attachments)
 
-    def _runner_for(self, context, double_texting):
+    def _runner_for(self, context, double_texting, prompt: Any = None):
+        """The runner of a prompt's verb: an unsaved chat asked a prompt is saved with it
+        (in the admission's transaction: :func:`django_llmchat.runs.enqueue`)."""
         from ..runs.policy import checked
 
         policy = checked(double_texting)
-        runner = self.runner(context)
+        if self.pk is None and isinstance(prompt, str):
+            runner = self._loop()(self, context=context)
+        else:
+            runner = self.runner(context)
         runner.double_texting = policy
         return runner
 
@@ -140,7 +147,7 @@ class ChatRuns:
         that message (a Message of this chat of any branch, its id, or
         ``django_llmchat.models.branches.ROOT``; see :meth:`branch_from`). With no prompt, the
         saved history is continued (:meth:`resume`)."""
-        runner = self._runner_for(context, double_texting)
+        runner = self._runner_for(context, double_texting, prompt)
         items = self._check_prompt_type(prompt, attachments)
         if parent is None:
             return runner.ask(prompt, items)
@@ -164,7 +171,7 @@ class ChatRuns:
         row kept. With no prompt, the saved history is continued (a retry after an
         ``IncompleteStreamError`` adds no second user turn). ``parent`` and
         ``double_texting``: as :meth:`ask`."""
-        runner = self._runner_for(context, double_texting)
+        runner = self._runner_for(context, double_texting, prompt)
         items = self._check_prompt_type(prompt, attachments)
         if parent is not None and prompt is None:
             raise ArgumentError("a branch needs a prompt")
@@ -190,7 +197,7 @@ class ChatRuns:
         if not isinstance(prompt, str):
             raise ArgumentError(f"prompt must be a string, got {type(prompt).__name__}")
         items = _attachment_items(attachments)
-        runner = self._runner_for(None, double_texting)
+        runner = self._runner_for(None, double_texting, prompt)
         if parent is None:
             return runner.ask_later(prompt, items)
         with branching(parent):

@@ -26,7 +26,7 @@ from django.db import connections, router, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from ..db.prepared import INT_ARG, PreparedInsert, PreparedQuery, mark_saved
+from ..db.prepared import INT_ARG, PreparedInsert, PreparedQuery, mark_saved, mark_unsaved
 from ..errors import (
     ArgumentError,
     BudgetExceededError,
@@ -163,10 +163,21 @@ def enqueue(
     stop the unfinished runs first, all under the chat's lock in this transaction (the
     admission then takes the statements, not the one call).
 
+    An unsaved ``chat`` (``Chat(...)``, with a prompt) is saved here, in the admission's
+    transaction: its row commits with its first prompt and run, or not at all (refused by
+    a limit, it is unsaved again). Nobody else can see it before, so its lock and its
+    empty path are not read.
+
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
-    if chat.pk is None:
+    new_chat = chat.pk is None
+    if new_chat and (prompt is None or regenerate):
         raise ArgumentError(
-            "save the chat before running it (Chat.objects.create(...) or chat.save())"
+            "save the chat before running it (Chat.objects.create(...) or chat.save()); "
+            "an unsaved chat is saved with its first prompt"
+        )
+    if new_chat and prompt.chat_id is not None:
+        raise ArgumentError(
+            f"the prompt is a message of chat {prompt.chat_id}, not of this unsaved chat"
         )
     if regenerate and prompt is not None:
         raise ArgumentError("a regenerate answers the last prompt again: it takes no prompt")
@@ -178,28 +189,65 @@ def enqueue(
         # campaign (on SQLite); it commits alone, the statements (or a callback's writes
         # with the call) in one transaction
         one_call = _in_one_call(chat, attachments, regenerate, using, policy)  # pragma: no mutate
-        alone = one_call and _ON_ADMIT.get() is None  # pragma: no mutate
+        alone = one_call and not new_chat and _ON_ADMIT.get() is None  # pragma: no mutate
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
+            if new_chat:
+                _save_new_chat(chat, prompt, attempt, using)
             if one_call:  # pragma: no mutate block
                 run, claimed, chat.status = _enqueue_call(
                     chat, prompt, task_id, start, wait, worker, using, attempt, seen
                 )
             else:
                 run, claimed, chat.status = _enqueue(
-                    chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy
+                    chat,
+                    prompt,
+                    attachments,
+                    task_id,
+                    start,
+                    wait,
+                    regenerate,
+                    worker,
+                    policy,
+                    new_chat,
                 )
                 if claimed and attempt is not None and seen is not None:
-                    _open_first_attempt(chat.pk, prompt, run, attempt, seen)
-    except BudgetExceededError as exc:
-        limits.exceeded(chat, exc)  # after the rollback: a receiver may write
+                    _open_first_attempt(chat.pk, prompt, run, attempt, seen, new_chat)
+    except BaseException as exc:
+        if new_chat and chat.pk is not None:
+            mark_unsaved(chat)  # its row rolled back with the rest
+        if isinstance(exc, BudgetExceededError):
+            limits.exceeded(chat, exc)  # after the rollback: a receiver may write
         raise
     return run, (Execution(run, worker=worker) if claimed else None)
 
 
-def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker, policy=ENQUEUE):
-    if not _lock(chat.pk):
+def _save_new_chat(chat: Chat, prompt: Message, attempt: Usage | None, using: str) -> None:
+    """An unsaved chat's row, first in its first admission's transaction; the prompt and
+    the first attempt's row (built before the chat had a key) name it."""
+    chat.save(using=using)
+    prompt.chat = chat
+    if attempt is not None:
+        attempt.chat = chat
+
+
+def _enqueue(
+    chat,
+    prompt,
+    attachments,
+    task_id,
+    start,
+    wait,
+    regenerate,
+    worker,
+    policy=ENQUEUE,
+    new_chat=False,
+):
+    if new_chat:  # written in this transaction: no other can see it, it has no run
+        head = None
+    elif not _lock(chat.pk):
         raise ArgumentError(f"chat {chat.pk} does not exist")
-    head = _head(chat.pk)
+    else:
+        head = _head(chat.pk)
     if head is not None and policy != ENQUEUE:
         head = _double_texted(chat, head, policy)
     if wait and head is not None and head.status == Run.AWAITING_APPROVAL:
@@ -213,7 +261,7 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
         prompt.parent_id = None if after is None else after[0]
     verdict = _admit(chat, prompt, attachments)
     if prompt is not None:
-        _place_prompt(chat, prompt, attachments, head, branch, after)
+        _place_prompt(chat, prompt, attachments, head, branch, after, new_chat)
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
@@ -234,28 +282,35 @@ def _enqueue(chat, prompt, attachments, task_id, start, wait, regenerate, worker
     return run, claimed, (run.status if head is None else head.status)
 
 
-def _open_first_attempt(chat_id: int, prompt, run: Run, attempt: Usage, seen) -> None:
+def _open_first_attempt(
+    chat_id: int, prompt, run: Run, attempt: Usage, seen, new_chat: bool = False
+) -> None:
     """The started run's first attempt, its pending usage row, written in the
     admission's transaction when the path is still the one the caller read (``seen``: its
     active leaf, which the prompt now follows, its message count and highest id, the prompt
-    aside); otherwise nothing is written and the caller reads the path again."""
+    aside); otherwise nothing is written and the caller reads the path again. A chat
+    saved in this transaction has an empty path."""
     after, count, top = seen
     if prompt is None or prompt.parent_id != after:
         return
-    found = _PATH_SEEN.values(chat_id, prompt.pk)
+    if new_chat:
+        found = [(0, None)]
+    else:
+        found = _PATH_SEEN.values(chat_id, prompt.pk)
     if (tuple(found[0]) if found else (0, None)) != (count, top):
         return
     attempt.run_id = run.pk
     _INSERT_USAGE.save(attempt)
 
 
-def _place_prompt(chat, prompt, attachments, head, branch, after) -> None:
+def _place_prompt(chat, prompt, attachments, head, branch, after, new_chat=False) -> None:
     """Where the admitted prompt goes, under the chat's lock (queued behind ``head``,
     after the active leaf, or on its new ``branch`` after ``after``), and stores it."""
     if branch is None and head is not None:
         prompt.position += QUEUED_POSITION  # its parent is given when it is placed
     elif branch is None:
-        after = branches.leaf_row(chat.pk)  # it follows the active leaf
+        # it follows the active leaf (a chat saved in this transaction has none)
+        after = None if new_chat else branches.leaf_row(chat.pk)
         prompt.parent_id = None if after is None else after[0]
     if after is not None and prompt.position <= after[1]:
         # its clock was read before the lock: a reply stored meanwhile reads later

@@ -241,12 +241,53 @@ def test_reply_pickles_and_copies_with_its_relations(chat, fake_llm):
     assert reply.usages.get().output_tokens == 1
 
 
-@pytest.mark.parametrize("call", ["ask", "stream", "complete", "ask_later"])
-def test_an_unsaved_chat_cannot_run(call, fake_llm):
+@pytest.mark.parametrize("call", ["complete", "resume", "ask", "stream"])
+def test_an_unsaved_chat_without_a_prompt_cannot_run(call, fake_llm):
     from django_llmchat.errors import ArgumentError
 
     unsaved = Chat(provider="openai", model_id="gpt-4.1-mini")
-    args = () if call == "complete" else ("hi",)
     with pytest.raises(ArgumentError, match="save the chat before running it"):
-        getattr(unsaved, call)(*args)
-    assert not Message.objects.exists()
+        result = getattr(unsaved, call)()
+        if call == "stream":
+            list(result)
+    assert unsaved.pk is None
+    assert not Chat.objects.exists() and not Message.objects.exists()
+
+
+@pytest.mark.parametrize("call", ["ask", "stream", "ask_later"])
+def test_an_unsaved_chat_is_saved_with_its_first_prompt(call, fake_llm):
+    """``Chat(...).ask("...")`` (``stream``, ``ask_later``): the chat's row is written
+    in the admission's transaction, with the prompt and its run."""
+    # ask_later's task answers in this thread, once the prompt's transaction commits
+    fake_llm.configure("openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER="inline")
+    fake_llm.script(Reply("hello there"))
+    unsaved = Chat(provider="openai", model_id="gpt-4.1-mini")
+    result = getattr(unsaved, call)("hi")
+    if call == "stream":
+        events = list(result)
+        assert events[-1].type == "run_finished"
+    assert unsaved.pk is not None
+    assert Chat.objects.get(pk=unsaved.pk).model_id == "gpt-4.1-mini"
+    contents = list(unsaved.messages.order_by("position").values_list("content", flat=True))
+    assert contents == ["hi", "hello there"]
+    assert Chat.objects.get(pk=unsaved.pk).last_run.status == "succeeded"
+
+
+def test_the_builder_on_an_unsaved_chat_sets_what_its_first_prompt_saves(fake_llm):
+    """``with_model``, ``with_params`` and the rest set an unsaved chat's fields without
+    saving it; its first prompt saves them with it and its request uses them."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    fake_llm.script(Reply("hi"))
+    chat = Chat(provider="openai", model_id="gpt-4o").with_model("gpt-4.1-mini", "openai")
+    chat.with_params(max_tokens=50).with_temperature(0.25)
+    assert chat.pk is None and not Chat.objects.exists()
+    chat.ask("hello")
+    row = Chat.objects.get(pk=chat.pk)
+    params = {"max_tokens": 50, "temperature": 0.25}
+    assert (row.model_id, row.params) == ("gpt-4.1-mini", params)
+    body = fake_llm.requests[-1].body
+    limits = [value for name, value in body.items() if name.startswith("max_")]
+    assert (body["model"], limits, body["temperature"]) == ("gpt-4.1-mini", [50], 0.25)
+
+    instructed = Chat(provider="openai", model_id="gpt-4.1-mini").with_instructions("Be terse.")
+    assert instructed.pk is not None  # its instructions are a message: the chat is saved

@@ -108,11 +108,13 @@ def test_a_stream_closed_at_run_started_ends_cancelled(chat, fake_llm):
     assert chat.ask("Once more").content == "Again."
 
 
-def test_an_unsaved_chat_stream_fails_at_once(fake_llm):
+def test_an_unsaved_chat_stream_without_a_prompt_fails_at_once(fake_llm):
+    """Nothing to continue: refused when called, not at the first ``next()`` (with a
+    prompt, the stream saves the chat with it)."""
     from django_llmchat.errors import ArgumentError
 
-    with pytest.raises(ArgumentError):
-        Chat().stream("hi")
+    with pytest.raises(ArgumentError, match="saved with its first prompt"):
+        Chat().stream()
 
 
 # -- tool-call ids as vendors send them -----------------------------------------------------

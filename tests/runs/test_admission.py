@@ -22,17 +22,50 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 # -- enqueue ------------------------------------------------------------------------------------
-def test_enqueue_refuses_an_unsaved_or_deleted_chat(chat):
-    """A chat without a primary key, or one deleted meanwhile, gets ArgumentError and no
-    row is stored."""
+def test_enqueue_refuses_an_unsaved_chat_without_its_own_prompt_or_a_deleted_chat(chat):
+    """A chat without a primary key and without a prompt of its own (none, or another
+    chat's), or one deleted meanwhile, gets ArgumentError and no row is stored."""
+    chats = Chat.objects.count()
     with pytest.raises(ArgumentError, match="save the chat before running it"):
+        runs.enqueue(Chat())
+    with pytest.raises(ArgumentError, match=f"a message of chat {chat.pk}, not of this"):
         runs.enqueue(Chat(), prompt_of(chat))
+    assert Chat.objects.count() == chats
     gone = Chat.objects.create()
     Chat.objects.filter(pk=gone.pk).delete()
     with pytest.raises(ArgumentError, match=f"chat {gone.pk} does not exist"):
         runs.enqueue(gone, prompt_of(gone), start=True)
     assert not Run.objects.filter(chat__in=[chat.pk, gone.pk]).exists()
     assert not Message.objects.filter(chat__in=[chat.pk, gone.pk]).exists()
+
+
+def test_enqueue_saves_an_unsaved_chat_with_its_first_prompt(chat):
+    """An unsaved chat and its prompt: the chat's row, the prompt and the run commit
+    together; refused (a limit, any error), nothing is stored and the chat is unsaved
+    again, so a second try saves it then."""
+    new = Chat(provider="openai", title="trip")
+    run, execution = runs.enqueue(new, prompt_of(new, "hello"), start=True)
+    assert new.pk is not None and execution is not None
+    row = Chat.objects.get(pk=new.pk)
+    assert (row.title, row.title_source, row.status, row.active_run_id) == (
+        "trip",
+        "user",
+        Run.RUNNING,
+        run.pk,
+    )
+    assert Message.objects.get(pk=run.prompt_id).chat_id == new.pk
+
+    refused, chats = Chat(provider="openai"), Chat.objects.count()
+
+    def fail(run):
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError), admission.on_admit(fail):
+        runs.enqueue(refused, prompt_of(refused, "hello"), start=True)
+    assert refused.pk is None and Chat.objects.count() == chats
+    runs.enqueue(refused, prompt_of(refused, "again"))
+    assert Chat.objects.filter(pk=refused.pk).exists()
+    assert list(Message.objects.filter(chat=refused).values_list("content", flat=True)) == ["again"]
 
 
 def test_enqueue_with_start_and_nothing_ahead_claims_the_run(chat, clock):
@@ -247,9 +280,10 @@ def test_prompts_queued_behind_a_run_keep_their_order_of_arrival(chat):
 
 def test_enqueue_says_what_to_do_word_for_word_and_keeps_no_task_id_by_default(chat):
     with pytest.raises(ArgumentError) as raised:
-        runs.enqueue(Chat(provider="openai"), prompt_of(chat))
+        runs.enqueue(Chat(provider="openai"), regenerate=True)
     assert str(raised.value) == (
-        "save the chat before running it (Chat.objects.create(...) or chat.save())"
+        "save the chat before running it (Chat.objects.create(...) or chat.save()); "
+        "an unsaved chat is saved with its first prompt"
     )
     with pytest.raises(ArgumentError) as raised:
         runs.enqueue(chat, prompt_of(chat), regenerate=True)

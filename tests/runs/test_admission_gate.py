@@ -174,7 +174,19 @@ def ui_chat(chat):
     return ui_post(chat, body)
 
 
-PATHS = {"python": python_ask, "rest": rest_post, "inline": rest_inline, "ui_chat": ui_chat}
+def python_ask_new_chat(chat):
+    """``Chat(...).ask()``: a chat of the same user, unsaved, saved with its first prompt
+    in the admission's transaction (``chat`` only names the user)."""
+    return Chat(user=chat.user, provider="openai", model_id=MODEL).ask("Go?")
+
+
+PATHS = {
+    "python": python_ask,
+    "new_chat": python_ask_new_chat,
+    "rest": rest_post,
+    "inline": rest_inline,
+    "ui_chat": ui_chat,
+}
 
 
 def refused(outcome) -> bool:
@@ -545,3 +557,4 @@ def test_a_run_whose_reservation_alone_passes_the_budget_is_refused_on_every_pat
         assert isinstance(outcome, BudgetExceededError) and outcome.message == reason
     assert fake_llm.requests == []
     assert not Run.objects.exists() and not Message.objects.exists()
+    assert list(Chat.objects.values_list("pk", flat=True)) == [chat.pk]  # a new one unsaved
