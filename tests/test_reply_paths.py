@@ -27,7 +27,7 @@ PG = connection.vendor == "postgresql"
 
 # the prompt with its run, started, and the first attempt's pending usage row
 ADMISSION = (
-    ["SELECT llmchat_run_enqueue_v1"]
+    ["SELECT llmchat_run_enqueue_v3"]
     if PG
     else [
         "UPDATE llmchat_chat",  # the chat's lock
@@ -42,7 +42,7 @@ ADMISSION = (
 )
 # the reply, its attempt closed, the run ended (and the chat's title, on its first reply)
 REPLY = (
-    ["SELECT llmchat_run_store_last_step_v2"]
+    ["SELECT llmchat_run_store_last_step_v3"]
     if PG
     else [
         "UPDATE llmchat_chat",  # the chat's lock
@@ -91,7 +91,7 @@ def test_a_new_chats_first_turn(chat, fake_llm):
 # an unsaved chat's first prompt: its row first, in the admission's transaction; nothing
 # else can see it yet, so its lock, its run ahead and its leaf are not read
 NEW_CHAT_ADMISSION = (
-    ["INSERT llmchat_chat", "SELECT llmchat_run_enqueue_v1"]
+    ["SELECT llmchat_run_enqueue_v3"]  # the chat's row in the call
     if PG
     else [
         "INSERT llmchat_chat",

@@ -17,7 +17,7 @@ from django.db.models.signals import pre_delete
 from django.utils.module_loading import import_string
 
 from ..conf import settings
-from ..db.prepared import insert_new, is_new
+from ..db.prepared import insert_new, is_new, mark_saved
 from ..errors import ArgumentError
 from ..values import Tokens
 from .attachment import Attachment
@@ -183,6 +183,20 @@ class AbstractChat(ChatBuilder, ChatRuns, ChatTotals, ChatOrganising, models.Mod
         self._loaded_title = (self.title, self.title_source)
         if adding:  # no message yet: its first run reads none (loop.transcript)
             self._created_here = True
+
+    def _settle_new_row(self) -> None:
+        """Before another writer inserts this unsaved chat's row (the admission's one call
+        on PostgreSQL): what :meth:`save` settles on a new row first (a title given is the
+        user's)."""
+        self._title_is_users(None)
+
+    def _inserted_as(self, pk: int, using: str) -> None:
+        """This unsaved chat's row was inserted as ``pk`` by another writer: the instance
+        follows, as after :meth:`save`."""
+        self.pk = pk
+        mark_saved(self, using)
+        self._loaded_title = (self.title, self.title_source)
+        self._created_here = True
 
     def _title_written(self, title: str, source: str) -> None:
         """An automatic ``title`` (written by ``source``) was just stored on this chat's

@@ -50,6 +50,7 @@ from .execution import Execution
 from .policy import ENQUEUE, REJECT, resolve
 from .transitions import ADMIT, START
 
+_INSERT_CHAT = PreparedInsert(Chat)
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
 _INSERT_USAGE = PreparedInsert(Usage)
@@ -189,13 +190,16 @@ def enqueue(
         # campaign (on SQLite); it commits alone, the statements (or a callback's writes
         # with the call) in one transaction
         one_call = _in_one_call(chat, attachments, regenerate, using, policy)  # pragma: no mutate
-        alone = one_call and not new_chat and _ON_ADMIT.get() is None  # pragma: no mutate
+        # a new chat's row goes in the one call too, unless a receiver of its save wants it
+        chat_in_call = new_chat and one_call and pg.available(using, Chat)  # pragma: no mutate
+        callback = _ON_ADMIT.get()  # pragma: no mutate
+        alone = one_call and callback is None and new_chat == chat_in_call  # pragma: no mutate
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
-            if new_chat:
+            if new_chat and not chat_in_call:
                 _save_new_chat(chat, prompt, attempt, using)
             if one_call:  # pragma: no mutate block
                 run, claimed, chat.status = _enqueue_call(
-                    chat, prompt, task_id, start, wait, worker, using, attempt, seen
+                    chat, prompt, task_id, start, wait, worker, using, attempt, seen, chat_in_call
                 )
             else:
                 run, claimed, chat.status = _enqueue(
@@ -343,7 +347,7 @@ def stop_unfinished(chat_id: int, policy: str) -> Run | None:
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v1`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v3`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
     :func:`_enqueue` (where the policy is applied under the chat's lock)."""
@@ -368,19 +372,25 @@ def opens_attempt(chat: Chat, attachments=None, double_texting: str | None = Non
 
 
 def _enqueue_call(
-    chat, prompt, task_id, start, wait, worker, using, attempt=None, seen=None
+    chat, prompt, task_id, start, wait, worker, using, attempt=None, seen=None, new_chat=False
 ):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
-    the first attempt's pending usage row when given)."""
+    the first attempt's pending usage row when given; ``new_chat``: the unsaved chat's row
+    first, instead of its lock and head)."""
     run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
     after, count, top = seen if seen is not None else (None, 0, None)
     opened = attempt is not None and pg.available(using, Usage)
-    outcome, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
+    chat_row = None
+    if new_chat:
+        chat._settle_new_row()
+        chat_row = _INSERT_CHAT.row(chat, using)
+    outcome, new_chat_id, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
         using,
-        "llmchat_run_enqueue_v1",
+        "llmchat_run_enqueue_v3",
         (chat.pk, "bigint"),
+        (chat_row, "jsonb"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
         (_INSERT_RUN.row(run, using), "jsonb"),
         (start, "boolean"),
@@ -398,6 +408,13 @@ def _enqueue_call(
         raise ArgumentError(f"chat {chat.pk} does not exist")
     if outcome == "paused":
         raise _paused(chat.pk)
+    if new_chat:
+        chat._inserted_as(new_chat_id, using)
+        run.chat = chat
+        if prompt is not None:
+            prompt.chat = chat
+        if attempt is not None:
+            attempt.chat = chat
     if prompt is not None:
         prompt.placed = True  # its parent is decided by the function
         if behind:

@@ -182,7 +182,7 @@ class Execution:
         self, message: Message, usages: list[Usage], title: tuple[str, str] | None = None
     ) -> bool:  # pragma: no mutate block
         """Store the run's last provider response and end the run ``succeeded``, in one
-        call of ``llmchat_run_store_last_step_v2`` (:mod:`.pg`): ``message`` (the reply,
+        call of ``llmchat_run_store_last_step_v3`` (:mod:`.pg`): ``message`` (the reply,
         unsaved) and ``usages`` (its attempts: a row closing a pending one is written
         over it, others inserted) linked to it. ``False`` where that function is not
         available, or when a row closing a pending one is ``estimated`` (the function
@@ -205,7 +205,7 @@ class Execution:
         title_text, title_source = title if title is not None else (None, None)
         outcome, message_id, usage_ids, next_run, next_status, next_lease, titled = pg.call(
             using,
-            "llmchat_run_store_last_step_v2",
+            "llmchat_run_store_last_step_v3",
             (self.pk, "bigint"),
             (self.attempt, "integer"),
             (self.chat_id, "bigint"),

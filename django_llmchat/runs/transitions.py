@@ -50,7 +50,7 @@ class Transition:
         return {(source, self.target) for source in self.sources or (None,)}
 
 
-_ENQUEUE = "llmchat_run_enqueue_v1"
+_ENQUEUE = "llmchat_run_enqueue_v3"
 _CLAIM = "llmchat_run_claim_v1"
 _END = "llmchat_run_end_v1"
 _INTERRUPT = "llmchat_run_interrupt_v1"
@@ -69,7 +69,7 @@ SUCCEED = Transition(
     (RUNNING,),
     SUCCEEDED,
     "its final reply stored",
-    "llmchat_run_store_last_step_v2, llmchat_run_end_v1",
+    "llmchat_run_store_last_step_v3, llmchat_run_end_v1",
 )
 FAIL = Transition("fail", (RUNNING,), FAILED, "it ended on an error", _END)
 CANCEL = Transition("cancel", (RUNNING,), CANCELLED, "it stopped on a cancel", _END)

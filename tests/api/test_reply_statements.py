@@ -2,8 +2,8 @@
 them: ``POST chats/{id}/messages/`` answering ``202`` (the run queued for a worker, the
 request measured alone) and ``POST ui/chat`` (the reply streamed in the response, so its
 run is part of the request). Each list is exact, per database (PostgreSQL admits a run in
-one call of ``llmchat_run_enqueue_v1`` and stores the reply in one call of
-``llmchat_run_store_last_step_v2``; SQLite takes the statements); so are its ``BEGIN``
+one call of ``llmchat_run_enqueue_v3`` and stores the reply in one call of
+``llmchat_run_store_last_step_v3``; SQLite takes the statements); so are its ``BEGIN``
 and ``COMMIT`` (on PostgreSQL, also counted on the wire, from libpq's trace: a statement
 outside a transaction commits alone and sends none). A process that served a request
 before is measured (its per-process lookups done: the functions found, the model's
@@ -144,7 +144,7 @@ REST_202 = expect(
     pg=[
         "SELECT authtoken_token",
         "SELECT llmchat_chat",
-        "SELECT llmchat_run_enqueue_v1",
+        "SELECT llmchat_run_enqueue_v3",
         "SELECT llmchat_message",
     ],
     sqlite=[
@@ -216,7 +216,7 @@ def test_a_202_with_an_idempotency_key(api, chat, served):
             "SELECT llmchat_chat",
             "SELECT llmchat_idempotency_key",
             "BEGIN",
-            "SELECT llmchat_run_enqueue_v1",
+            "SELECT llmchat_run_enqueue_v3",
             "INSERT llmchat_idempotency_key",
             "COMMIT",
             "SELECT llmchat_message",
@@ -273,7 +273,7 @@ def test_an_expired_key_is_deleted_with_the_new_one_stored(api, chat, served, se
 
 # -- POST ui/chat ----------------------------------------------------------------------------
 UI_REPLY = expect(
-    pg=["SELECT llmchat_run_store_last_step_v2", "SELECT llmchat_run", "SELECT llmchat_message"],
+    pg=["SELECT llmchat_run_store_last_step_v3", "SELECT llmchat_run", "SELECT llmchat_message"],
     sqlite=[
         "BEGIN",
         "UPDATE llmchat_chat",
@@ -295,7 +295,7 @@ reply's alternatives, one query)."""
 UI_ADMISSION = expect(
     pg=[
         "BEGIN",
-        "SELECT llmchat_run_enqueue_v1",
+        "SELECT llmchat_run_enqueue_v3",
         "INSERT llmchat_idempotency_key",
         "UPDATE llmchat_message",
         "COMMIT",

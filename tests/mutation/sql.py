@@ -47,8 +47,8 @@ REPORT_SECONDS = 5
 
 CRITICAL = {
     "the claim": ["llmchat_run_claim_v1"],
-    "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v2"],
-    "admission": ["llmchat_run_enqueue_v1"],
+    "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v3"],
+    "admission": ["llmchat_run_enqueue_v3"],
 }
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]
 # the rest, run after the critical functions

@@ -106,3 +106,19 @@ def test_a_stream_closed_at_run_started_leaves_no_attempt(chat, fake_llm):
 def _others():
     """The bystanders' chats (their runs hold pending attempts of their own)."""
     return Chat.objects.filter(messages__content__startswith="bystander").values("pk")
+
+
+def test_an_unsaved_chats_first_attempt_is_written_with_its_row_on_an_empty_path():
+    """A chat saved by its first admission has an empty path: the attempt built on it
+    (seen: no leaf, no message) is written with the chat's row; one built on any other
+    path is not."""
+    for seen, written in (((None, 0, None), True), ((None, 1, None), False), ((None, 0, 7), False)):
+        chat = Chat(provider="openai", model_id="gpt-4.1-mini")
+        attempt = Usage(chat=chat, provider="openai", model_id="gpt-4.1-mini", status="pending")
+        prompt = Message(chat=chat, role="user", content="first")
+        run, execution = runs.enqueue(chat, prompt, start=True, attempt=attempt, seen=seen)
+        assert execution is not None and chat.pk is not None and run.chat_id == chat.pk
+        rows = list(Usage.objects.filter(run_id=run.pk).values_list("pk", "chat_id"))
+        assert rows == ([(attempt.pk, chat.pk)] if written else []), seen
+        assert (attempt.pk is not None) is written
+        execution.finish("cancelled")

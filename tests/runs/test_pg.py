@@ -91,8 +91,8 @@ def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2, wire.trips
     assert wire.count("BEGIN") == 0 and wire.count("COMMIT") == 0
@@ -111,8 +111,8 @@ def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
         chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_message",
-        "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
 
@@ -127,10 +127,10 @@ def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         chat.ask("and here?")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v1",
+        "SELECT llmchat_run_enqueue_v3",
         "SELECT llmchat_message",
         "INSERT llmchat_usage",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     sent = [m["content"] for m in fake_llm.last_request.body["input"]]
     texts = [c if isinstance(c, str) else c[0]["text"] for c in sent]
@@ -166,8 +166,8 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     admission = written["prompt"]
     assert written["run"] == written["attempt"] == admission
@@ -290,8 +290,8 @@ def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello again")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
     assert Usage.objects.get(message_id=reply.pk).estimated is False
@@ -444,8 +444,8 @@ def test_a_chats_first_reply_writes_its_title_in_the_same_call(fake_llm):
     with Wire() as wire:
         made.ask("Plan a **trip** to Lisbon\nwith trains")
     assert wire.statements == [
-        "SELECT llmchat_run_enqueue_v1",
-        "SELECT llmchat_run_store_last_step_v2",
+        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_store_last_step_v3",
     ]
     assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
     stored = Chat.objects.values_list("title", "title_source").get(pk=made.pk)
