@@ -31,6 +31,10 @@ SCOPE = [
 ALLOWED = {
     ("runs/admission.py", "_insert"): "the gate writes the prompt with its attachments "
     "through the chat's own insert (Chat._insert), in the admission's transaction",
+    ("runs/admission.py", "_settle_new_row"): "the gate's one call on PostgreSQL inserts "
+    "an unsaved chat's row: what Chat.save() settles on a new row first (the title's source)",
+    ("runs/admission.py", "_inserted_as"): "and the chat instance follows the row that call "
+    "inserted, as after Chat.save()",
 }
 
 

@@ -469,6 +469,64 @@ def test_the_reply_leaves_a_title_it_did_not_write_alone(fake_llm, title, source
     assert (loaded.title, loaded.title_source) == (title, source)
 
 
+@pytest.mark.parametrize(
+    ("title", "source", "kept"),
+    [
+        ("Mine", "user", True),
+        ("", "user", True),
+        ("Named by a model", "model", True),
+        ("", "", False),
+    ],
+)
+def test_a_title_written_while_the_provider_answered_stays(fake_llm, title, source, kept):
+    """The chat was untitled when its run read it; while the provider answered, its user
+    (or a model) titled it, or its user left it untitled on purpose: the reply's call
+    checks the row it locks and writes no title over theirs; a chat still untitled gets
+    the prompt's title. Its other chats (untitled) are not read for it."""
+    fake_llm.configure("openai", "gpt-4.1-mini")
+    others = [Chat.objects.create(title=f"other {n}") for n in range(2)]
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    others.append(Chat.objects.create())
+
+    def answer(request):  # the server's thread: another writer, during the call
+        Chat.objects.filter(pk=made.pk).update(title=title, title_source=source)
+        return Reply("fine")
+
+    fake_llm.server.responder = answer
+    made.ask("Plan a trip to Lisbon")
+    stored = Chat.objects.values_list("title", "title_source").get(pk=made.pk)
+    assert stored == ((title, source) if kept else ("Plan a trip to Lisbon", "prompt"))
+    assert [Chat.objects.get(pk=o.pk).title for o in others] == ["other 0", "other 1", ""]
+
+
+def test_a_reply_without_a_title_leaves_an_untitled_chat_untitled(fake_llm):
+    """Titles off: the reply's call gets no title (NULL) and writes none, on a chat
+    still untitled."""
+    fake_llm.configure("openai", "gpt-4.1-mini", TITLES=False)
+    made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+    fake_llm.script(Reply("fine"))
+    made.ask("Plan a trip to Lisbon")
+    assert Chat.objects.values_list("title", "title_source").get(pk=made.pk) == ("", "")
+    assert made.last_run.status == "succeeded"
+
+
+def test_the_last_step_hands_the_chat_to_its_oldest_queued_run(chat, monkeypatch):
+    """Two prompts queued behind a running run: storing its last reply ends it, the chat
+    becomes ``queued`` with no active run, and the task sent is the older queued run's."""
+    from django_llmchat.runs import execution as execution_module
+
+    sent = []
+    monkeypatch.setattr(execution_module, "_send", sent.append)
+    run, execution = runs.enqueue(chat, Message(chat=chat, role="user", content="Q"), start=True)
+    older, _ = runs.enqueue(chat, Message(chat=chat, role="user", content="next"))
+    runs.enqueue(chat, Message(chat=chat, role="user", content="after"))
+    reply = Message(chat=chat, role="assistant", content="A", run_id=run.pk)
+    assert execution.store_last_step(reply, [])
+    assert Chat.objects.values_list("status", "active_run").get(pk=chat.pk) == ("queued", None)
+    assert [head.pk for head in sent] == [older.pk]
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+
+
 def test_a_claim_is_one_call(chat):
     """A queued run started by a worker: one statement, one round trip; its prompt moved
     into place, the chat running it."""
