@@ -161,7 +161,9 @@ class _Patience:
         self.seconds = seconds
         self.interval = interval  # between two tries (a heartbeat's)
         self.heartbeat = heartbeat
-        self.answered = time.monotonic()
+        # when Redis last answered: from the first command asked (not from here: setting
+        # up the follow, a first import of the client, is no wait for Redis)
+        self.answered: float | None = None
         self.deadline: float | None = None  # the follow's own ``timeout``, once it runs
 
 
@@ -177,6 +179,8 @@ def _ask(patience: _Patience | None, method: str, args: tuple, kwargs: dict):
     not answered for ``patience.seconds``: :class:`FollowFailed`."""
     while True:
         asked = time.monotonic()
+        if patience is not None and patience.answered is None:
+            patience.answered = asked
         answer = yield (method, args, kwargs)
         if not isinstance(answer, _Failed):
             if patience is not None:

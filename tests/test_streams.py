@@ -288,6 +288,21 @@ def test_a_patient_follow_gives_up_naming_the_cause():
     assert isinstance(gave_up.value.__cause__, redis.TimeoutError)
 
 
+def test_a_patient_follows_wait_counts_from_its_first_command():
+    """Setting up the follow (a first import of the client, a slow process) is no wait for
+    Redis: a follow set up longer ago than its patience still sends a keep-alive and asks
+    again after its first failed command."""
+    import redis
+
+    with override_settings(LLMCHAT={"EVENTS_URL": "redis://127.0.0.1:1/0"}):
+        following = streams._Following(7, "0", 50, True, None, True, patience=0.1)
+    time.sleep(0.15)
+    steps = iter(following)
+    assert next(steps)[0] == "xread"
+    following.failed(redis.ConnectionError("refused"))
+    assert next(steps) == ("emit", (None, None), None)
+
+
 def test_a_patient_follow_ends_at_its_timeout_though_redis_fails():
     import redis
 
