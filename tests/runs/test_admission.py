@@ -65,6 +65,11 @@ def test_enqueue_saves_an_unsaved_chat_with_its_first_prompt(chat):
     assert refused.pk is None and Chat.objects.count() == chats
     runs.enqueue(refused, prompt_of(refused, "again"))
     assert Chat.objects.filter(pk=refused.pk).exists()
+    # a saved chat refused stays saved: its instance keeps its key
+    saved = refused.pk
+    with pytest.raises(RuntimeError), admission.on_admit(fail):
+        runs.enqueue(refused, prompt_of(refused, "refused"))
+    assert refused.pk == saved
     assert list(Message.objects.filter(chat=refused).values_list("content", flat=True)) == ["again"]
 
 
