@@ -243,8 +243,8 @@ def _enqueue(
     wait,
     regenerate,
     worker,
-    policy=ENQUEUE,
-    new_chat=False,
+    policy,
+    new_chat,
 ):
     if new_chat:  # written in this transaction: no other can see it, it has no run
         head = None
@@ -287,7 +287,7 @@ def _enqueue(
 
 
 def _open_first_attempt(
-    chat_id: int, prompt, run: Run, attempt: Usage, seen, new_chat: bool = False
+    chat_id: int, prompt, run: Run, attempt: Usage, seen, new_chat: bool
 ) -> None:
     """The started run's first attempt, its pending usage row, written in the
     admission's transaction when the path is still the one the caller read (``seen``: its
@@ -307,7 +307,7 @@ def _open_first_attempt(
     _INSERT_USAGE.save(attempt)
 
 
-def _place_prompt(chat, prompt, attachments, head, branch, after, new_chat=False) -> None:
+def _place_prompt(chat, prompt, attachments, head, branch, after, new_chat) -> None:
     """Where the admitted prompt goes, under the chat's lock (queued behind ``head``,
     after the active leaf, or on its new ``branch`` after ``after``), and stores it."""
     if branch is None and head is not None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_llmchat import runs
 from django_llmchat.errors import ArgumentError, ChatBusyError
@@ -44,8 +45,18 @@ def test_enqueue_saves_an_unsaved_chat_with_its_first_prompt(chat):
     together; refused (a limit, any error), nothing is stored and the chat is unsaved
     again, so a second try saves it then."""
     new = Chat(provider="openai", title="trip")
-    run, execution = runs.enqueue(new, prompt_of(new, "hello"), start=True)
+    with CaptureQueriesContext(connection) as ctx:
+        run, execution = runs.enqueue(new, prompt_of(new, "hello"), start=True)
     assert new.pk is not None and execution is not None
+    # nothing read: the chat's lock, its run ahead and its leaf are not (one call on
+    # PostgreSQL; SQLite's statements write the chat, the prompt, the run, its status)
+    sqls = [q["sql"] for q in ctx.captured_queries if "to_regprocedure" not in q["sql"]]
+    sent = [sql.split()[0] for sql in sqls]
+    sent = [verb for verb in sent if verb not in ("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT")]
+    if connection.vendor == "postgresql":  # (the functions' check aside, once a process)
+        assert sent == ["SELECT"] and "llmchat_run_enqueue_v3" in sqls[0]
+    else:
+        assert sent == ["INSERT", "INSERT", "INSERT", "UPDATE"]
     row = Chat.objects.get(pk=new.pk)
     assert (row.title, row.title_source, row.status, row.active_run_id) == (
         "trip",
