@@ -139,6 +139,19 @@ class Servers:
         )
         assert done.returncode == 0, done.stderr
         token = done.stdout.strip().splitlines()[-1]
+        # a port found free can be taken by another process before the server binds it:
+        # then another port, up to three times
+        for _attempt in range(3):
+            url, server = self._serve(kind, env, work)
+            if server.poll() is None:
+                break
+            if "address already in use" not in (work / "server.log").read_text():
+                break
+        assert server.poll() is None, (work / "server.log").read_text()
+        return url, token, env, work
+
+    def _serve(self, kind: str, env: dict, work: Path):
+        """The server started on a free port, answering (or exited: see its log)."""
         port = _free_port()
         log = open(work / "server.log", "w")  # noqa: SIM115 - closed in close()
         server = subprocess.Popen(
@@ -156,8 +169,7 @@ class Servers:
                 time.sleep(0.1)
         else:
             pytest.fail(f"the {kind} server did not start")
-        assert server.poll() is None, (work / "server.log").read_text()
-        return url, token, env, work
+        return url, server
 
     def close(self) -> None:
         for server, log in self.processes:
