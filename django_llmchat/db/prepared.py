@@ -15,7 +15,9 @@ only swap the real arguments into the parameter list:
   the list;
 - :class:`PreparedInsert`: ``obj.save()`` of a new row, the same columns and values
   (fields' ``pre_save`` and ``get_db_prep_save``), primary key set from ``RETURNING``;
-- :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``.
+- :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``;
+- :func:`execute`: how each of them runs its SQL (on SQLite, straight on the sqlite3
+  connection when nothing watches the statements).
 
 The SQL is Django's own, so table names, quoting and backend differences stay Django's
 business. Where the shortcut cannot give exactly what the ORM gives (``pre_save`` or
