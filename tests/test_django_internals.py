@@ -281,6 +281,98 @@ def test_run_marked_saved_after_a_raw_read():
     assert Run.objects.count() == 0
 
 
+def _fields_of(obj: Model) -> dict:
+    """The instance's attributes; a callable default's value (a clock's reading) by its
+    type."""
+    made = {
+        f.attname for f in obj._meta.concrete_fields if f.has_default() and callable(f.default)
+    }
+    values = {
+        name: type(value) if name in made else value
+        for name, value in vars(obj).items()
+        if name != "_state"
+    }
+    return {"values": values, "adding": obj._state.adding, "db": obj._state.db}
+
+
+@pytest.mark.parametrize(
+    "model, values",
+    [
+        (Message, {"role": "assistant", "content": "hi", "model_id": "m", "run_id": 3}),
+        (Message, {"role": "user", "content": "q", "citations": [{"url": "https://a.example"}]}),
+        (Run, {"task_id": "t", "status": "queued"}),
+        (
+            Usage,
+            {"provider": "p", "model_id": "m", "status": "pending", "duration_ms": 4, "error": ""},
+        ),
+        (ToolCall, {"call_id": "c1", "name": "lookup", "arguments": {"q": 1}}),
+        (Chat, {"title": "t"}),
+        (Run, {"id": 7, "chat_id": 2, "status": "running", "attempt": 1}),
+    ],
+)
+def test_new_instance_is_the_instance_the_constructor_builds(model, values):
+    """``prepared.new_instance``: Django's ``Model.__init__`` sets each concrete field's
+    attname (its default, or the keyword given; a related object through its descriptor)
+    and a new ``ModelState``; the copy of a blank instance gives the same attributes."""
+    chat = Chat.objects.create()
+    if model is not Chat and "chat_id" not in values:
+        values = {**values, "chat": chat}
+    built = model(**values)
+    copied = prepared.new_instance(model, **values)
+    assert type(copied) is model
+    assert _fields_of(copied) == _fields_of(built)
+    assert isinstance(copied._state, ModelState) and copied._state is not built._state
+    if "chat" in values:  # the related object cached as the descriptor caches it
+        assert copied.chat is chat
+
+
+def test_new_instance_makes_each_callable_default_and_descriptor_value_anew():
+    one = prepared.new_instance(Message, role="user", content="a")
+    two = prepared.new_instance(Message, role="user", content="b")
+    assert one.citations == [] and one.citations is not two.citations
+    one.citations.append("x")
+    assert two.citations == [] and Message(role="user").citations == []
+    assert one._state is not two._state and one._state.adding
+
+
+def test_new_instance_leaves_to_the_constructor_what_a_copy_could_change(monkeypatch):
+    from django.db.models import signals
+
+    # a keyword no concrete field has: the constructor's own error
+    with pytest.raises(TypeError, match="unexpected keyword arguments: 'colour'"):
+        prepared.new_instance(Run, colour="red")
+    # a keyword the model's __init__ rewrites (Message(cost=...)): its constructor
+    message = prepared.new_instance(Message, role="assistant", cost=Decimal("0.25"))
+    assert message.supplied_cost == Decimal("0.25")
+    # receivers of pre_init / post_init hear every instance
+    heard = []
+
+    def receiver(sender, **kwargs):
+        heard.append(sender)
+
+    signals.post_init.connect(receiver, sender=Run)
+    try:
+        prepared.new_instance(Run, status="queued")
+    finally:
+        signals.post_init.disconnect(receiver, sender=Run)
+    assert heard == [Run]
+
+    # a model whose __init__ says nothing of what it rewrites: always its constructor
+    built = []
+
+    class Stamped(Run):
+        class Meta:
+            proxy = True
+            app_label = "django_llmchat"
+
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    prepared.new_instance(Stamped, status="queued")
+    assert built == [{"status": "queued"}]
+
+
 def test_supported_django_version():
     assert django.VERSION[:2] >= (5, 2)
 

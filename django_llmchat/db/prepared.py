@@ -17,7 +17,9 @@ only swap the real arguments into the parameter list:
   (fields' ``pre_save`` and ``get_db_prep_save``), primary key set from ``RETURNING``;
 - :class:`PreparedUpdate`: ``Model.objects.filter(pk=pk).update(**constant_values)``;
 - :func:`execute`: how each of them runs its SQL (on SQLite, straight on the sqlite3
-  connection when nothing watches the statements).
+  connection when nothing watches the statements);
+- :func:`new_instance`: ``Model(**values)`` for the hot path's new rows, from a copy of a
+  blank instance instead of Django's field-by-field constructor.
 
 The SQL is Django's own, so table names, quoting and backend differences stay Django's
 business. Where the shortcut cannot give exactly what the ORM gives (``pre_save`` or
@@ -65,6 +67,8 @@ from django.db.models import (
     TextField,
     signals,
 )
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.sql import InsertQuery, UpdateQuery
 
@@ -89,6 +93,7 @@ __all__ = [
     "known_rows",
     "mark_saved",
     "mark_unsaved",
+    "new_instance",
     "plain_rows",
     "protected_columns",
     "row_values",
@@ -652,6 +657,83 @@ def annotation_names(queryset: QuerySet) -> list[str]:
     """The names of ``queryset``'s annotations, in the order it selects them
     (``Query.annotation_select``): the columns ``values_list(*names)`` gives."""
     return list(queryset.query.annotation_select)
+
+
+# -- new instances ------------------------------------------------------------------------
+
+
+class _Blank:
+    """What :func:`new_instance` copies for a model: a blank instance's attributes (its
+    fields' non-callable defaults), the fields whose default is made per instance
+    (``(attname, get_default, setter)``: a callable default, or a field whose descriptor
+    does more than store the value, set through it as the constructor does), and the
+    keyword names it takes (the concrete fields' names and attnames, less those its
+    ``__init__`` rewrites)."""
+
+    __slots__ = ("attributes", "made", "names")
+
+    def __init__(self, attributes: dict, made: list, names: frozenset):
+        self.attributes, self.made, self.names = attributes, made, names
+
+
+_BLANKS: dict[type, _Blank | None] = {}
+_PLAIN_DESCRIPTORS = (DeferredAttribute, ForeignKeyDeferredAttribute)
+
+
+def _blank(model: type[Model]) -> _Blank | None:
+    """The blank of ``model``, or ``None`` where only its constructor will do: an
+    ``__init__`` of its own that does not say which keywords it rewrites (a function
+    attribute ``rewrites``, a tuple of names)."""
+    init = model.__init__
+    rewrites = () if init is Model.__init__ else getattr(init, "rewrites", None)
+    if rewrites is None or model._meta.abstract:
+        return None
+    fields = model._meta.concrete_fields
+    blank = model()
+    made = []
+    for field in fields:
+        plain = type(getattr(model, field.attname, None)) in _PLAIN_DESCRIPTORS
+        if not plain or (field.has_default() and callable(field.default)):
+            made.append((field.attname, field.get_default, None if plain else setattr))
+    skipped = {name for name, _, _ in made} | {"_state"}
+    attributes = {name: value for name, value in vars(blank).items() if name not in skipped}
+    names = {field.name for field in fields} | {field.attname for field in fields}
+    return _Blank(attributes, made, frozenset(names - set(rewrites)))
+
+
+def new_instance(model: type[Model], **values: Any) -> Model:
+    """``model(**values)``, the same instance, for the rows a reply writes: a copy of a
+    blank instance's attributes (the fields' defaults; a callable default called anew, a
+    field with a descriptor of its own set through it), then each value set as the
+    constructor sets it (a related object through its descriptor). ``model(**values)``
+    itself where a copy could differ: ``pre_init`` or ``post_init`` receivers, an
+    ``__init__`` of the model's own, a keyword that is not a concrete field's name or
+    attname (a property, a typo: the constructor says so)."""
+    blank = _BLANKS.get(model, _UNKNOWN)
+    if (
+        blank is None
+        or signals.pre_init.has_listeners(model)
+        or signals.post_init.has_listeners(model)
+    ):
+        return model(**values)
+    if blank is _UNKNOWN:
+        blank = _BLANKS.setdefault(model, _blank(model))
+        if blank is None:
+            return model(**values)
+    if not blank.names.issuperset(values):
+        return model(**values)
+    obj = model.__new__(model)
+    attributes = obj.__dict__
+    attributes.update(blank.attributes)
+    obj._state = ModelState()
+    for name, default, setter in blank.made:
+        if setter is None:
+            attributes[name] = default()
+        else:
+            setter(obj, name, default())
+    for name, value in values.items():
+        setattr(obj, name, value)
+    return obj
 
 
 def is_new(obj: Model) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from .. import runs
-from ..db.prepared import database_of
+from ..db.prepared import database_of, new_instance
 from ..errors import ChatBusyError
 from ..events import StreamEvent
 from ..models import Message
@@ -46,7 +46,7 @@ def admit(
     message = None
     if prompt is not None:
         text, events = runner.check_prompt(prompt)
-        message = Message(chat=chat, role="user", content=text)
+        message = new_instance(Message, chat=chat, role="user", content=text)
     elif not regenerate and not later:
         # continuing: the chat's next run, when nobody else is on it (a run queued
         # again after tool-call decisions, one whose worker died), is this one

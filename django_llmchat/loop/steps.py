@@ -18,7 +18,14 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ..conf import settings
-from ..db.prepared import Arg, PreparedInsert, PreparedUpdate, known_relations, mark_unsaved
+from ..db.prepared import (
+    Arg,
+    PreparedInsert,
+    PreparedUpdate,
+    known_relations,
+    mark_unsaved,
+    new_instance,
+)
 from ..errors import InputError, RunLostError
 from ..inputs import check_attachment
 from ..models import Attachment, Chat, Message, Run, ToolCall, Usage
@@ -66,7 +73,8 @@ def usage_row(
     run_id: int | None = None,
 ) -> Usage:
     """An unsaved Usage row for one attempt, with its cost frozen now."""
-    row = Usage(
+    row = new_instance(
+        Usage,
         chat=chat,
         user_id=chat.user_id,  # the spending limits sum a user's rows by this column
         run_id=run_id,
@@ -188,7 +196,8 @@ def save_step(
     if item_ids:
         raw["item_ids"] = item_ids
         raw["call_item_ids"] = [tc.item_id for tc in response.tool_calls]
-    message = Message(
+    message = new_instance(
+        Message,
         chat=chat,
         role="assistant",
         content=content,

@@ -141,6 +141,10 @@ class AbstractMessage(models.Model):
             kwargs["supplied_cost"] = _supplied_cost(kwargs.pop("cost"))
         super().__init__(*args, **kwargs)
 
+    # the keywords this constructor does more with than Django's: without them, a new
+    # message may be built as a copy of a blank one (``db.prepared.new_instance``)
+    __init__.rewrites = ("cost",)  # type: ignore[attr-defined]
+
     def __str__(self) -> str:
         text = self.content if len(self.content) <= 60 else self.content[:57] + "..."
         return f"{self.role}: {text}"

@@ -44,6 +44,7 @@ from .base_clients import (
     DEFAULT_TIMEOUT,
     POOL_LIMITS,
     USER_AGENT,
+    ProviderClient,
     _ssl_context,
     close_clients,
 )
@@ -365,12 +366,16 @@ class Provider:
                 self._generation = _clients._GENERATION
             if self._client is None:
                 if self._transport is not None:
-                    self._client = httpx.Client(transport=self._transport, **self._client_kwargs())
+                    self._client = ProviderClient(
+                        transport=self._transport, **self._client_kwargs()
+                    )
                 else:
                     key = self.client_key()
                     client = _clients._SYNC_CLIENTS.get(key)
                     if client is None:
-                        client = _clients._SYNC_CLIENTS[key] = httpx.Client(**self._client_kwargs())
+                        client = _clients._SYNC_CLIENTS[key] = ProviderClient(
+                            **self._client_kwargs()
+                        )
                     self._client = client
         return self._client
 

@@ -20,8 +20,38 @@ CONNECT_TIMEOUT = 10.0
 # Many concurrent streams share one pool per configuration; each holds a connection.
 POOL_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
 
+
+class _ProviderCookies(httpx.Cookies):
+    """The cookie jar of a provider's client: an answer without ``Set-Cookie`` (nearly all
+    of a provider API's) is not handed to :mod:`http.cookiejar`, which parses every
+    response's headers again (about a tenth of an httpx request's CPU); one with it is
+    stored as by any :class:`httpx.Cookies` (a load balancer's affinity cookie)."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:
+            super().extract_cookies(response)
+
+
+class ProviderClient(httpx.Client):
+    """The providers' pooled :class:`httpx.Client`: the same client, its jar a
+    :class:`_ProviderCookies` (httpx reads and writes the jar through the public
+    ``cookies`` property, which this class keeps)."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cookies = kwargs.get("cookies")
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._provider_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        self._provider_cookies = _ProviderCookies(cookies)
+
+
 _CLIENT_LOCK = threading.Lock()
-_SYNC_CLIENTS: dict[tuple, httpx.Client] = {}
+_SYNC_CLIENTS: dict[tuple, ProviderClient] = {}
 _SSL_CONTEXT: Any = None
 _GENERATION = 0
 """Bumped when pooled clients are dropped (fork, close_clients): instances re-fetch theirs."""

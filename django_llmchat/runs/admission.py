@@ -26,7 +26,14 @@ from django.db import connections, router, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from ..db.prepared import INT_ARG, PreparedInsert, PreparedQuery, mark_saved, mark_unsaved
+from ..db.prepared import (
+    INT_ARG,
+    PreparedInsert,
+    PreparedQuery,
+    mark_saved,
+    mark_unsaved,
+    new_instance,
+)
 from ..errors import (
     ArgumentError,
     BudgetExceededError,
@@ -266,7 +273,7 @@ def _enqueue(
     verdict = _admit(chat, prompt, attachments)
     if prompt is not None:
         _place_prompt(chat, prompt, attachments, head, branch, after, new_chat)
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
+    run = new_instance(Run, chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
     now = timezone.now()
@@ -377,7 +384,7 @@ def _enqueue_call(
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
     the first attempt's pending usage row when given; ``new_chat``: the unsaved chat's row
     first, instead of its lock and head)."""
-    run = Run(chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
+    run = new_instance(Run, chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
     after, count, top = seen if seen is not None else (None, 0, None)

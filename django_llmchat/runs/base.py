@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 
 from .. import streams
 from ..conf import settings
-from ..db.prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved
+from ..db.prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved, new_instance
 from ..events import RunFinished
 from ..models import Chat, Message, Run, Usage, branches
 from ..models.message import QUEUED_POSITION, clock_position
@@ -118,7 +118,7 @@ def _head(chat_id: int) -> Run | None:
     for name in ("lease_expires_at", "started_at", "created_at", "finished_at"):
         values[name] = _aware(values[name])
     values["cancel_requested"] = bool(values["cancel_requested"])
-    run = Run(**values)
+    run = new_instance(Run, **values)
     mark_saved(run, router.db_for_read(Run))
     return run
 

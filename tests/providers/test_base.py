@@ -296,14 +296,14 @@ def test_one_client_per_configuration_reused_across_calls():
 
 def test_clients_are_pooled_per_configuration(monkeypatch):
     made: list[dict[str, Any]] = []
-    real = httpx.Client
+    real = base.ProviderClient
 
     def counting(**kw: Any) -> httpx.Client:
         made.append(kw)
         return real(**kw)
 
     close_clients()
-    monkeypatch.setattr(base.httpx, "Client", counting)
+    monkeypatch.setattr(base, "ProviderClient", counting)
     try:
         a = EchoProvider(api_key="key-a")
         b = EchoProvider(api_key="key-b")
@@ -318,6 +318,44 @@ def test_clients_are_pooled_per_configuration(monkeypatch):
         assert made[1]["timeout"].read == 5 and made[1]["timeout"].connect == 5
     finally:
         close_clients()
+
+
+def test_a_provider_client_keeps_a_cookie_it_is_sent_and_parses_no_answer_without_one(
+    monkeypatch,
+):
+    """The jar of a provider's client: an answer without ``Set-Cookie`` never reaches
+    :mod:`http.cookiejar` (its parse is a tenth of a request's CPU); a load balancer's
+    affinity cookie is kept and sent back, as by any httpx client."""
+    import http.cookiejar
+
+    parsed: list[str] = []
+    real = http.cookiejar.CookieJar.extract_cookies
+
+    def counting(jar, response, request):
+        parsed.append(request.get_full_url())
+        return real(jar, response, request)
+
+    monkeypatch.setattr(http.cookiejar.CookieJar, "extract_cookies", counting)
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("cookie"))
+        if request.url.path == "/v1/sticky":
+            return httpx.Response(200, headers={"set-cookie": "AWSALB=node-2; Path=/"}, json={})
+        return httpx.Response(200, json={"text": "ok"})
+
+    provider = EchoProvider(api_key=KEY, transport=httpx.MockTransport(handler))
+    assert isinstance(provider.client, base.ProviderClient)
+    assert provider.complete(REQUEST).content == "ok"
+    assert parsed == [] and seen == [None]
+    provider.client.get("https://echo.example/v1/sticky")
+    assert parsed == ["https://echo.example/v1/sticky"]
+    assert provider.complete(REQUEST).content == "ok"
+    assert seen[-1] == "AWSALB=node-2"
+    assert dict(provider.client.cookies) == {"AWSALB": "node-2"}
+    provider.client.cookies = {"session": "given"}  # the public setter: the same jar kind
+    assert provider.complete(REQUEST).content == "ok" and seen[-1] == "session=given"
+    assert len(parsed) == 1
 
 
 def test_timeout_settings():
