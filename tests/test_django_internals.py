@@ -284,9 +284,7 @@ def test_run_marked_saved_after_a_raw_read():
 def _fields_of(obj: Model) -> dict:
     """The instance's attributes; a callable default's value (a clock's reading) by its
     type."""
-    made = {
-        f.attname for f in obj._meta.concrete_fields if f.has_default() and callable(f.default)
-    }
+    made = {f.attname for f in obj._meta.concrete_fields if f.has_default() and callable(f.default)}
     values = {
         name: type(value) if name in made else value
         for name, value in vars(obj).items()
