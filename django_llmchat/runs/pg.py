@@ -18,6 +18,8 @@ import threading
 from django.db import connections
 from django.db.models import signals
 
+from ..db.prepared import execute
+
 logger = logging.getLogger("django_llmchat.runs")
 
 VERSION = 3
@@ -110,9 +112,11 @@ def call(using: str, function: str, *args: tuple) -> tuple:
     if sql is None:
         casts = ", ".join(f"%s::{kind}" for _, kind in args)
         sql = _SQL[function] = f"SELECT * FROM {function}({casts})"
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, [value for value, _ in args])
-        return cursor.fetchone()
+    return execute(connections[using], sql, [value for value, _ in args], _one_row)
+
+
+def _one_row(cursor) -> tuple:
+    return cursor.fetchone()
 
 
 def _forget_after_migrate(**kwargs) -> None:
