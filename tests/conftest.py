@@ -55,3 +55,31 @@ def _sqlite_readers_never_wait(sender, connection, **kwargs):
 
 
 connection_created.connect(_sqlite_readers_never_wait)
+
+
+def _flush_by_delete() -> None:
+    """A transactional test empties every table after it (Django's ``flush``); on
+    PostgreSQL that is one ``TRUNCATE`` of all of them, which makes new files for each table
+    and index (about 0.1 s here, a thousand times a run), where the few rows a test leaves
+    take a ``DELETE`` each (about 0.03 s in all). The foreign keys Django makes are
+    deferred, checked at the flush's commit. A flush that resets sequences or cascades
+    (``reset_sequences = True``, ``flush --inhibit-post-migrate``...) stays a ``TRUNCATE``."""
+    try:
+        from django.db.backends.postgresql.operations import DatabaseOperations
+    except ImportError:  # no PostgreSQL driver installed
+        return
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade or not tables:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        return ["SET CONSTRAINTS ALL DEFERRED;"] + [
+            f"DELETE FROM {self.quote_name(table)};" for table in tables
+        ]
+
+    DatabaseOperations.sql_flush = sql_flush
+
+
+_flush_by_delete()
