@@ -17,14 +17,14 @@
 # BUILD_PYTHON (the one that runs `build` and `twine`; default .venv/bin/python),
 # WHEEL_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/llmchat_wheel: the
 # database is dropped and created again), WHEEL_REDIS_URL (default
-# redis://127.0.0.1:6379/14: the broker and the events; emptied first).
+# redis://127.0.0.1:6379/12: the broker and the events; emptied first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PYTHON="${BUILD_PYTHON:-.venv/bin/python}"
 WHEEL_PYTHON="${WHEEL_PYTHON:-python3.11}"
 export WHEEL_DATABASE_URL="${WHEEL_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/llmchat_wheel}"
-export WHEEL_REDIS_URL="${WHEEL_REDIS_URL:-redis://127.0.0.1:6379/14}"
+export WHEEL_REDIS_URL="${WHEEL_REDIS_URL:-redis://127.0.0.1:6379/12}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
