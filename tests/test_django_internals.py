@@ -743,3 +743,36 @@ def test_connection_attributes_the_direct_statements_read():
         pass
     with connection.execute_wrapper(lambda *a: None):
         assert connection.execute_wrappers
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's cursor classes")
+def test_postgresql_cursor_classes_the_server_binding_path_reads():
+    """``django.db.backends.postgresql.base``: ``Cursor`` (client binding) is the
+    connection's ``cursor_factory`` unless ``OPTIONS["server_side_binding"]``,
+    ``ServerBindingCursor`` binds on the server; ``make_cursor`` / ``make_debug_cursor``
+    wrap a cursor as ``connection.cursor()`` does; ``connection.timezone`` is the zone of
+    the connection's timestamp loader. ``prepared._cursor`` builds on each."""
+    import psycopg
+    from django.db.backends.postgresql import base as postgresql
+    from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+    connection.ensure_connection()
+    raw = connection.connection
+    assert type(raw) is psycopg.Connection
+    assert raw.cursor_factory is postgresql.Cursor
+    assert issubclass(postgresql.Cursor, psycopg.ClientCursor)
+    assert issubclass(postgresql.ServerBindingCursor, psycopg.Cursor)
+    assert not issubclass(postgresql.ServerBindingCursor, psycopg.ClientCursor)
+    assert type(connection.cursor()) is type(connection.make_cursor(raw.cursor()))
+    assert isinstance(connection.make_cursor(raw.cursor()), CursorWrapper)
+    assert isinstance(connection.make_debug_cursor(raw.cursor()), CursorDebugWrapper)
+    loader = raw.adapters.get_loader(prepared._TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+    assert loader.timezone == connection.timezone
+    unprepared = prepared._unprepared_cursor_class(raw, connection)
+    assert issubclass(unprepared, postgresql.ServerBindingCursor)
+    with prepared._cursor(connection, raw) as cursor:
+        assert isinstance(cursor, CursorWrapper) and isinstance(cursor.cursor, unprepared)
+        for _ in range(8):  # past psycopg's prepare_threshold: still no named statement
+            cursor.execute("SELECT %s::int", [1])
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone() == (0,)

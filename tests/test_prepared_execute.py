@@ -219,6 +219,58 @@ def test_the_run_functions_are_called_with_values_bound_on_the_server(fake_llm):
 
 
 @on_postgresql
+def test_what_watches_django_cursor_sees_the_statements_bound_on_the_server(monkeypatch):
+    """The server-binding cursor is wrapped as Django wraps its own: an
+    ``execute_wrapper``, the logged queries and a hook on ``CursorWrapper`` (an APM's) see
+    each statement, and it still travels with its values beside it."""
+    from django.db.backends import utils
+
+    chat = Chat.objects.create()
+    hooked, wrapped = [], []
+    original = utils.CursorWrapper._execute
+
+    def hook(cursor, sql, params, *rest):
+        hooked.append(sql)
+        return original(cursor, sql, params, *rest)
+
+    monkeypatch.setattr(utils.CursorWrapper, "_execute", hook)
+
+    def wrapper(execute, sql, params, many, context):
+        wrapped.append(sql)
+        return execute(sql, params, many, context)
+
+    update = PreparedUpdate(Chat, title=prepared.Arg(str))
+    with _Protocol() as protocol, connection.execute_wrapper(wrapper):
+        with CaptureQueriesContext(connection) as queries:
+            update.run(chat.pk, title="seen")
+    assert len(hooked) == len(wrapped) == len(queries.captured_queries) == 1
+    assert hooked[0].startswith("UPDATE") and "seen" not in hooked[0]
+    assert "Query" not in protocol.kinds() and protocol.kinds().count("Parse") == 1
+
+
+@on_postgresql
+def test_a_connection_making_other_cursors_runs_through_django_cursor(monkeypatch):
+    """An instrumentation (or ``server_side_binding``) that gives the connection a cursor
+    class of its own keeps it: the statement goes through ``connection.cursor()``."""
+    from django.db.backends.postgresql import base as postgresql
+
+    class Traced(postgresql.Cursor):
+        made = 0
+
+        def __init__(self, *args, **kwargs):
+            type(self).made += 1
+            super().__init__(*args, **kwargs)
+
+    chat = Chat.objects.create()
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "cursor_factory", Traced)
+    with _Protocol() as protocol:
+        assert PreparedUpdate(Chat, title="traced").run(chat.pk) == 1
+    assert Traced.made == 1
+    assert protocol.kinds().count("Query") == 1 and "Parse" not in protocol.kinds()
+
+
+@on_postgresql
 def test_a_connection_reading_timestamps_in_another_zone_runs_through_django_cursor(
     monkeypatch,
 ):

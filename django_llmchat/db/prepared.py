@@ -609,71 +609,99 @@ def execute(connection: Any, sql: str, params: Sequence[Any], result: Callable[[
     """Run ``sql`` (Django's form: ``%s`` placeholders) with ``params`` on ``connection``
     and return ``result(cursor)`` (its rows, one row, its row count).
 
-    When nothing watches the connection's statements, the statement goes straight to the
-    database connection Django opened:
-
-    - SQLite: on the sqlite3 connection, its ``%s`` turned into ``?`` once per SQL text:
-      what Django's cursor does, without building a cursor wrapper and converting the
-      query on each run (a third to a half of a small statement's time);
-    - PostgreSQL with psycopg 3: on a cursor binding its parameters on the server (the
-      values travel beside the SQL, not quoted into it: Django's own cursor binds on the
-      client, which quotes every value into the text the server then lexes again), never
-      as a named prepared statement (so PgBouncer's transaction mode takes it), its
-      timestamps read in the connection's time zone as Django's cursor reads them.
+    - SQLite, when nothing watches the connection's statements: straight on the sqlite3
+      connection Django opened, its ``%s`` turned into ``?`` once per SQL text: what
+      Django's cursor does, without building a cursor wrapper and converting the query on
+      each run (a third to a half of a small statement's time). The statement runs
+      through Django's cursor instead when something would see it there: an
+      ``execute_wrapper``, logged queries (``DEBUG``, ``assertNumQueries``), a connection
+      not open yet or due its health check.
+    - PostgreSQL with psycopg 3 and Django's own client-binding cursor (the default):
+      through Django's cursor wrapper as ever (its execute wrappers, logged queries,
+      anything hooked on ``CursorWrapper`` see the statement), on a psycopg cursor that
+      binds the values on the server: the SQL goes as ``$1, $2...`` with the values
+      beside it, where the client-binding cursor quotes every value into the text the
+      server then lexes again (about a tenth of a reply's time with the run functions'
+      JSON rows). Never as a named prepared statement, so PgBouncer's transaction mode
+      takes it. Not when the connection's cursors are another class than Django's (an
+      instrumentation's, or ``server_side_binding``'s own), nor when its timestamps read
+      in another zone than Django's: Django's cursor then.
 
     Everything Django's cursor adds is kept: its errors (``django.db.IntegrityError`` and
     the rest, with ``errors_occurred`` set as Django sets it), the refusal of a statement
-    in a broken transaction or from an event loop's thread. The statement runs through
-    Django's cursor instead when something would see it there: an ``execute_wrapper``,
-    logged queries (``DEBUG``, ``assertNumQueries``), a connection not open yet or due its
-    health check, and on every other backend."""
+    in a broken transaction or from an event loop's thread."""
     raw = connection.connection
     if (
         raw is not None
+        and connection.vendor == "sqlite"
         and not connection.execute_wrappers
         and not connection.queries_logged
         and (connection.health_check_done or not connection.health_check_enabled)
         and not _in_event_loop()
     ):
-        vendor = connection.vendor
-        if vendor == "sqlite":
-            query = _QMARK_SQL.get(sql)
-            if query is None:
-                query = _QMARK_SQL.setdefault(sql, _QMARK.sub("?", sql).replace("%%", "%"))
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                cursor = raw.cursor()
-                try:
-                    cursor.execute(query, params)
-                    return result(cursor)
-                finally:
-                    cursor.close()
-        elif vendor == "postgresql" and _binds_on_server(connection, raw):
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                with _psycopg.Cursor(raw) as cursor:
-                    cursor.execute(sql, params, prepare=False)
-                    return result(cursor)
-    with connection.cursor() as cursor:
+        query = _QMARK_SQL.get(sql)
+        if query is None:
+            query = _QMARK_SQL.setdefault(sql, _QMARK.sub("?", sql).replace("%%", "%"))
+        connection.validate_no_broken_transaction()
+        with connection.wrap_database_errors:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(query, params)
+                return result(cursor)
+            finally:
+                cursor.close()
+    with _cursor(connection, raw) as cursor:
         cursor.execute(sql, params)
         return result(cursor)
 
 
-try:
-    import psycopg as _psycopg
-    from psycopg.pq import Format as _Format
-except ImportError:  # psycopg 2, or no PostgreSQL driver: Django's cursor
-    _psycopg = None
+def _cursor(connection: Any, raw: Any) -> Any:
+    """Django's cursor of ``connection`` (``connection.cursor()``), on PostgreSQL a wrapper
+    of the same kind around a server-binding psycopg cursor where :func:`execute` says."""
+    if (
+        raw is None
+        or connection.vendor != "postgresql"
+        or not (connection.health_check_done or not connection.health_check_enabled)
+        or _in_event_loop()
+    ):
+        return connection.cursor()
+    unprepared = _unprepared_cursor_class(raw, connection)
+    if unprepared is None:
+        return connection.cursor()
+    connection.validate_thread_sharing()
+    cursor = unprepared(raw)
+    if connection.queries_logged:
+        return connection.make_debug_cursor(cursor)
+    return connection.make_cursor(cursor)
 
 
-def _binds_on_server(connection: Any, raw: Any) -> bool:
-    """Whether a statement may run on a server-binding psycopg 3 cursor of ``raw``: a
-    psycopg 3 connection whose timestamp loader reads in Django's time zone (as Django's
-    cursor would; else Django registers another loader on each cursor)."""
-    if _psycopg is None or not isinstance(raw, _psycopg.Connection):
-        return False
-    loader = raw.adapters.get_loader(_TIMESTAMPTZ_OID, _Format.TEXT)
-    return getattr(loader, "timezone", None) == connection.timezone
+_UNPREPARED: list = []  # the class, once made: psycopg is imported only on PostgreSQL
+
+
+def _unprepared_cursor_class(raw: Any, connection: Any) -> type | None:
+    """A cursor class binding on the server that never prepares a named statement, where
+    ``raw`` is a psycopg 3 connection making Django's client-binding cursors and reading
+    timestamps in Django's time zone; else ``None``."""
+    try:
+        import psycopg
+        from django.db.backends.postgresql import base as postgresql
+    except ImportError:  # psycopg 2: Django's cursor
+        return None
+    if type(raw) is not psycopg.Connection or raw.cursor_factory is not postgresql.Cursor:
+        return None
+    loader = raw.adapters.get_loader(_TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+    if getattr(loader, "timezone", None) != connection.timezone:
+        return None
+    if not _UNPREPARED:
+
+        class UnpreparedCursor(postgresql.ServerBindingCursor):
+            """Django's server-binding cursor, each statement unnamed (``prepare=False``)."""
+
+            def execute(self, query, params=None, *, prepare=None, binary=None):
+                return super().execute(query, params, prepare=False, binary=binary)
+
+        _UNPREPARED.append(UnpreparedCursor)
+    return _UNPREPARED[0]
 
 
 _TIMESTAMPTZ_OID = 1184  # PostgreSQL's timestamptz type
