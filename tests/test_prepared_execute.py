@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django_llmchat.db import prepared
 from django_llmchat.db.prepared import PreparedInsert, PreparedQuery, PreparedUpdate, execute
 from django_llmchat.models import Chat, Message
+from tests.wire import Wire
 
 pytestmark = pytest.mark.django_db
 
@@ -154,41 +155,13 @@ on_postgresql = pytest.mark.skipif(
 )
 
 
-class _Protocol:
-    """The frontend messages this connection sends, from libpq's trace: ``(kind, text)``,
-    ``Query`` for a statement with its values quoted in (Django's client-binding cursor),
-    ``Parse`` / ``Bind`` / ``Sync`` for one whose values travel beside it."""
-
-    def __enter__(self):
-        import tempfile
-
-        from psycopg import pq
-
-        connection.ensure_connection()
-        self.file = tempfile.TemporaryFile(mode="w+")
-        self.pgconn = connection.connection.pgconn
-        self.pgconn.trace(self.file.fileno())
-        self.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        return self
-
-    def __exit__(self, *exc):
-        self.pgconn.untrace()
-        self.file.seek(0)
-        sent = [line.split("\t") for line in self.file.read().splitlines()]
-        self.messages = [(f[2], f[3] if len(f) > 3 else "") for f in sent if f[0] == "F"]
-        self.file.close()
-
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.messages]
-
-
 @on_postgresql
 def test_a_compiled_statement_binds_its_values_on_the_server_never_as_a_named_statement():
     chat = Chat.objects.create(title="before")
     update = PreparedUpdate(Chat, title=prepared.Arg(str))
     query = PreparedQuery(lambda pk: Chat.objects.filter(pk=pk).values_list("title"))
     secret = "O'Brien; a title with a quote"
-    with _Protocol() as protocol:
+    with Wire() as protocol:
         for _ in range(8):  # past psycopg's prepare_threshold (5): still unnamed
             assert update.run(chat.pk, title=secret) == 1
         rows = query.rows(chat.pk)
@@ -207,7 +180,7 @@ def test_the_run_functions_are_called_with_values_bound_on_the_server(fake_llm):
     fake_llm.configure("openai", "gpt-4.1-mini")
     chat = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
     chat.ask("warm up")
-    with _Protocol() as protocol:
+    with Wire() as protocol:
         chat.ask("it's a prompt with a quote")
     calls = [text for kind, text in protocol.messages if kind == "Parse"]
     assert [("llmchat_run_enqueue" in t, "llmchat_run_store_last_step" in t) for t in calls] == [
@@ -240,7 +213,7 @@ def test_what_watches_django_cursor_sees_the_statements_bound_on_the_server(monk
         return execute(sql, params, many, context)
 
     update = PreparedUpdate(Chat, title=prepared.Arg(str))
-    with _Protocol() as protocol, connection.execute_wrapper(wrapper):
+    with Wire() as protocol, connection.execute_wrapper(wrapper):
         with CaptureQueriesContext(connection) as queries:
             update.run(chat.pk, title="seen")
     assert len(hooked) == len(wrapped) == len(queries.captured_queries) == 1
@@ -264,7 +237,7 @@ def test_a_connection_making_other_cursors_runs_through_django_cursor(monkeypatc
     chat = Chat.objects.create()
     connection.ensure_connection()
     monkeypatch.setattr(connection.connection, "cursor_factory", Traced)
-    with _Protocol() as protocol:
+    with Wire() as protocol:
         assert PreparedUpdate(Chat, title="traced").run(chat.pk) == 1
     assert Traced.made == 1
     assert protocol.kinds().count("Query") == 1 and "Parse" not in protocol.kinds()
@@ -279,7 +252,7 @@ def test_a_connection_reading_timestamps_in_another_zone_runs_through_django_cur
     chat = Chat.objects.create()
     connection.ensure_connection()
     monkeypatch.setattr(prepared, "_TIMESTAMPTZ_OID", 0)  # no loader found: not ours to say
-    with _Protocol() as protocol:
+    with Wire() as protocol:
         assert PreparedUpdate(Chat, title="through django").run(chat.pk) == 1
     assert protocol.kinds().count("Query") == 1 and "Parse" not in protocol.kinds()
     assert Chat.objects.get(pk=chat.pk).title == "through django"

@@ -40,6 +40,9 @@ class Wire:
     def __enter__(self) -> Wire:
         connection.ensure_connection()
         self.sent: list[str] = []
+        # PostgreSQL: the frontend messages as libpq traced them, ``(kind, text)``: a
+        # ``Query`` holds its values quoted in, a ``Parse`` its ``$n`` placeholders
+        self.messages: list[tuple[str, str]] = []
         if connection.vendor == "postgresql":
             from psycopg import pq
 
@@ -65,6 +68,8 @@ class Wire:
             self.file.seek(0)
             for line in self.file.read().splitlines():
                 fields = line.split("\t")
+                if fields[0] == "F" and len(fields) > 2:
+                    self.messages.append((fields[2], fields[3] if len(fields) > 3 else ""))
                 if fields[0] == "F" and len(fields) > 3 and fields[2] in ("Query", "Parse"):
                     text = fields[3].strip()
                     if fields[2] == "Parse":  # Parse "name" "sql" ...
@@ -73,6 +78,11 @@ class Wire:
             self.file.close()
         else:
             connection.connection.set_trace_callback(None)
+
+    def kinds(self) -> list[str]:
+        """The kinds of the frontend messages sent (PostgreSQL): ``Query``, ``Parse``,
+        ``Bind``, ``Sync``..."""
+        return [kind for kind, _ in self.messages]
 
     def count(self, statement: str) -> int:
         """How many times ``statement`` (``"BEGIN"``, ``"COMMIT"``) was sent as it is."""
