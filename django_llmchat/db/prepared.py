@@ -621,7 +621,7 @@ def execute(connection: Any, sql: str, params: Sequence[Any], result: Callable[[
       anything hooked on ``CursorWrapper`` see the statement), on a psycopg cursor that
       binds the values on the server: the SQL goes as ``$1, $2...`` with the values
       beside it, where the client-binding cursor quotes every value into the text the
-      server then lexes again (about a tenth of a reply's time with the run functions'
+      server then lexes again (a few per cent of a reply's CPU with the run functions'
       JSON rows). Never as a named prepared statement, so PgBouncer's transaction mode
       takes it. Not when the connection's cursors are another class than Django's (an
       instrumentation's, or ``server_side_binding``'s own), nor when its timestamps read
@@ -756,7 +756,10 @@ def _blank(model: type[Model]) -> _Blank | None:
     made = []
     for field in fields:
         plain = type(getattr(model, field.attname, None)) in _PLAIN_DESCRIPTORS
-        if not plain or (field.has_default() and callable(field.default)):
+        # a default made per instance: a callable one, a database default (an expression
+        # Django makes anew), a descriptor's
+        made_anew = field.has_default() and callable(field.default)
+        if not plain or made_anew or field.has_db_default():
             made.append((field.attname, field.get_default, None if plain else setattr))
     skipped = {name for name, _, _ in made} | {"_state"}
     attributes = {name: value for name, value in vars(blank).items() if name not in skipped}
