@@ -35,8 +35,10 @@ from . import runs, streams, telemetry
 from .conf import settings
 from .errors import ProviderError
 from .events import StreamEvent
+from .loop.attempts import FirstCall
 from .loop.run_state import RETRYING
 from .loop.runner import Runner
+from .loop.runner_admission import claimed_first_call
 from .loop.session import RunSession
 from .models import Chat, Run
 from .models.idempotency import purge_expired_keys
@@ -103,10 +105,13 @@ def _retry_delay(exc: BaseException, attempt: int) -> float | None:
     return min(cap, 2.0 * 2**attempt) * random.uniform(0.5, 1.0)
 
 
-def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> str:
+def _execute(
+    execution: runs.Execution, retries: int, publish: _Publisher, runner: Runner | None = None
+) -> str:
     """Work on one claimed run, publishing its session's events; returns its final
     status, raises :class:`RetryLater` when a retryable error gave the run back to the
-    queue."""
+    queue. ``runner``: the one built before the claim (:func:`_made_ready`), else one is
+    built now."""
     delay: list[float] = []
 
     def retry_on(exc: BaseException) -> bool:
@@ -116,7 +121,11 @@ def _execute(execution: runs.Execution, retries: int, publish: _Publisher) -> st
         return found is not None
 
     session = RunSession(
-        build_runner=lambda: Runner(Chat.objects.get(pk=execution.chat_id)),
+        build_runner=(
+            (lambda: runner)
+            if runner is not None
+            else lambda: Runner(Chat.objects.get(pk=execution.chat_id))
+        ),
         execution=execution,
         retry_on=retry_on,
         publish=publish,
@@ -168,8 +177,19 @@ def run_chat(
         raise
     first = True
     retries = attempt
+    # the run's runner and first call made ready before the claim, which opens the call's
+    # attempt: the reply commits twice (the claim, the reply), as one asked in-process
+    ready = _made_ready(chat_id) if run_id is not None else None
     while True:
-        found = runs.claim(chat_id, run_id=run_id if first else None, task_id=task_id)
+        call = ready[1] if first and ready is not None else None
+        found = runs.claim(
+            chat_id,
+            run_id=run_id if first else None,
+            task_id=task_id,
+            attempt=call.row if call is not None else None,
+            seen=call.seen if call is not None else None,
+        )
+        runner = _took(ready, found.execution) if first and ready is not None else None
         if found.execution is None:
             if not first:
                 return DONE
@@ -185,12 +205,44 @@ def run_chat(
         last = not drain and (run_id is None or found.execution.pk >= run_id)
         found.execution.kick_next = last
         try:
-            _execute(found.execution, retries, publish)
+            _execute(found.execution, retries, publish, runner)
         finally:
             publish.flush()
         if last:
             return DONE
         first, retries = False, 0
+
+
+def _made_ready(chat_id: int) -> tuple[Runner, FirstCall | None] | None:
+    """The runner of the chat's next run, built before the claim, and the run's first
+    call made ready on the path as read now
+    (:func:`~django_llmchat.loop.runner_admission.claimed_first_call`): the claim writes the
+    call's pending usage row in its own transaction when it starts the run answering the
+    path's last prompt, the path unchanged. ``None`` when the runner cannot be built here
+    (no such chat, an agent or tool that fails to load): the claim and the session then
+    go as they would without it, and tell the error."""
+    try:
+        runner = Runner(Chat.objects.get(pk=chat_id))
+        return runner, claimed_first_call(runner)
+    except Exception:  # told by the session that builds it again after the claim
+        logger.debug("chat %s: no runner before the claim", chat_id, exc_info=True)
+        return None
+
+
+def _took(ready: tuple[Runner, FirstCall | None], execution: runs.Execution | None):
+    """The runner built before the claim, given the run the claim took (``None``: none
+    taken), with the first call whose attempt the claim opened; the chat as the claim
+    left it."""
+    runner, call = ready
+    if execution is None:
+        return None
+    if call is not None and call.row.pk is not None:
+        runner.attempts.first = call
+        runner.attempts.answering = (call.seen, None, None)
+    elif call is not None:
+        runner.history = None  # made ready on a path the run does not start from
+    runner.chat.status, runner.chat.active_run_id = Run.RUNNING, execution.pk
+    return runner
 
 
 # -- where the task runs ---------------------------------------------------------------

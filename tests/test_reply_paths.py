@@ -27,7 +27,7 @@ PG = connection.vendor == "postgresql"
 
 # the prompt with its run, started, and the first attempt's pending usage row
 ADMISSION = (
-    ["SELECT llmchat_run_enqueue_v3"]
+    ["SELECT llmchat_run_enqueue_v4"]
     if PG
     else [
         "UPDATE llmchat_chat",  # the chat's lock
@@ -91,7 +91,7 @@ def test_a_new_chats_first_turn(chat, fake_llm):
 # an unsaved chat's first prompt: its row first, in the admission's transaction; nothing
 # else can see it yet, so its lock, its run ahead and its leaf are not read
 NEW_CHAT_ADMISSION = (
-    ["SELECT llmchat_run_enqueue_v3"]  # the chat's row in the call
+    ["SELECT llmchat_run_enqueue_v4"]  # the chat's row in the call
     if PG
     else [
         "INSERT llmchat_chat",
@@ -225,3 +225,56 @@ def test_after_a_new_chats_first_run_with_tool_calls_the_next_ask_reads_once(fak
     assert wire.commits == 2
     sent = [m.get("role") or m.get("type") for m in fake_llm.last_request.body["input"]]
     assert sent == ["user", "function_call", "function_call_output", "assistant", "user"]
+
+
+def test_a_workers_reply(fake_llm):
+    """A prompt answered by a worker (``ask_later``, the task run after the request): the
+    worker reads the chat and its path, makes the run's first call ready, and its claim
+    opens that call's attempt (on PostgreSQL in ``llmchat_run_claim_v4``'s call); the reply
+    as any other. Two commits, as a reply asked in-process; then the run's end read for its
+    ``run_finished`` event."""
+    import uuid
+
+    from django.test.utils import CaptureQueriesContext
+
+    from django_llmchat.tasks import complete_chat
+    from tests.api.test_reply_statements import current_app, statements
+    from tests.celery_app import make_app
+
+    fake_llm.configure("openai", "gpt-4.1-mini", TASKS_EAGER_WITHOUT_BROKER=False)
+    with current_app(make_app("memory://", f"worker-{uuid.uuid4().hex}")):
+        made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
+        made.ask("warm up")
+        fake_llm.script(Reply("fine", usage={"input_tokens": 3, "output_tokens": 1}))
+        made.ask_later("hello")
+        run = made.last_run
+        with CaptureQueriesContext(connection) as ctx:
+            complete_chat.apply(args=(made.pk,), kwargs={"run_id": run.pk})
+    claim = (
+        ["SELECT llmchat_run_claim_v4"]
+        if PG
+        else [
+            "BEGIN",
+            "UPDATE llmchat_chat",  # the chat's lock
+            "SELECT llmchat_run",  # its head
+            "UPDATE llmchat_run",  # claimed
+            "SELECT llmchat_message",  # the active leaf (a queued prompt moves after it)
+            "UPDATE llmchat_message",
+            "SELECT llmchat_message",  # the path is still the one the request was built on
+            "INSERT llmchat_usage",  # the first attempt, pending
+            "UPDATE llmchat_chat",  # running
+            "COMMIT",
+        ]
+    )
+    reply = ["BEGIN", *REPLY, "COMMIT"] if not PG else REPLY
+    assert statements(ctx) == [
+        "SELECT llmchat_chat",  # the runner's chat
+        *READ,  # its path, before the claim
+        *claim,
+        *reply,
+        "SELECT llmchat_run",  # the run's end, for its run_finished
+    ]
+    assert statements(ctx).count("COMMIT") == (0 if PG else 2)
+    (usage,) = Usage.objects.filter(run=run)
+    assert usage.status == "succeeded" and usage.input_tokens == 3
+    assert [m.content for m in made.transcript()][-2:] == ["hello", "fine"]

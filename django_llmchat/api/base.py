@@ -160,18 +160,17 @@ def stream_inline(view: LLMChatView, chat: Chat, **run: Any):
 
 
 def once(
-    idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None, also=None
+    idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None
 ):
     """``answer()`` once per ``Idempotency-Key``: a retry gets the first outcome (a racing
-    one too, once the first stored its key). ``also(run)``: more to write in the
-    transaction admitting the run, with the key."""
+    one too, once the first stored its key)."""
     if idem is None:
         return answer()
     row = idem.earlier()
     if row is not None:
         return idem.replay(view, row)
     try:
-        with idem.admitting(stream=stream, events_after=after, also=also):
+        with idem.admitting(stream=stream, events_after=after):
             return answer()
     except Replayed as found:
         return idem.replay(view, found.row)

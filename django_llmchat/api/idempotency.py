@@ -31,7 +31,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -193,9 +193,23 @@ class Idempotency:
         self.key = key
         self.hash = request_hash(scope, chat.pk, body)
         self._body = body
-        self.row: IdempotencyKey | None = None
+        self._row: IdempotencyKey | None = None
+        self._keyed: IdempotencyKey | None = None  # the row runs.keyed stores with the run
         self._looked = False  # earlier() read the key: _expired is what it found
         self._expired: int | None = None  # the key's expired row earlier() found
+
+    @property
+    def row(self) -> IdempotencyKey | None:
+        """The key's row this request stored (``None`` before, or when it stored none)."""
+        if self._row is None and self._keyed is not None and self._keyed.pk is not None:
+            return self._keyed
+        return self._row
+
+    @row.setter
+    def row(self, value: IdempotencyKey | None) -> None:
+        self._row = value
+        if value is None:
+            self._keyed = None
 
     @classmethod
     def of(cls, request, scope: str, chat: Chat, body: Any, fallback: str | None = None):
@@ -332,37 +346,41 @@ class Idempotency:
         *,
         stream: str | None = None,
         events_after: str | None = None,
-        also: Callable[[Run], None] | None = None,
     ):
-        """Store the key with the run the block admits (in the run's transaction); a
-        racing request with the same key that got there first answers instead
-        (:class:`Replayed` carries its outcome). ``stream``: the answer streams the run
-        (``"sse"`` or ``"ui"``): the outcome is stored at once. ``also(run)``: more the
-        request writes in the run's transaction, after the key."""
+        """Store the key with the run the block admits (in the run's transaction: on
+        PostgreSQL in the admission's one call, :func:`django_llmchat.runs.keyed`; with the
+        statements that delete the key's expired row first, on
+        :func:`~django_llmchat.runs.on_admit`); a racing request with the same key that got
+        there first answers instead (:class:`Replayed` carries its outcome). ``stream``:
+        the answer streams the run (``"sse"`` or ``"ui"``): the outcome is stored at once."""
+
+        def answer_of(row: IdempotencyKey) -> IdempotencyKey:
+            if stream is not None:  # the run's stream (the row names the run)
+                row.response_status = 200
+                row.response_body = {"stream": stream, "events_after": events_after}
+            return row
 
         def store(run: Run) -> None:
             if self.row is not None:
                 return  # one request, one key (several decisions of one ui/chat request)
-            row = self._new_row(run=run)
-            if stream is not None:
-                row.response_status = 200
-                row.response_body = {
-                    "stream": stream,
-                    "run_id": run.pk,
-                    "events_after": events_after,
-                }
+            row = answer_of(self._new_row(run=run))
             # no savepoint: a duplicate's IntegrityError rolls the whole admission back
             # (the run's transaction, or its savepoint), and is answered below
             row.save(force_insert=True)
             self.row = row
-            if also is not None:
-                also(run)
 
         try:
-            with runs.on_admit(store):
-                yield self
+            if self._looked and self._expired is None:
+                # nothing to delete first: the row goes with the run, in the admission's
+                # own call on PostgreSQL (runs.keyed)
+                self._keyed = answer_of(self._new_row())
+                with runs.keyed(self._keyed):
+                    yield self
+            else:
+                with runs.on_admit(store):
+                    yield self
         except IntegrityError:
-            self.row = None
+            self.row = self._keyed = None
             raise Replayed(self._after_race()) from None
 
     def _new_row(self, **fields: Any) -> IdempotencyKey:

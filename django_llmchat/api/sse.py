@@ -132,14 +132,17 @@ class InlineRun:
         resume: Any = None,
         regenerate: bool = False,
         asynchronous: bool = False,
+        prompt_raw: dict[str, Any] | None = None,
     ):
         self.chat = chat
         self.asynchronous = asynchronous
         self._n = 0
         self._done = False
         publishing = streams.enabled()
+        runner = chat.runner()
+        runner.prompt_raw = prompt_raw  # kept on the prompt's row (a client's own id)
         self.session = RunSession(
-            chat.runner(),
+            runner,
             prompt,
             chat._check_prompt_type(prompt, attachments) if resume is None else [],
             regenerate=regenerate,

@@ -86,6 +86,9 @@ class Runner:
         # what a new prompt does while a run of the chat is unfinished (runs.policy;
         # None: the context's, the chat's, LLMCHAT["DOUBLE_TEXTING"])
         self.double_texting: str | None = None
+        # ``Message.raw`` of the prompt :meth:`admit` stores (the AI SDK's client id of
+        # the message, kept with its row), or ``None``
+        self.prompt_raw: dict[str, Any] | None = None
         self.max_steps = (
             self.agent.max_steps if self.agent and self.agent.max_steps else settings.MAX_STEPS
         )
@@ -328,14 +331,10 @@ class Runner:
         if self.attempts.answering is None:
             return
         seen, asked, prompt = self.attempts.answering
-        remember_answered(
-            self.chat,
-            seen,
-            [
-                (asked, prompt.pk, prompt.position),
-                (answer, message.pk, message.position),
-            ],
-        )
+        stored = [(answer, message.pk, message.position)]
+        if prompt is not None:  # stored by the admission (a worker's was on the path read)
+            stored.insert(0, (asked, prompt.pk, prompt.position))
+        remember_answered(self.chat, seen, stored)
 
     def _failure(self, exc: Exception) -> tuple[str, str, str, str]:
         """What a run that raised ``exc`` ends with: queued again if ``retry_on`` says

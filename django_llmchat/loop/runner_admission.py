@@ -47,6 +47,8 @@ def admit(
     if prompt is not None:
         text, events = runner.check_prompt(prompt)
         message = new_instance(Message, chat=chat, role="user", content=text)
+        if runner.prompt_raw:
+            message.raw = runner.prompt_raw
     elif not regenerate and not later:
         # continuing: the chat's next run, when nobody else is on it (a run queued
         # again after tool-call decisions, one whose worker died), is this one
@@ -110,10 +112,35 @@ def first_call(runner: Runner, prompt: Message) -> FirstCall | None:
     if loaded.pending:
         return None
     message = provider_message(prompt, calls=[], attachments=[])
+    return _made_ready(runner, loaded, [*loaded.messages, message], message)
+
+
+def claimed_first_call(runner: Runner) -> FirstCall | None:
+    """A worker's run's first call made ready before its claim
+    (:func:`django_llmchat.runs.claim` with ``attempt=``): the chat's path read, the request
+    built on it and estimated, for the run answering the path's last message (a prompt
+    stored by :meth:`~django_llmchat.models.Chat.ask_later` or a ``202``). ``None`` when the
+    path ends otherwise (tool calls unanswered, a compaction to store, nothing read)."""
+    # read (only what is new to this process): the prompt was stored by another request
+    loaded = load_history(runner.chat)
+    anchor, _, top = loaded.seen
+    if loaded.pending or anchor is None or anchor != top or not loaded.messages:
+        return None
+    prompt = loaded.messages[-1]
+    if prompt.role != "user" or prompt.ref != top:
+        return None
+    return _made_ready(runner, loaded, loaded.messages, prompt)
+
+
+def _made_ready(runner: Runner, loaded, messages: list, prompt) -> FirstCall | None:
+    """The first call on ``messages`` (the path ``loaded`` read, ending with ``prompt``):
+    its request built and its attempt's pending row estimated; ``None`` when the history
+    must be compacted first."""
+    chat = runner.chat
     history = History(
         chat,
         runner.agent,
-        [*loaded.messages, message],
+        messages,
         loaded.summary,
         loaded.tokens,
         limits=model_limits,
@@ -124,4 +151,4 @@ def first_call(runner: Runner, prompt: Message) -> FirstCall | None:
         return None
     runner.history = history
     row = runner.attempts.pending_row(request, chat.provider, chat.model_id, "chat")
-    return FirstCall(history, request, row, loaded.seen, message)
+    return FirstCall(history, request, row, loaded.seen, prompt)

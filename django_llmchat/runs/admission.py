@@ -41,7 +41,7 @@ from ..errors import (
     DoubleTextingRejected,
     RunInProgress,
 )
-from ..models import Chat, Message, Run, Usage, branches
+from ..models import Chat, IdempotencyKey, Message, Run, Usage, branches
 from ..models.message import QUEUED_POSITION
 from . import limits, pg
 from .base import (
@@ -61,6 +61,7 @@ _INSERT_CHAT = PreparedInsert(Chat)
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_RUN = PreparedInsert(Run)
 _INSERT_USAGE = PreparedInsert(Usage)
+_INSERT_KEY = PreparedInsert(IdempotencyKey)
 # the path as the admission finds it, the prompt aside: its message count, its highest id
 _PATH_SEEN = PreparedQuery(
     lambda chat_id, prompt_id: (
@@ -126,7 +127,29 @@ def on_admit(callback: Callable[[Run], None]) -> Iterator[None]:
         _ON_ADMIT.reset(token)
 
 
+_KEY: ContextVar[Any] = ContextVar("llmchat_admission_key", default=None)
+
+
+@contextmanager
+def keyed(row: Any) -> Iterator[None]:
+    """While in this block, ``row`` (an unsaved
+    :class:`~django_llmchat.models.IdempotencyKey`, its ``run`` not set) is inserted in the
+    transaction that admits a run, naming it (:func:`enqueue`, on PostgreSQL in the
+    admission's one call; :func:`decide`): the request's key, committed with its run or
+    not at all. A key already stored fails the admission with ``IntegrityError`` (the
+    unique constraint), and nothing is stored. Inserted once: ``row.pk`` is set then."""
+    token = _KEY.set(row)
+    try:
+        yield
+    finally:
+        _KEY.reset(token)
+
+
 def _admitted(run: Run) -> None:
+    row = _KEY.get()
+    if row is not None and row.pk is None:
+        row.run_id, row.chat_id = run.pk, run.chat_id
+        row.save(force_insert=True, using=router.db_for_write(type(row)))
     callback = _ON_ADMIT.get()
     if callback is not None:
         callback(run)
@@ -200,13 +223,26 @@ def enqueue(
         # a new chat's row goes in the one call too, unless a receiver of its save wants it
         chat_in_call = new_chat and one_call and pg.available(using, Chat)  # pragma: no mutate
         callback = _ON_ADMIT.get()  # pragma: no mutate
-        alone = one_call and callback is None and new_chat == chat_in_call  # pragma: no mutate
+        key = _key_in_call(one_call, using)  # pragma: no mutate
+        alone = (  # pragma: no mutate
+            one_call and callback is None and new_chat == chat_in_call and _key_alone(key, using)
+        )
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
             if new_chat and not chat_in_call:
                 _save_new_chat(chat, prompt, attempt, using)
             if one_call:  # pragma: no mutate block
                 run, claimed, chat.status = _enqueue_call(
-                    chat, prompt, task_id, start, wait, worker, using, attempt, seen, chat_in_call
+                    chat,
+                    prompt,
+                    task_id,
+                    start,
+                    wait,
+                    worker,
+                    using,
+                    attempt,
+                    seen,
+                    chat_in_call,
+                    key,
                 )
             else:
                 run, claimed, chat.status = _enqueue(
@@ -354,7 +390,7 @@ def stop_unfinished(chat_id: int, policy: str) -> Run | None:
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v3`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v4`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, no limit to check for the
     chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
     :func:`_enqueue` (where the policy is applied under the chat's lock)."""
@@ -378,12 +414,44 @@ def opens_attempt(chat: Chat, attachments=None, double_texting: str | None = Non
     return branches.pending_branch() is None
 
 
+def _key_in_call(one_call: bool, using: str) -> Any:  # pragma: no mutate block
+    """The request's key (:func:`keyed`) when the admission's one call stores it: not
+    stored yet, and no receiver of its model's save signals (they are sent when the ORM
+    saves it, with the run, by :func:`_admitted`)."""
+    row = _KEY.get()
+    if not one_call or row is None or row.pk is not None:
+        return None
+    return row if pg.available(using, type(row)) else None
+
+
+def _key_alone(key: Any, using: str) -> bool:  # pragma: no mutate block
+    """Whether the admission's one call may go alone (no transaction of its own) as far
+    as the request's key goes: no key to store, or the call stores it outside the caller's
+    transaction (a key already stored fails the call: inside a transaction, in a
+    savepoint of its own). A key the call does not store is saved with the run, in the
+    admission's transaction."""
+    pending = _KEY.get()
+    if pending is None or pending.pk is not None:
+        return True
+    return key is not None and not connections[using].in_atomic_block
+
+
 def _enqueue_call(
-    chat, prompt, task_id, start, wait, worker, using, attempt=None, seen=None, new_chat=False
+    chat,
+    prompt,
+    task_id,
+    start,
+    wait,
+    worker,
+    using,
+    attempt=None,
+    seen=None,
+    new_chat=False,
+    key=None,
 ):  # pragma: no mutate block
-    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, chat's status, and
-    the first attempt's pending usage row when given; ``new_chat``: the unsaved chat's row
-    first, instead of its lock and head)."""
+    """:func:`_enqueue` as one call (chat's lock, head, prompt, run, the request's key,
+    chat's status, and the first attempt's pending usage row when given; ``new_chat``: the
+    unsaved chat's row first, instead of its lock and head)."""
     run = new_instance(Run, chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
@@ -393,9 +461,20 @@ def _enqueue_call(
     if new_chat:
         chat._settle_new_row()
         chat_row = _INSERT_CHAT.row(chat, using)
-    outcome, new_chat_id, run_id, prompt_id, claimed, behind, parent, status, attempt_id = pg.call(
+    (
+        outcome,
+        new_chat_id,
+        run_id,
+        prompt_id,
+        claimed,
+        behind,
+        parent,
+        status,
+        attempt_id,
+        key_id,
+    ) = pg.call(
         using,
-        "llmchat_run_enqueue_v3",
+        "llmchat_run_enqueue_v4",
         (chat.pk, "bigint"),
         (chat_row, "jsonb"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
@@ -410,6 +489,7 @@ def _enqueue_call(
         (after, "bigint"),
         (count, "bigint"),
         (top, "bigint"),
+        (None if key is None else _INSERT_KEY.row(key, using), "jsonb"),
     )
     if outcome == "no_chat":
         raise ArgumentError(f"chat {chat.pk} does not exist")
@@ -438,6 +518,9 @@ def _enqueue_call(
     if attempt_id is not None:
         attempt.pk, attempt.run_id = attempt_id, run_id
         mark_saved(attempt, using)
+    if key_id is not None:
+        key.pk, key.run_id, key.chat_id = key_id, run_id, chat.pk
+        mark_saved(key, using)
     _admitted(run)
     run.verdict = None
     return run, claimed, status

@@ -15,14 +15,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from .. import signals
 from ..conf import settings
-from ..db.prepared import mark_saved
+from ..db.prepared import INT_ARG, PreparedInsert, PreparedQuery, mark_saved
 from ..errors import ChatBusyError, RunLostError
-from ..models import Run
+from ..models import Message, Run, Usage
 from ..models.message import QUEUED_POSITION
 from ..tools import ToolResult
 from . import base, pg
@@ -46,6 +46,18 @@ from .base import (
 from .decisions import answer_calls, cancel_queued
 from .execution import Execution
 from .transitions import CLAIM, GIVE_UP, TAKE_OVER
+
+_INSERT_USAGE = PreparedInsert(Usage)
+# the path as a claim finds it: its message count, its highest id
+_PATH = PreparedQuery(
+    lambda chat_id: (
+        Message.objects.filter(chat_id=chat_id, on_path=True, position__lt=QUEUED_POSITION)
+        .values("chat_id")
+        .annotate(count=Count("id"), top=Max("id"))
+        .values_list("count", "top")
+    ),
+    (INT_ARG,),
+)
 
 WAIT_POLL_SECONDS = 0.05
 WORKER_LOST_RESULT = ToolResult.error(
@@ -73,6 +85,8 @@ def claim(
     task_id: str = "",
     waiting: bool = False,
     worker: str | None = None,
+    attempt: Usage | None = None,
+    seen: tuple[int | None, int, int | None] | None = None,
 ) -> Claim:
     """Take the chat's next run, if it is this caller's to take.
 
@@ -81,13 +95,21 @@ def claim(
     step. ``run_id``: the run the caller is for; when another run is ahead of it, a task
     (``waiting=False``) answers that one first (in order), a caller waiting for its own
     turn (``waiting=True``) renews its run's lease and gets ``BUSY``. A run taken on
-    ``RUN_MAX_ATTEMPTS`` times ends failed instead."""
+    ``RUN_MAX_ATTEMPTS`` times ends failed instead.
+
+    ``attempt``: the first attempt of the run the caller expects to start, its pending usage
+    row (unsaved), built from the chat's path as the caller read it before the claim,
+    ``seen`` = ``(its last message's id, its message count, its highest message id)``. It is
+    written in the claim's own transaction when the claim starts a queued run whose prompt
+    is that last message and the path is still the one read (its ``pk`` is set then);
+    otherwise nothing of it is written and the caller reads the path again."""
     worker = worker or worker_name()
+    attempt = _made_ready_on(attempt, seen)
     # the PostgreSQL face: tests/runs/test_pg.py and the suite on PostgreSQL test it, not
     # the mutation campaign (on SQLite)
     using = router.db_for_write(Run)  # pragma: no mutate
     if pg.available(using):  # pragma: no mutate block
-        found = _claim_call(chat_id, run_id, task_id, waiting, worker, using)
+        found = _claim_call(chat_id, run_id, task_id, waiting, worker, using, attempt, seen)
         if found is not None:
             return found
     while True:  # each pass fails one run that cannot be resumed, or returns
@@ -139,6 +161,7 @@ def claim(
                 )
             else:
                 _move_prompt_into_place(chat_id, head.prompt_id)
+                _open_first_attempt(chat_id, head, attempt, seen)
             _CHAT_RUNNING.run(chat_id, active_run=head.pk)
             taken_over = head.status == Run.RUNNING
             head.status = step.target
@@ -147,6 +170,31 @@ def claim(
             execution = Execution(head, worker=worker)
             execution.taken_over = taken_over
             return Claim(execution=execution)
+
+
+def _made_ready_on(attempt: Usage | None, seen: tuple | None) -> Usage | None:
+    """``attempt`` when the path it was made ready on (``seen``) ends with its highest
+    message (a prompt a run could answer), else ``None``."""
+    if attempt is None or seen is None or seen[0] is None or seen[0] != seen[2]:
+        return None
+    return attempt
+
+
+def _open_first_attempt(chat_id: int, run: Run, attempt: Usage | None, seen) -> None:
+    """The started run's first attempt, its pending usage row, written in the claim's
+    transaction when the path read before the claim ends with the run's prompt and is
+    still that path (``seen``: its last message, its message count and highest id);
+    otherwise nothing is written and the caller reads the path again."""
+    if attempt is None:
+        return
+    _, count, top = seen
+    if run.prompt_id is None or run.prompt_id != top:
+        return
+    found = _PATH.values(chat_id)
+    if not found or tuple(found[0]) != (count, top):
+        return
+    attempt.run_id = run.pk
+    _INSERT_USAGE.save(attempt)
 
 
 def _wait_behind(head: Run, run_id: int, worker: str, now) -> Claim:
@@ -183,15 +231,18 @@ def _take_updates(head: Run, worker: str, task_id: str, now) -> dict[str, Any]:
 
 
 def _claim_call(
-    chat_id, run_id, task_id, waiting, worker, using
+    chat_id, run_id, task_id, waiting, worker, using, attempt=None, seen=None
 ) -> Claim | None:  # pragma: no mutate block
-    """:func:`claim` as one call of ``llmchat_run_claim_v1`` (:mod:`.pg`); ``None`` when
+    """:func:`claim` as one call of ``llmchat_run_claim_v4`` (:mod:`.pg`); ``None`` when
     the function left the case to the statements (a caller waiting behind another run, a
     run to give up), having written nothing."""
     now = timezone.now()
+    if attempt is not None and not pg.available(using, Usage):
+        attempt = None  # a receiver of Usage's save signals: the caller opens it
+    _, count, top = seen if attempt is not None else (None, None, None)
     outcome, taken_over, previous_worker, *values = pg.call(
         using,
-        "llmchat_run_claim_v1",
+        "llmchat_run_claim_v4",
         (chat_id, "bigint"),
         (run_id, "bigint"),
         (waiting, "boolean"),
@@ -202,7 +253,11 @@ def _claim_call(
         (int(settings.RUN_MAX_ATTEMPTS), "integer"),
         (base.clock_position(), "bigint"),
         (QUEUED_POSITION, "bigint"),
+        (None if attempt is None else _INSERT_USAGE.row(attempt, using), "jsonb"),
+        (count, "bigint"),
+        (top, "bigint"),
     )
+    *values, attempt_id = values
     if outcome == "statements":
         return None
     if outcome == NOTHING:
@@ -216,6 +271,9 @@ def _claim_call(
         )
     run = Run(**row)
     mark_saved(run, using)
+    if attempt_id is not None:
+        attempt.pk, attempt.run_id = attempt_id, run.pk
+        mark_saved(attempt, using)
     if taken_over:
         signals.send_after_commit(
             signals.run_recovered,

@@ -50,8 +50,8 @@ class Transition:
         return {(source, self.target) for source in self.sources or (None,)}
 
 
-_ENQUEUE = "llmchat_run_enqueue_v3"
-_CLAIM = "llmchat_run_claim_v1"
+_ENQUEUE = "llmchat_run_enqueue_v4"
+_CLAIM = "llmchat_run_claim_v4"
 _END = "llmchat_run_end_v1"
 _INTERRUPT = "llmchat_run_interrupt_v1"
 

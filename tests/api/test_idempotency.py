@@ -471,6 +471,87 @@ def test_racing_retries_make_one_run(django_user_model, fake_llm):
     assert len(fake_llm.requests) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_racing_first_messages_of_a_new_ui_chat_make_one_run(django_user_model, fake_llm):
+    """The AI SDK's first message of a chat it named, sent by several requests at once
+    (the message's id is the key): the chat is made once, and its key goes with the run
+    in the admission (on PostgreSQL in the admission's call, inside the request's
+    transaction that made the chat: in a savepoint of its own). One prompt, one run, one
+    provider call; the others answer the first one's outcome (a 409 while it runs)."""
+    if connection.vendor == "sqlite":
+        pytest.skip("threads writing at once need a server database (SQLite: one writer)")
+    fake_llm.configure("openai", MODEL)
+    fake_llm.script(*[Reply("answered")] * 8)
+    racer = django_user_model.objects.create_user("ui-racer", password="pw")
+    message = user("Hello there")
+    n = 4
+    barrier = threading.Barrier(n)
+    outcomes: list = [None] * n
+
+    def one(i):
+        try:
+            client = APIClient()
+            client.force_authenticate(racer)
+            barrier.wait(30)
+            response = post(client, "a-new-chat", message)
+            body = b"".join(response.streaming_content) if response.streaming else response.content
+            outcomes[i] = (response.status_code, body)
+        except Exception as exc:
+            outcomes[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert wait_for_background_runs(60)
+    assert all(isinstance(o, tuple) for o in outcomes), outcomes
+    codes = sorted(o[0] for o in outcomes)
+    assert set(codes) <= {200, 409} and codes.count(200) >= 1, outcomes
+    chat = Chat.objects.get(user=racer, client_id="a-new-chat")
+    assert prompts(chat) == 1 and Run.objects.filter(chat=chat).count() == 1
+    assert IdempotencyKey.objects.filter(chat=chat).count() == 1
+    assert Message.objects.get(chat=chat, role="user").raw == {"ui_message_id": message["id"]}
+    assert len(fake_llm.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("atomic_requests", [False, True])
+def test_a_key_stored_after_its_read_answers_the_first_outcome(
+    api, chat, inline, monkeypatch, atomic_requests
+):
+    """A request that read no key (another request with the same key stored it right
+    after the read, as racing requests do) finds it stored when it admits its run: the
+    admission stores nothing (the key's unique constraint, in the admission's call on
+    PostgreSQL) and the request answers the first one's outcome. Inside the request's own
+    transaction too (``ATOMIC_REQUESTS``): the admission's failure rolls back its
+    savepoint only, so the answer is read in that transaction."""
+    from django_llmchat.api.idempotency import Idempotency
+
+    inline.script(Reply("first"), Reply("second"))
+    headers = key()
+    first = ask(api, chat, headers=headers)
+    assert first.status_code == 202
+    real, late = Idempotency.earlier, []
+
+    def read_before_the_first_stored_it(self):
+        if not late:  # the retry's own read: before the first request's key was stored
+            late.append(self)
+            self._looked, self._expired = True, None
+            return None
+        return real(self)
+
+    monkeypatch.setattr(Idempotency, "earlier", read_before_the_first_stored_it)
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+    again = ask(api, chat, headers=headers)
+    assert late and again.status_code == 202, again.content
+    assert again.json() == first.json()
+    assert prompts(chat) == 1 and Run.objects.filter(chat=chat).count() == 1
+    assert IdempotencyKey.objects.filter(chat=chat).count() == 1
+
+
 # -- with encryption at rest: the row holds no plain text of the request --------------------
 def _stored_keys() -> list[tuple]:
     with connection.cursor() as cursor:

@@ -2,7 +2,7 @@
 them: ``POST chats/{id}/messages/`` answering ``202`` (the run queued for a worker, the
 request measured alone) and ``POST ui/chat`` (the reply streamed in the response, so its
 run is part of the request). Each list is exact, per database (PostgreSQL admits a run in
-one call of ``llmchat_run_enqueue_v3`` and stores the reply in one call of
+one call of ``llmchat_run_enqueue_v4`` and stores the reply in one call of
 ``llmchat_run_store_last_step_v3``; SQLite takes the statements); so are its ``BEGIN``
 and ``COMMIT`` (on PostgreSQL, also counted on the wire, from libpq's trace: a statement
 outside a transaction commits alone and sends none). A process that served a request
@@ -144,7 +144,7 @@ REST_202 = expect(
     pg=[
         "SELECT authtoken_token",
         "SELECT llmchat_chat",
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_message",
     ],
     sqlite=[
@@ -201,10 +201,10 @@ def test_a_202_on_a_chats_first_message(api, chat, served):
 
 def test_a_202_with_an_idempotency_key(api, chat, served):
     """The key's read (any age: one row at most), then the admission with the key's row
-    in its transaction (no savepoint, no DELETE: there is no expired row), committed
-    once; the prompt's siblings; the answer stored with the key (an UPDATE: the body is
-    made after the admission). A retry is answered from the key: its token, chat and key
-    reads, and nothing written."""
+    (no savepoint, no DELETE: there is no expired row): on PostgreSQL in its one call,
+    which commits alone, on SQLite in its transaction; the prompt's siblings; the answer
+    stored with the key (an UPDATE: the body is made after the admission). A retry is
+    answered from the key: its token, chat and key reads, and nothing written."""
     served.script("Paris.")
     key = {"HTTP_IDEMPOTENCY_KEY": uuid.uuid4().hex}
     with Measured() as measured:
@@ -215,10 +215,7 @@ def test_a_202_with_an_idempotency_key(api, chat, served):
             "SELECT authtoken_token",
             "SELECT llmchat_chat",
             "SELECT llmchat_idempotency_key",
-            "BEGIN",
-            "SELECT llmchat_run_enqueue_v3",
-            "INSERT llmchat_idempotency_key",
-            "COMMIT",
+            "SELECT llmchat_run_enqueue_v4",  # the key's row in the call
             "SELECT llmchat_message",
             "UPDATE llmchat_idempotency_key",
         ],
@@ -239,7 +236,7 @@ def test_a_202_with_an_idempotency_key(api, chat, served):
             "UPDATE llmchat_idempotency_key",
         ],
     )
-    assert measured.commits() == 1
+    assert measured.commits() == (0 if PG else 1)
     assert worker(response).status == Run.SUCCEEDED
     with Measured() as again:
         retried = rest(api, chat, "Capital of France?", **key)
@@ -293,13 +290,7 @@ message (``RunFinished``, the ``finish`` chunk's metadata) and the chat's UI tre
 reply's alternatives, one query)."""
 
 UI_ADMISSION = expect(
-    pg=[
-        "BEGIN",
-        "SELECT llmchat_run_enqueue_v3",
-        "INSERT llmchat_idempotency_key",
-        "UPDATE llmchat_message",
-        "COMMIT",
-    ],
+    pg=["SELECT llmchat_run_enqueue_v4"],
     sqlite=[
         "BEGIN",
         "UPDATE llmchat_chat",
@@ -308,7 +299,6 @@ UI_ADMISSION = expect(
         "INSERT llmchat_message",
         "INSERT llmchat_run",
         "INSERT llmchat_idempotency_key",
-        "UPDATE llmchat_message",
         "UPDATE llmchat_chat",
         "SELECT llmchat_message",  # the path the request was built on, still the chat's
         "INSERT llmchat_usage",  # the first attempt, pending
@@ -316,16 +306,17 @@ UI_ADMISSION = expect(
     ],
 )
 """The admission of a ``ui/chat`` prompt with its key (the client's message id, or the
-header): the prompt and its run, and the first attempt's pending row (PostgreSQL: one
-call; SQLite: its statements), the key's row with the stream's outcome,
-the client's message id kept on the prompt (``raw``), committed together."""
+header): the prompt (the client's message id in its ``raw``) and its run, the key's row
+with the stream's outcome, and the first attempt's pending row, committed together: on
+PostgreSQL in one call (which commits alone), on SQLite its statements."""
 
 
 def test_ui_chat_continuing_a_chat(api, chat, served):
     """The token, the chat, the key's read (the new message's id is the key), the chat's
     UI tree (one query: the messages sent before the new one are a path of the chat);
-    the admission (:data:`UI_ADMISSION`); the reply (:data:`UI_REPLY`). Two commits on
-    SQLite (admission, reply); one on PostgreSQL (the reply's call commits alone)."""
+    the admission (:data:`UI_ADMISSION`); the reply (:data:`UI_REPLY`). Two commits: on
+    SQLite the admission's and the reply's transactions, on PostgreSQL their two calls
+    (each commits alone: no ``BEGIN``)."""
     served.script("Paris.", "Rome.")
     first = user("Capital of France?")
     got = chunks(ui(api, chat.pk, first))
@@ -334,7 +325,7 @@ def test_ui_chat_continuing_a_chat(api, chat, served):
         got = chunks(ui(api, chat.pk, first, answered(got), second))
     reads = ["SELECT authtoken_token", "SELECT llmchat_chat", "SELECT llmchat_idempotency_key"]
     assert measured.list == [*reads, "SELECT llmchat_message", *UI_ADMISSION, *UI_REPLY]
-    assert measured.commits() == (1 if PG else 2)
+    assert measured.commits() == (0 if PG else 2)
     assert "".join(c["delta"] for c in got if c["type"] == "text-delta") == "Rome."
     prompt = Message.objects.get(chat=chat, content="And Italy?")
     assert prompt.raw == {"ui_message_id": second["id"]}
@@ -389,7 +380,7 @@ def test_ui_chat_with_an_idempotency_key(api, chat, served):
     reads = ["SELECT authtoken_token", "SELECT llmchat_chat", "SELECT llmchat_idempotency_key"]
     cold = ["SELECT llmchat_message"]  # the chat is new to the process: its transcript
     assert measured.list == [*reads, "SELECT llmchat_message", *cold, *UI_ADMISSION, *UI_REPLY]
-    assert measured.commits() == (1 if PG else 2)
+    assert measured.commits() == (0 if PG else 2)
     assert IdempotencyKey.objects.get(chat=chat).key == key["HTTP_IDEMPOTENCY_KEY"]
     assert Message.objects.get(chat=chat, role="user").raw == {"ui_message_id": message["id"]}
     retried = ui(api, chat.pk, message, **key)

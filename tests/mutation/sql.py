@@ -5,8 +5,8 @@ critical functions first, within a time budget.
 
     DATABASE_URL=postgres://... python tests/mutation/sql.py     # make sql-mutation
     SQL_MUTATION_BUDGET=180 python tests/mutation/sql.py
-    python tests/mutation/sql.py llmchat_run_claim_v1            # one function's mutants
-    python tests/mutation/sql.py llmchat_run_claim_v1:1,26       # two of them
+    python tests/mutation/sql.py llmchat_run_claim_v4            # one function's mutants
+    python tests/mutation/sql.py llmchat_run_claim_v4:1,26       # two of them
 
 ``SQL_MUTATION_BUDGET``: seconds the campaign may take (unset or 0: no limit). One pytest
 session does it all (``tests/mutation/sql_plugin.py``): the test database is created once,
@@ -46,9 +46,9 @@ TESTS = ["tests/runs"]
 REPORT_SECONDS = 5
 
 CRITICAL = {
-    "the claim": ["llmchat_run_claim_v1"],
+    "the claim": ["llmchat_run_claim_v4"],
     "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v3"],
-    "admission": ["llmchat_run_enqueue_v3"],
+    "admission": ["llmchat_run_enqueue_v4"],
 }
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]
 # the rest, run after the critical functions

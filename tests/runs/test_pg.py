@@ -91,7 +91,7 @@ def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2, wire.trips
@@ -111,7 +111,7 @@ def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
         chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_message",
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
@@ -127,7 +127,7 @@ def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         chat.ask("and here?")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_message",
         "INSERT llmchat_usage",
         "SELECT llmchat_run_store_last_step_v3",
@@ -166,7 +166,7 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     admission = written["prompt"]
@@ -290,7 +290,7 @@ def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello again")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
@@ -395,7 +395,7 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
             [list(pg.FUNCTIONS)],
         )
         described = dict(cursor.fetchall())
-    assert described["llmchat_run_claim_v1"].startswith("queued -> running")
+    assert described["llmchat_run_claim_v4"].startswith("queued -> running")
     assert all(described.values()), described
     try:
         call_command("migrate", "django_llmchat", "0001_baseline", verbosity=0)
@@ -444,7 +444,7 @@ def test_a_chats_first_reply_writes_its_title_in_the_same_call(fake_llm):
     with Wire() as wire:
         made.ask("Plan a **trip** to Lisbon\nwith trains")
     assert wire.statements == [
-        "SELECT llmchat_run_enqueue_v3",
+        "SELECT llmchat_run_enqueue_v4",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
@@ -535,7 +535,7 @@ def test_a_claim_is_one_call(chat):
     Run.objects.filter(pk=ahead.pk).update(status="succeeded", lease_expires_at=None)
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         found = runs.claim(chat.pk, run_id=run.pk, task_id="t-1", worker="w:1")
-    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"] and len(wire.trips) == 1
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v4"] and len(wire.trips) == 1
     execution = found.execution
     assert execution.pk == run.pk and execution.attempt == 1 and execution.worker == "w:1"
     row = Run.objects.get(pk=run.pk)
@@ -552,17 +552,17 @@ def test_a_claim_finding_nothing_a_decision_or_a_live_run_is_one_call(chat):
     statement, nothing written."""
     with CaptureQueriesContext(connection) as ctx:
         assert runs.claim(chat.pk).state == runs.NOTHING
-    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v4"]
     waiting = Run.objects.create(chat=chat, status="awaiting_approval", attempt=1)
     with CaptureQueriesContext(connection) as ctx:
         assert runs.claim(chat.pk).state == runs.PAUSED
-    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v4"]
     waiting.delete()
     live = taken_run(chat, lease=600)
     before = Run.objects.values().get(pk=live.pk)
     with CaptureQueriesContext(connection) as ctx:
         found = runs.claim(chat.pk, worker="w:2")
-    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v4"]
     assert found.state == runs.BUSY and 590 < found.retry_in <= 600
     assert Run.objects.values().get(pk=live.pk) == before
 
@@ -575,7 +575,7 @@ def test_a_queued_run_past_its_attempts_is_started_in_one_call(chat, settings):
     run = Run.objects.create(chat=chat, status="queued", attempt=2)
     with CaptureQueriesContext(connection) as ctx:
         found = runs.claim(chat.pk, worker="w:3")
-    assert _statements(ctx) == ["SELECT llmchat_run_claim_v1"]
+    assert _statements(ctx) == ["SELECT llmchat_run_claim_v4"]
     assert found.execution.pk == run.pk and found.execution.attempt == 3
     assert Run.objects.values_list("status", "attempt").get(pk=run.pk) == ("running", 3)
 

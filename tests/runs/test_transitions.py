@@ -402,9 +402,9 @@ def test_the_sql_parse_reads_literals_lists_and_guarded_parameters():
         ("running", t)
         for t in ("succeeded", "failed", "cancelled", "interrupted", "awaiting_approval", "queued")
     }
-    assert written(functions()["llmchat_run_claim_v1"]) == {
+    assert written(functions()["llmchat_run_claim_v4"]) == {
         ("queued", "running"),
         ("running", "running"),
     }
-    assert written(functions()["llmchat_run_enqueue_v3"]) == {(None, "queued"), (None, "running")}
+    assert written(functions()["llmchat_run_enqueue_v4"]) == {(None, "queued"), (None, "running")}
     assert written(functions()["llmchat_run_release_v1"]) == set()

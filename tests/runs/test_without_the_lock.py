@@ -201,7 +201,7 @@ def _claim(chat_id: int) -> tuple:
     now = timezone.now()
     return pg.call(
         "default",
-        "llmchat_run_claim_v1",
+        "llmchat_run_claim_v4",
         (chat_id, "bigint"),
         (None, "bigint"),
         (False, "boolean"),
@@ -212,6 +212,9 @@ def _claim(chat_id: int) -> tuple:
         (MAX_ATTEMPTS, "integer"),
         (base.clock_position(), "bigint"),
         (QUEUED_POSITION, "bigint"),
+        (None, "jsonb"),
+        (None, "bigint"),
+        (None, "bigint"),
     )
 
 
@@ -268,7 +271,7 @@ def _postgresql() -> None:
 
 
 def test_claim_function_leaves_a_run_withdrawn_meanwhile(chat):
-    """llmchat_run_claim_v1: a queued head withdrawn while the function waits to update it
+    """llmchat_run_claim_v4: a queued head withdrawn while the function waits to update it
     (read before): its fenced UPDATE finds no row (the status condition), the run stays
     cancelled."""
     _postgresql()
@@ -285,7 +288,7 @@ def test_claim_function_leaves_a_run_withdrawn_meanwhile(chat):
 
 
 def test_claim_function_leaves_a_run_taken_over_meanwhile(chat):
-    """llmchat_run_claim_v1: a head whose lease ran out, taken over by another process
+    """llmchat_run_claim_v4: a head whose lease ran out, taken over by another process
     while the function waits to update it: its fenced UPDATE finds no row (the attempt
     condition), the other process keeps the run."""
     _postgresql()

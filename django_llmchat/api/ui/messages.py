@@ -36,7 +36,7 @@ from .stream import ToolCallIds, call_key
 
 __all__ = [
     "UI_MESSAGE_ID",
-    "remember_user_message_id",
+    "client_raw",
     "replay_chunks",
     "stored_calls",
     "ui_messages",
@@ -44,13 +44,11 @@ __all__ = [
 ]
 
 
-def remember_user_message_id(message_id: int | None, client_id: Any) -> None:
-    """Keep the id the client gave the user message it sent (``Message.raw``), so a
-    reloaded chat names it the same. Ids a call id could not be (control characters,
-    over 255 characters) are not kept."""
-    if message_id is None or not is_call_id(client_id):
-        return
-    Message.objects.filter(pk=message_id, raw__isnull=True).update(raw={UI_MESSAGE_ID: client_id})
+def client_raw(client_id: Any) -> dict[str, Any] | None:
+    """``Message.raw`` of a user message the client sent with its own id, so a reloaded
+    chat names it the same; ``None`` for an id a call id could not be (control
+    characters, over 255 characters), which is not kept."""
+    return {UI_MESSAGE_ID: client_id} if is_call_id(client_id) else None
 
 
 def _user(message: Message, request) -> dict[str, Any]:

@@ -120,23 +120,12 @@ class UIChatView(TransportView):
             body["double_texting"] = data["double_texting"]
         idem = Idempotency.of(request, "ui-chat", chat, body, fallback=fallback)
         after = stream_position(chat) if idem is not None else None
-        prompted = data["trigger"] == "submit-message" and last.get("role") == "user"
-        remembered: list[int] = []  # the prompt whose client id was kept with its run
-
-        def remember(admitted: Run) -> None:
-            """The client's id of the user message, kept in the transaction admitting it
-            (with the request's key)."""
-            if admitted.prompt_id is not None:
-                ui_messages.remember_user_message_id(admitted.prompt_id, last.get("id"))
-                remembered.append(admitted.prompt_id)
-
         return once(
             idem,
             self,
-            lambda: self._answer(chat, data, last, idem, made=made, remembered=remembered),
+            lambda: self._answer(chat, data, last, idem, made=made),
             stream="ui",
             after=after,
-            also=remember if prompted else None,
         )
 
     def _answer(
@@ -147,7 +136,6 @@ class UIChatView(TransportView):
         idem: Idempotency | None,
         *,
         made: bool = False,
-        remembered: list[int] | None = None,
     ):
         def finish(event) -> dict:  # a regenerated reply says its alternatives at once
             return reply_branch(chat.pk, event.run_id)
@@ -172,6 +160,9 @@ class UIChatView(TransportView):
         elif last["role"] == "user":
             run["prompt"] = data["prompt"]  # checked by the serializer (the input rules)
             run["attachments"] = data["attachments"] or None
+            # a reloaded chat names the user message as its client did: the client's id
+            # goes in the prompt's row (stored with its run)
+            run["prompt_raw"] = ui_messages.client_raw(last.get("id"))
             if sent is not None:  # the messages before it are the path it continues
                 place = placement_of(chat, sent[:-1], tree=tree)
                 if not place.append:
@@ -211,11 +202,6 @@ class UIChatView(TransportView):
                         admit(inline)
                 except ArgumentError as exc:  # a message no prompt may follow
                     raise ValidationError({"messages": [str(exc)]}) from None
-        if "prompt" in run:  # a reloaded chat names the user message as its client did
-            row = inline.run
-            prompt_id = row.prompt_id if row is not None else None
-            if prompt_id not in (remembered or ()):  # not with the key: after its admission
-                ui_messages.remember_user_message_id(prompt_id, last.get("id"))
         return ui_response(inline.frames())
 
 
