@@ -159,9 +159,7 @@ def stream_inline(view: LLMChatView, chat: Chat, **run: Any):
     return sse_response(inline.frames())
 
 
-def once(
-    idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None
-):
+def once(idem: Idempotency | None, view: LLMChatView, answer, *, stream=None, after=None):
     """``answer()`` once per ``Idempotency-Key``: a retry gets the first outcome (a racing
     one too, once the first stored its key)."""
     if idem is None:
