@@ -160,30 +160,41 @@ def test_a_streamed_reply(chat, fake_llm):
 
 
 def test_an_ask_with_spending_limits_on(fake_llm, django_user_model):
-    """With limits, the admission's statements (on PostgreSQL too): the user's lock and
-    the limits read under it; the first attempt still goes in the admission's
-    transaction, so the reply commits twice."""
+    """With limits, the gate's reads before the admission, in its transaction: on
+    PostgreSQL the chat's row lock, the user's lock and the limits read under them, then
+    the admission's one call (the prompt, the run with its reservation, the first
+    attempt); on SQLite the admission's statements with the user's row and spend among
+    them. The reply commits twice."""
     user = django_user_model.objects.create_user("spender")
     fake_llm.configure("openai", "gpt-4.1-mini", LIMITS={"default": {"usd_per_day": "5"}})
     limited = Chat.objects.create(user=user, provider="openai", model_id="gpt-4.1-mini")
     limited.ask("warm up")
     with Wire() as wire:
         limited.ask("hello")
-    admission = [
-        "UPDATE llmchat_chat",
-        "SELECT llmchat_run",
-        *(["SELECT pg_advisory_xact_lock"] if PG else []),
-        "SELECT auth_user",  # the user's row (and its spend, one statement)
-        "SELECT llmchat_message",
-        "INSERT llmchat_message",
-        "INSERT llmchat_run",
-        "UPDATE llmchat_chat",
-        "SELECT llmchat_message",
-        "INSERT llmchat_usage",
-    ]
+    admission = (
+        [
+            "SELECT llmchat_chat",  # the chat's row lock
+            "SELECT pg_advisory_xact_lock",  # the user's
+            "SELECT auth_user",  # the user's row and its spend, one statement
+            "SELECT llmchat_run_enqueue_v4",
+        ]
+        if PG
+        else [
+            "UPDATE llmchat_chat",
+            "SELECT llmchat_run",
+            "SELECT auth_user",  # the user's row and its spend, one statement
+            "SELECT llmchat_message",
+            "INSERT llmchat_message",
+            "INSERT llmchat_run",
+            "UPDATE llmchat_chat",
+            "SELECT llmchat_message",
+            "INSERT llmchat_usage",
+        ]
+    )
     assert wire.statements == admission + REPLY
     assert wire.commits == 2
     assert Usage.objects.filter(chat=limited).count() == 2
+    assert limited.runs.order_by("-id").first().reserved_cost > 0  # reserved at admission
 
 
 def test_a_failed_call_leaves_its_attempt_billed_with_the_same_commits(chat, fake_llm):

@@ -74,6 +74,13 @@ _PATH_SEEN = PreparedQuery(
     (INT_ARG, INT_ARG - 1),
 )
 
+# the chat's row lock, read (the admission's call takes it again, held)
+_LOCK_CHAT_ROW = PreparedQuery(
+    lambda chat_id: (
+        Chat.objects.filter(pk=chat_id).select_for_update(no_key=True).values_list("pk")
+    ),
+)
+
 # the advisory lock space of users' admissions: "llmc"
 _USER_LOCK_SPACE = 0x6C6C6D63
 
@@ -220,17 +227,28 @@ def enqueue(
         # campaign (on SQLite); it commits alone, the statements (or a callback's writes
         # with the call) in one transaction
         one_call = _in_one_call(chat, attachments, regenerate, using, policy)  # pragma: no mutate
+        # the gate's limits, read under the chat's and the user's locks before the call,
+        # in its transaction
+        gated = one_call and limits.enabled() and chat.user_id is not None  # pragma: no mutate
         # a new chat's row goes in the one call too, unless a receiver of its save wants it
-        chat_in_call = new_chat and one_call and pg.available(using, Chat)  # pragma: no mutate
+        # or the gate reads it first (its limits count the chat's requests)
+        chat_in_call = (  # pragma: no mutate
+            new_chat and one_call and not gated and pg.available(using, Chat)
+        )
         callback = _ON_ADMIT.get()  # pragma: no mutate
         key = _key_in_call(one_call, using)  # pragma: no mutate
         alone = (  # pragma: no mutate
-            one_call and callback is None and new_chat == chat_in_call and _key_alone(key, using)
+            one_call
+            and callback is None
+            and new_chat == chat_in_call
+            and not gated
+            and _key_alone(key, using)
         )
         with nullcontext() if alone else transaction.atomic(using=using):  # pragma: no mutate
             if new_chat and not chat_in_call:
                 _save_new_chat(chat, prompt, attempt, using)
             if one_call:  # pragma: no mutate block
+                verdict = _gate_before_call(chat, prompt, attachments) if gated else None
                 run, claimed, chat.status = _enqueue_call(
                     chat,
                     prompt,
@@ -243,6 +261,7 @@ def enqueue(
                     seen,
                     chat_in_call,
                     key,
+                    verdict,
                 )
             else:
                 run, claimed, chat.status = _enqueue(
@@ -391,10 +410,11 @@ def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
     """Whether this admission is one call of ``llmchat_run_enqueue_v4`` (:mod:`.pg`): a
-    prompt without attachments (or none), no regenerate, no limit to check for the
-    chat's user, the ``enqueue`` double-texting policy; otherwise the statements of
+    prompt without attachments (or none), no regenerate, the ``enqueue`` double-texting
+    policy (with limits to check for the chat's user, the call follows the gate's reads in
+    its transaction: :func:`_gate_before_call`); otherwise the statements of
     :func:`_enqueue` (where the policy is applied under the chat's lock)."""
-    if attachments or regenerate or (limits.enabled() and chat.user_id is not None):
+    if attachments or regenerate:
         return False
     if policy != ENQUEUE:
         return False
@@ -424,6 +444,18 @@ def _key_in_call(one_call: bool, using: str) -> Any:  # pragma: no mutate block
     return row if pg.available(using, type(row)) else None
 
 
+def _gate_before_call(
+    chat: Chat, prompt, attachments
+) -> limits.Verdict | None:  # pragma: no mutate block
+    """The gate of a PostgreSQL admission in one call with limits on, in the call's
+    transaction: the chat's row lock (a chat saved in this transaction is ours already),
+    the user's lock, every limit read and checked (:func:`_admit`); the call then takes the
+    chat's lock again, held."""
+    if chat.pk is not None and not _LOCK_CHAT_ROW.values(chat.pk):
+        raise ArgumentError(f"chat {chat.pk} does not exist")
+    return _admit(chat, prompt, attachments)
+
+
 def _key_alone(key: Any, using: str) -> bool:  # pragma: no mutate block
     """Whether the admission's one call may go alone (no transaction of its own) as far
     as the request's key goes: no key to store, or the call stores it outside the caller's
@@ -448,11 +480,14 @@ def _enqueue_call(
     seen=None,
     new_chat=False,
     key=None,
+    verdict=None,
 ):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, the request's key,
     chat's status, and the first attempt's pending usage row when given; ``new_chat``: the
     unsaved chat's row first, instead of its lock and head)."""
     run = new_instance(Run, chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
+    if verdict is not None:
+        run.reserved_cost = verdict.reservation
     now = timezone.now()
     lease = _lease_until() if (start or wait) else None
     after, count, top = seen if seen is not None else (None, 0, None)
@@ -522,7 +557,7 @@ def _enqueue_call(
         key.pk, key.run_id, key.chat_id = key_id, run_id, chat.pk
         mark_saved(key, using)
     _admitted(run)
-    run.verdict = None
+    run.verdict = verdict
     return run, claimed, status
 
 

@@ -16,6 +16,7 @@ import pytest
 from django_llmchat import runs
 from django_llmchat.loop import runner_admission
 from django_llmchat.models import Message, Run, Usage
+from django_llmchat.models.message import QUEUED_POSITION
 from django_llmchat.tasks import run_chat
 from django_llmchat.testing import Reply
 from tests.factories import prompt_of, taken_run
@@ -36,7 +37,11 @@ def _queued(chat, text: str) -> Run:
 
 def _path(chat) -> tuple[int, int, int]:
     """The path as a worker reads it: its last message, its count, its highest id."""
-    path = list(Message.objects.filter(chat=chat, on_path=True).order_by("position", "id"))
+    path = list(
+        Message.objects.filter(chat=chat, on_path=True, position__lt=QUEUED_POSITION).order_by(
+            "position", "id"
+        )
+    )
     return path[-1].pk, len(path), max(m.pk for m in path)
 
 
@@ -76,6 +81,52 @@ def test_a_path_other_than_the_one_read_gets_no_attempt(chat, mark):
     assert execution is not None and execution.pk == run.pk
     assert attempt.pk is None
     assert not Usage.objects.filter(chat=chat).exists()
+
+
+def test_a_path_ending_with_another_users_message_gets_no_attempt(chat):
+    """The path read ends with a user message that is not the run's prompt (stored after
+    it, outside any run): the claim starts the run and writes no attempt, though the path
+    is as read."""
+    run = _queued(chat, "mine")
+    chat.add_message(role="user", content="a note after it")
+    attempt = _pending(chat)
+    seen = _path(chat)
+    assert seen[0] != run.prompt_id
+    execution = runs.claim(chat.pk, run_id=run.pk, attempt=attempt, seen=seen).execution
+    assert execution is not None and attempt.pk is None
+    assert not Usage.objects.filter(chat=chat).exists()
+
+
+def test_a_path_with_as_many_messages_but_another_highest_gets_no_attempt(chat):
+    """Between the read and the claim one message left the chat and another came after the
+    prompt: the count is the one read, the highest id is not; no attempt."""
+    gone = chat.add_message(role="user", content="before")
+    run = _queued(chat, "mine")
+    seen = _path(chat)
+    Message.objects.filter(pk=gone.pk).delete()
+    chat.add_message(role="system", content="a late note")
+    assert _path(chat)[1] == seen[1] and _path(chat)[2] != seen[2]
+    attempt = _pending(chat)
+    execution = runs.claim(chat.pk, run_id=run.pk, attempt=attempt, seen=seen).execution
+    assert execution is not None and attempt.pk is None
+    assert not Usage.objects.filter(chat=chat).exists()
+
+
+def test_messages_off_the_path_and_prompts_queued_behind_are_not_the_path(chat):
+    """The path counted is the active one, queued prompts aside: a reply left off the path
+    (regenerated) and a prompt queued behind the run do not count, so the attempt is
+    written."""
+    chat.add_message(role="user", content="Q")
+    old = chat.add_message(role="assistant", content="an old answer")
+    Message.objects.filter(pk=old.pk).update(on_path=False)  # an alternative, off the path
+    run = _queued(chat, "mine")
+    behind, _ = runs.enqueue(chat, prompt_of(chat, "behind"))  # queued after it
+    seen = _path(chat)
+    assert seen[0] == run.prompt_id and behind.prompt_id > seen[2]
+    attempt = _pending(chat)
+    execution = runs.claim(chat.pk, run_id=behind.pk, attempt=attempt, seen=seen).execution
+    assert execution is not None and execution.pk == run.pk  # the run ahead first
+    assert attempt.pk is not None and attempt.run_id == run.pk
 
 
 def test_a_run_taken_over_opens_no_attempt_with_its_claim(chat):

@@ -307,12 +307,11 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
     with CaptureQueriesContext(connection) as off:
         chat.ask("weather?")
     # (and on PostgreSQL the user's admission lock, taken only when limits are on; with
-    # no limit to check, the admission is one call of its function there instead of its
-    # transaction: BEGIN, the chat's lock, the runs ahead, the active leaf, two INSERTs,
-    # the chat's status, the path checked and the first attempt's pending row, COMMIT; the
-    # transcript is read before it either way)
+    # limits, the admission's call goes in a transaction of its own after the gate's
+    # reads: BEGIN, the chat's row lock, COMMIT, where without limits the call goes alone;
+    # the transcript is read before it either way)
     postgresql = connection.vendor == "postgresql"
-    lock, one_call = (1, 10 - 1) if postgresql else (0, 0)
+    lock, one_call = (1, 3) if postgresql else (0, 0)
     assert len(off.captured_queries) == len(many) - 2 - lock - one_call
     if postgresql:
         assert "llmchat_message" in off.captured_queries[0]["sql"]
