@@ -11,7 +11,14 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("LLMCHAT_API_DB", "api-fuzz.sqlite3"),
-        "OPTIONS": {"timeout": 30},
+        # as docs/deployment.md says a served SQLite database needs: WAL (readers go on
+        # while one connection writes) and IMMEDIATE transactions (writers queue for the
+        # lock instead of failing at once with "database is locked")
+        "OPTIONS": {
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+        },
     }
 }
 
