@@ -341,7 +341,7 @@ class RulesMachine(RuleBasedStateMachine):
             **extra,
         }
         response = (api or self.api).post(reverse("llmchat-api:ui-chat"), body, format="json")
-        if response.status_code == 200:
+        if response.status_code == 200 and response.streaming:  # a replay may be JSON
             b"".join(response.streaming_content)
         return response
 
@@ -418,6 +418,37 @@ class RulesMachine(RuleBasedStateMachine):
         response = self.ui_post([*self.ui_path(), _ui_user(text)])
         if response.status_code != 200:
             self.refused(response.status_code)
+
+    @precondition(lambda self: not self.waiting)
+    @rule(text=texts, kind=replies, path=st.sampled_from(["rest", "ui"]))
+    def retry_with_the_same_key(self, text, kind, path):
+        """A request that starts a run, sent again with its key (REST: the
+        ``Idempotency-Key`` header; ``ui/chat``: the user message's own id, as the AI SDK
+        retries ``sendMessage``): the key went in with the run's admission, so the retry
+        answers the first request's outcome and stores nothing (no prompt, no run)."""
+        self.script(kind)
+        if path == "rest":
+            url = reverse("llmchat-api:chat-messages", kwargs={"pk": self.chat.pk})
+            key = {"HTTP_IDEMPOTENCY_KEY": f"k-{next(_ui_ids)}"}
+            send = lambda: self.api.post(url, {"content": text}, format="json", **key)  # noqa: E731
+            ok = 202
+        else:
+            message = _ui_user(text)
+            before = self.ui_path()
+            send = lambda: self.ui_post([*before, message])  # noqa: E731
+            ok = 200
+        first = send()
+        if first.status_code != ok:
+            self.refused(first.status_code)
+            return
+        stored = (self.chat.runs.count(), self.chat.messages.filter(role="user").count())
+        again = send()
+        assert again.status_code == ok, again.content
+        assert again["Idempotent-Replayed"] == "true"
+        if path == "rest":
+            assert again.json() == first.json()
+        assert (self.chat.runs.count(), self.chat.messages.filter(role="user").count()) == stored
+        event(f"retried with its key ({path})")
 
     # -- stopping ---------------------------------------------------------------------
     @precondition(lambda self: not self.waiting)
