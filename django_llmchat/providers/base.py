@@ -178,7 +178,7 @@ class Provider:
         self._max_retries = max_retries
         self.options = dict(options or {})
         self._transport = transport
-        self._client: httpx.Client | None = None
+        self._client: ProviderClient | None = None
         self._generation = _clients._GENERATION
 
     def __repr__(self) -> str:  # never shows the key
@@ -356,7 +356,7 @@ class Provider:
         }
 
     @property
-    def client(self) -> httpx.Client:
+    def client(self) -> ProviderClient:
         """The pooled sync client for this configuration (created once per process)."""
         if self._client is not None and self._generation == _clients._GENERATION:
             return self._client
@@ -424,10 +424,10 @@ class Provider:
                 try:
                     response = call_in(
                         getattr(request, "trace_context", None),
-                        self.client.post,
+                        self.client.send_direct,
                         url,
-                        content=body,
-                        headers=self.headers(),
+                        body,
+                        self.headers(),
                     )
                 except httpx.HTTPError as exc:
                     raise self.transport_error(exc) from None

@@ -3,8 +3,11 @@ SSL context, dropped after a fork and by :func:`close_clients`."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -35,11 +38,32 @@ class _ProviderCookies(httpx.Cookies):
 class ProviderClient(httpx.Client):
     """The providers' pooled :class:`httpx.Client`: the same client, its jar a
     :class:`_ProviderCookies` (httpx reads and writes the jar through the public
-    ``cookies`` property, which this class keeps)."""
+    ``cookies`` property, which this class keeps), and :meth:`send_direct`: a provider's
+    POST handed straight to the client's transport.
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
+    The client is built with its transport given (``transport=``, or an
+    :class:`httpx.HTTPTransport` made as httpx makes its default one: the same SSL
+    context, pool limits and environment), so the transport a request goes to is known."""
+
+    def __init__(self, *, transport: httpx.BaseTransport | None = None, **kwargs: Any):
+        if transport is None:
+            transport = httpx.HTTPTransport(
+                verify=kwargs.get("verify", True),
+                limits=kwargs.get("limits", httpx.Limits()),
+                trust_env=kwargs.get("trust_env", True),
+            )
+        super().__init__(transport=transport, **kwargs)
         self.cookies = kwargs.get("cookies")
+        # where the client would send every request to this transport: no proxy, given
+        # or in the environment (httpx mounts a proxy's transport for it otherwise)
+        proxied = (
+            kwargs.get("proxy") is not None
+            or kwargs.get("mounts")
+            or (kwargs.get("trust_env", True) and urllib.request.getproxies())
+        )
+        self._direct = None if proxied else transport
+        self._parsed_urls: dict[str, httpx.URL] = {}
+        self._merged_headers: dict[tuple, httpx.Headers] = {}
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -49,6 +73,78 @@ class ProviderClient(httpx.Client):
     def cookies(self, cookies: Any) -> None:
         self._provider_cookies = _ProviderCookies(cookies)
 
+    def send_direct(
+        self, url: str, content: bytes, headers: Mapping[str, str], *, stream: bool = False
+    ) -> httpx.Response:
+        """``self.post(url, content=content, headers=headers)`` (``stream=True``:
+        ``self.send(self.build_request(...), stream=True)``, the body unread, for the
+        caller to read and close), the same request on the same transport, without the
+        client's layers between: building the request from the client's defaults each
+        time, its auth and redirect loops, its cookie jar's parse of every answer (a third
+        of an httpx request's CPU). The response is the transport's, its ``request``
+        set, its cookies kept and the request logged (the ``httpx`` logger, ``INFO``) as
+        the client does. Where the client would do more, it does the sending: a cookie to
+        send, an event hook, a proxy, a closed client."""
+        transport = self._direct
+        hooks = self.event_hooks
+        if (
+            transport is None
+            or self.is_closed
+            or hooks["request"]
+            or hooks["response"]
+            or self._provider_cookies
+        ):
+            request = self.build_request("POST", url, content=content, headers=headers)
+            return self.send(request, stream=stream)
+        request = httpx.Request(
+            "POST",
+            self._url(url),
+            headers=self._merged(headers),
+            content=content,
+            extensions={"timeout": self.timeout.as_dict()},
+        )
+        response = transport.handle_request(request)
+        response.request = request
+        if not stream:
+            try:
+                response.read()
+            finally:
+                response.close()
+        if "set-cookie" in response.headers:
+            self._provider_cookies.extract_cookies(response)
+        if _HTTPX_LOG.isEnabledFor(logging.INFO):
+            _HTTPX_LOG.info(
+                'HTTP Request: %s %s "%s %d %s"',
+                request.method,
+                request.url,
+                response.http_version,
+                response.status_code,
+                response.reason_phrase,
+            )
+        return response
+
+    def _url(self, url: str) -> httpx.URL:
+        found = self._parsed_urls.get(url)
+        if found is None:
+            found = httpx.URL(url)
+            if len(self._parsed_urls) < 64:  # a provider's few endpoints
+                self._parsed_urls[url] = found
+        return found
+
+    def _merged(self, headers: Mapping[str, str]) -> httpx.Headers:
+        """The client's headers with ``headers`` over them, as ``build_request`` merges
+        them (made once per distinct ``headers``)."""
+        key = tuple(headers.items())
+        found = self._merged_headers.get(key)
+        if found is None:
+            found = httpx.Headers(self.headers)
+            found.update(headers)
+            if len(self._merged_headers) < 64:  # a provider's keys and versions, not per request
+                self._merged_headers[key] = found
+        return found
+
+
+_HTTPX_LOG = logging.getLogger("httpx")
 
 _CLIENT_LOCK = threading.Lock()
 _SYNC_CLIENTS: dict[tuple, ProviderClient] = {}

@@ -183,8 +183,10 @@ class ProviderStream:
                 try:
                     http = call_in(
                         getattr(self.request, "trace_context", None),
-                        client.send,
-                        client.build_request("POST", url, content=body, headers=provider.headers()),
+                        client.send_direct,
+                        url,
+                        body,
+                        provider.headers(),
                         stream=True,
                     )
                 except httpx.HTTPError as exc:
