@@ -321,3 +321,67 @@ def test_plain_rows_decrypts_the_encrypted_columns_in_the_form_the_database_retu
         # a JSON column as text (a JSON string), or already decoded by the backend
         rows = plain_rows([(1, text, json.dumps(args)), (2, text, args)], columns)
     assert rows == [(1, "hello", '{"a":1}'), (2, "hello", '{"a":1}')]
+
+
+def _both_rows(obj):
+    """``PreparedInsert.row(obj)`` as orjson writes it (``None``: refused) and as the
+    standard library writes it, each parsed."""
+    import json
+
+    from django.db import connection
+
+    from django_llmchat.db.prepared import PreparedInsert
+
+    insert = PreparedInsert(type(obj))
+    insert.row(obj, "default")  # the plan
+    plan = insert._plans["default"]
+    fast = insert._orjson_row(obj, plan, connection)
+    return (
+        None if fast is None else json.loads(fast),
+        json.loads(insert._json_row(obj, plan, connection)),
+        json.loads(insert.row(obj, "default")),
+    )
+
+
+def test_a_functions_row_is_the_same_from_orjson_as_from_the_standard_library():
+    """The JSON row a run function inserts (``PreparedInsert.row``): orjson writes what
+    the standard library writes (integers the backend wraps, decimals, datetimes, a JSON
+    field's value with keys of any kind, an encrypted or redacted JSON field's own text),
+    and a row orjson refuses is the standard library's."""
+    from decimal import Decimal
+
+    from django_llmchat.models import Usage
+    from django_llmchat.values import Citation
+
+    chat = Chat.objects.create(
+        title="Ünïcode — “quoted”",
+        params={"temperature": 0.5, 1: "one", "nested": {"é": [1, 2.5, None, True, "\u2028"]}},
+        tools=[{"name": "weather"}],
+    )
+    message = Message(
+        chat=chat,
+        role="assistant",
+        content='Paris\n\t"quoted"',
+        raw={"response": {"id": "r1", "n": 3}, "item_ids": {"c1": "i1"}},
+        citations=[Citation(url="https://example.com", title="Example")],
+        input_tokens=12,
+        supplied_cost=Decimal("0.000123"),
+    )
+    usage = Usage(
+        chat=chat, provider="openai", model_id="gpt-4.1", status="succeeded", input_tokens=7
+    )
+    usage.freeze_cost()
+    usage.output_tokens = True  # a bool in an integer column: 1, as the field prepares it
+    for obj in (Chat(title="new", params=chat.params, context={"k": [1]}), message, usage):
+        fast, std, row = _both_rows(obj)
+        assert fast is not None
+        fast.pop("created_at", None), std.pop("created_at", None), row.pop("created_at", None)
+        fast.pop("updated_at", None), std.pop("updated_at", None), row.pop("updated_at", None)
+        assert fast == std == row
+    assert _both_rows(message)[0]["raw"] == _both_rows(message)[1]["raw"]  # the field's own text
+    assert _both_rows(message)[0]["chat_id"] == chat.pk  # an integer, as JSON
+    assert [type(row["output_tokens"]) for row in _both_rows(usage)] == [int, int, int]
+
+    too_large = Chat(title="big", params={"n": 2**70})  # past 64 bits: orjson refuses
+    fast, std, row = _both_rows(too_large)
+    assert fast is None and row["params"] == std["params"] == {"n": 2**70}

@@ -74,6 +74,12 @@ from django.db.models.sql import InsertQuery, UpdateQuery
 
 from ..providers._json import loads
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a dependency; the standard library otherwise
+    _orjson = None
+_NON_STR_KEYS = getattr(_orjson, "OPT_NON_STR_KEYS", 0)
+
 __all__ = [
     "Arg",
     "INT_ARG",
@@ -429,17 +435,59 @@ class PreparedInsert:
         :meth:`save` prepares them (each field's ``pre_save``, then ``get_db_prep_save``:
         an encrypted field's ciphertext, a redacted text; a JSON field's value as JSON),
         for a database function to insert (``jsonb_populate_record``). The primary key is
-        left out: the function takes it from the table's sequence."""
+        left out: the function takes it from the table's sequence.
+
+        Written by orjson where it is installed (a JSON field with an encoder of its own,
+        or encrypted, as that encoder writes it, inserted whole), else by the standard
+        library; a row orjson refuses (an integer past 64 bits, a type only a custom
+        encoder knows) is written by the standard library, as ever."""
         connection = connections[using]
         plan = self._plans.get(using)
         if plan is None:
             plan = self._plans[using] = [
-                (f, reads, unchanged, f.column, isinstance(f, JSONField))
+                (
+                    f,
+                    reads,
+                    # an integer's JSON is its digits, whatever the backend wraps it in
+                    (int,) if _integer_column(f) else unchanged,
+                    f.column,
+                    isinstance(f, JSONField),
+                    # orjson writes the value itself, as json.dumps without an encoder does
+                    isinstance(f, JSONField)
+                    and f.encoder is None
+                    and type(f).get_prep_value is Field.get_prep_value,
+                )
                 for f, reads, unchanged, _ in self._plan(connection)
             ]
+        if _orjson is not None:
+            text = self._orjson_row(obj, plan, connection)
+            if text is not None:
+                return text
+        return self._json_row(obj, plan, connection)
+
+    @staticmethod
+    def _orjson_row(obj: Model, plan: list[tuple], connection: Any) -> str | None:
+        values: dict[str, Any] = {}
+        for field, reads_attribute, unchanged, column, is_json, plain_json in plan:
+            value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
+            if value is None or plain_json or type(value) in unchanged:
+                values[column] = value
+            elif is_json:  # an encoder's own JSON (an encrypted one: a JSON string)
+                values[column] = _orjson.Fragment(
+                    json.dumps(field.get_prep_value(value), cls=field.encoder, ensure_ascii=False)
+                )
+            else:
+                values[column] = field.get_db_prep_save(value, connection)
+        try:
+            return _orjson.dumps(values, default=_json_default, option=_NON_STR_KEYS).decode()
+        except TypeError:
+            return None
+
+    @staticmethod
+    def _json_row(obj: Model, plan: list[tuple], connection: Any) -> str:
         values: dict[str, Any] = {}
         nested = []  # a JSON field's value, as its own encoder writes it
-        for field, reads_attribute, unchanged, column, is_json in plan:
+        for field, reads_attribute, unchanged, column, is_json, _ in plan:
             value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
             if value is None:
                 values[column] = None
@@ -456,6 +504,11 @@ class PreparedInsert:
         if not nested:
             return text
         return text[:-1] + ("," if values else "") + ",".join(nested) + "}"
+
+
+def _integer_column(field: Field) -> bool:
+    """Whether ``field``'s column holds an integer (a foreign key: its target's)."""
+    return type(field.target_field if field.is_relation else field) in _INTEGER_FIELDS
 
 
 def _json_default(value: Any) -> Any:
