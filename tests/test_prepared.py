@@ -334,8 +334,8 @@ def _both_rows(obj):
 
     insert = PreparedInsert(type(obj))
     insert.row(obj, "default")  # the plan
-    plan = insert._plans["default"]
-    fast = insert._orjson_row(obj, plan, connection)
+    plan, groups, rest = insert._plans["default"]
+    fast = insert._orjson_row(obj, groups, rest, connection)
     return (
         None if fast is None else json.loads(fast),
         json.loads(insert._json_row(obj, plan, connection)),
@@ -385,3 +385,26 @@ def test_a_functions_row_is_the_same_from_orjson_as_from_the_standard_library():
     too_large = Chat(title="big", params={"n": 2**70})  # past 64 bits: orjson refuses
     fast, std, row = _both_rows(too_large)
     assert fast is None and row["params"] == std["params"] == {"n": 2**70}
+
+
+def test_a_json_field_with_an_encoder_of_its_own_is_written_by_that_encoder(monkeypatch):
+    """A JSON field with an encoder (``DjangoJSONEncoder``: decimals, datetimes as
+    strings) has its value written by it, in the orjson row too."""
+    import datetime
+    from decimal import Decimal
+
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    monkeypatch.setattr(Chat._meta.get_field("params"), "encoder", DjangoJSONEncoder)
+    when = datetime.datetime(2026, 12, 6, 12, 30, tzinfo=datetime.UTC)
+    fast, std, row = _both_rows(Chat(title="t", params={"n": Decimal("1.50"), "at": when}))
+    assert fast is not None
+    assert (
+        fast["params"]
+        == std["params"]
+        == row["params"]
+        == {
+            "n": "1.50",
+            "at": "2026-12-06T12:30:00Z",
+        }
+    )

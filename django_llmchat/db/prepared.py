@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
+from operator import attrgetter
 from typing import Any
 
 from django.db import connections, router
@@ -329,7 +330,7 @@ class PreparedInsert:
         ]
         self.returning = meta.db_returning_fields
         self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
-        self._plans: dict[str, list[tuple]] = {}
+        self._plans: dict[str, tuple] = {}  # row()'s, per database
         self._lock = threading.Lock()
 
     def _plan(self, connection) -> list[tuple]:
@@ -437,47 +438,90 @@ class PreparedInsert:
         for a database function to insert (``jsonb_populate_record``). The primary key is
         left out: the function takes it from the table's sequence.
 
-        Written by orjson where it is installed (a JSON field with an encoder of its own,
-        or encrypted, as that encoder writes it, inserted whole), else by the standard
-        library; a row orjson refuses (an integer past 64 bits, a type only a custom
-        encoder knows) is written by the standard library, as ever."""
+        Written by orjson where it is installed (a JSON field with an encoder of its own:
+        as that encoder writes it, inserted whole), else by the standard library; a row
+        orjson refuses (an integer past 64 bits, a type only a custom encoder knows) is
+        written by the standard library, as ever."""
         connection = connections[using]
-        plan = self._plans.get(using)
-        if plan is None:
-            plan = self._plans[using] = [
-                (
-                    f,
-                    reads,
-                    # an integer's JSON is its digits, whatever the backend wraps it in
-                    (int,) if _integer_column(f) else unchanged,
-                    f.column,
-                    isinstance(f, JSONField),
-                    # orjson writes the value itself, as json.dumps without an encoder does
-                    isinstance(f, JSONField)
-                    and f.encoder is None
-                    and type(f).get_prep_value is Field.get_prep_value,
-                )
-                for f, reads, unchanged, _ in self._plan(connection)
-            ]
+        found = self._plans.get(using)
+        if found is None:
+            found = self._plans[using] = self._row_plan(connection)
+        plan, groups, rest = found
         if _orjson is not None:
-            text = self._orjson_row(obj, plan, connection)
+            text = self._orjson_row(obj, groups, rest, connection)
             if text is not None:
                 return text
         return self._json_row(obj, plan, connection)
 
+    def _row_plan(self, connection: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """Per field ``(field, reads_attribute, unchanged_types, column, is_json,
+        no_encoder)``; and for the orjson row, the fields whose value is read as it is
+        grouped by the types they take unchanged (``(columns, read, types)``: ``read(obj)``
+        their values in one call), the rest apart."""
+        plan = [
+            (
+                f,
+                reads,
+                # an integer's JSON is its digits, whatever the backend wraps it in
+                (int,) if _integer_column(f) else unchanged,
+                f.column,
+                isinstance(f, JSONField),
+                # orjson writes the prepared value, as json.dumps without an encoder does
+                isinstance(f, JSONField) and f.encoder is None,
+            )
+            for f, reads, unchanged, _ in self._plan(connection)
+        ]
+        by_types: dict[tuple, list[tuple]] = {}
+        rest = []
+        for entry in plan:
+            field, reads, unchanged, _column, is_json, _ = entry
+            if reads and unchanged and not is_json:
+                by_types.setdefault(unchanged, []).append(entry)
+            else:
+                rest.append(entry)
+        groups = [
+            (
+                tuple(column for _, _, _, column, _, _ in entries),
+                attrgetter(*(field.attname for field, *_ in entries)),
+                frozenset((*unchanged, type(None))),
+                entries,
+            )
+            for unchanged, entries in by_types.items()
+        ]
+        return plan, groups, rest
+
     @staticmethod
-    def _orjson_row(obj: Model, plan: list[tuple], connection: Any) -> str | None:
+    def _orjson_row(
+        obj: Model, groups: list[tuple], rest: list[tuple], connection: Any
+    ) -> str | None:
         values: dict[str, Any] = {}
-        for field, reads_attribute, unchanged, column, is_json, plain_json in plan:
+        # the fields a pre_save or a preparation writes, first (as a save does them)
+        for field, reads_attribute, unchanged, column, is_json, no_encoder in rest:
             value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
-            if value is None or plain_json or type(value) in unchanged:
+            if value is None or type(value) in unchanged:
                 values[column] = value
-            elif is_json:  # an encoder's own JSON (an encrypted one: a JSON string)
-                values[column] = _orjson.Fragment(
-                    json.dumps(field.get_prep_value(value), cls=field.encoder, ensure_ascii=False)
+            elif is_json:  # the prepared value (an encrypted one: its ciphertext, a string)
+                value = field.get_prep_value(value)
+                values[column] = (
+                    value
+                    if no_encoder
+                    else _orjson.Fragment(json.dumps(value, cls=field.encoder, ensure_ascii=False))
                 )
             else:
                 values[column] = field.get_db_prep_save(value, connection)
+        # the others read as they are, when each is of a type it takes unchanged
+        for columns, read, types, entries in groups:
+            got = read(obj)
+            if len(columns) == 1:
+                got = (got,)
+            if types.issuperset(map(type, got)):
+                values.update(zip(columns, got, strict=True))
+                continue
+            for (field, _, unchanged, column, _, _), value in zip(entries, got, strict=True):
+                if value is None or type(value) in unchanged:
+                    values[column] = value
+                else:
+                    values[column] = field.get_db_prep_save(value, connection)
         try:
             return _orjson.dumps(values, default=_json_default, option=_NON_STR_KEYS).decode()
         except TypeError:
