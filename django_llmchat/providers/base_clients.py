@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import urllib.request
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -82,9 +84,10 @@ class ProviderClient(httpx.Client):
         client's layers between: building the request from the client's defaults each
         time, its auth and redirect loops, its cookie jar's parse of every answer (a third
         of an httpx request's CPU). The response is the transport's, its ``request``
-        set, its cookies kept and the request logged (the ``httpx`` logger, ``INFO``) as
-        the client does. Where the client would do more, it does the sending: a cookie to
-        send, an event hook, a proxy, a closed client."""
+        (and, read whole, its ``elapsed``) set, its cookies kept and the request logged
+        (the ``httpx`` logger, ``INFO``) as the client does. Where the client would do
+        more, it does the sending: a cookie to send, an event hook, a proxy, a closed
+        client."""
         transport = self._direct
         hooks = self.event_hooks
         if (
@@ -103,6 +106,7 @@ class ProviderClient(httpx.Client):
             content=content,
             extensions={"timeout": self.timeout.as_dict()},
         )
+        started = time.perf_counter()
         response = transport.handle_request(request)
         response.request = request
         if not stream:
@@ -110,6 +114,7 @@ class ProviderClient(httpx.Client):
                 response.read()
             finally:
                 response.close()
+            response.elapsed = timedelta(seconds=time.perf_counter() - started)
         if "set-cookie" in response.headers:
             self._provider_cookies.extract_cookies(response)
         if _HTTPX_LOG.isEnabledFor(logging.INFO):
@@ -133,8 +138,8 @@ class ProviderClient(httpx.Client):
 
     def _merged(self, headers: Mapping[str, str]) -> httpx.Headers:
         """The client's headers with ``headers`` over them, as ``build_request`` merges
-        them (made once per distinct ``headers``)."""
-        key = tuple(headers.items())
+        them (made once per distinct pair: the client's headers may change)."""
+        key = (tuple(self.headers.raw), tuple(headers.items()))
         found = self._merged_headers.get(key)
         if found is None:
             found = httpx.Headers(self.headers)

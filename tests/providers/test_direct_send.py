@@ -216,3 +216,23 @@ def test_each_request_is_logged_as_httpx_logs_it(server, caplog):
         f'HTTP Request: POST {server.base_url("openai")}/chat/completions "HTTP/1.1 200 OK"'
     )
     assert KEY not in caplog.text
+
+
+def test_the_clients_headers_changed_later_are_sent():
+    """Headers set on the client after a request (``client.headers[...] = ...``) go with
+    the next one, as with ``client.post``; a response read whole has its ``elapsed``."""
+    import datetime
+
+    transport, seen = recording()
+    provider = OpenAICompatibleProvider(
+        api_key=KEY, base_url="https://vendor.example/v1", transport=transport
+    )
+    provider.complete(REQUEST)
+    provider.client.headers["X-Later"] = "1"
+    provider.complete(REQUEST)
+    assert "x-later" not in seen[0].headers and seen[1].headers["x-later"] == "1"
+    response = provider.client.send_direct(
+        provider.url(REQUEST, stream=False), b"{}", provider.headers()
+    )
+    assert isinstance(response.elapsed, datetime.timedelta)
+    assert response.request.headers["x-later"] == "1"
