@@ -48,11 +48,13 @@ class ProviderClient(httpx.Client):
     context, pool limits and environment), so the transport a request goes to is known."""
 
     def __init__(self, *, transport: httpx.BaseTransport | None = None, **kwargs: Any):
-        if transport is None:
+        if transport is None:  # as httpx.Client makes its own
             transport = httpx.HTTPTransport(
                 verify=kwargs.get("verify", True),
-                limits=kwargs.get("limits", httpx.Limits()),
                 trust_env=kwargs.get("trust_env", True),
+                http1=kwargs.get("http1", True),
+                http2=kwargs.get("http2", False),
+                limits=kwargs.get("limits", _HTTPX_DEFAULT_LIMITS),
             )
         super().__init__(transport=transport, **kwargs)
         self.cookies = kwargs.get("cookies")
@@ -150,6 +152,8 @@ class ProviderClient(httpx.Client):
 
 
 _HTTPX_LOG = logging.getLogger("httpx")
+_HTTPX_DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+"""httpx's own default pool limits (a client made without ``limits``)."""
 
 _CLIENT_LOCK = threading.Lock()
 _SYNC_CLIENTS: dict[tuple, ProviderClient] = {}
