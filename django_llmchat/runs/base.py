@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings as django_settings
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -60,13 +60,17 @@ _HEAD = PreparedQuery(
     )
 )
 _CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
-_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
+# the chat's cached status (and its active run let go of) with its updated_at, as the lock
+# writes it: a transaction that ends a run where the database locks itself (SQLite) takes
+# no lock of its own first (:func:`_locks_rows`), and the chat is still touched once
+_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str), updated_at=Now())
 _CHAT_RELEASED = PreparedUpdate(
     Chat,
     where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
     placeholders=(INT_ARG, INT_ARG + 1),
     status=Arg(str),
     active_run=None,
+    updated_at=Now(),
 )
 
 
@@ -90,6 +94,14 @@ def _lock(chat_id: int) -> bool:
     """Take the chat's row lock for this transaction (first statement of every
     transition, so later statements see every transition committed before it)."""
     return bool(_LOCK_CHAT.run(chat_id))
+
+
+def _locks_rows(using: str) -> bool:
+    """Whether database ``using`` locks rows (PostgreSQL): a transition takes the chat's
+    lock first. SQLite locks the whole database at a transaction's first write: a
+    transition whose first statement writes (the run's last step: its reply) needs no
+    lock statement of its own before it."""
+    return connections[using].vendor != "sqlite"
 
 
 def hold_if_idle(chat_id: int) -> bool:

@@ -37,6 +37,7 @@ from .base import (
     _lease_seconds,
     _lease_until,
     _lock,
+    _locks_rows,
     _move_prompt_into_place,
     _release,
     _send,
@@ -236,7 +237,11 @@ class Execution:
             raise self._lost()
 
     def lock_chat(self) -> None:
-        _lock(self.chat_id)
+        """First in the transaction storing the run's last step, whose first write after
+        it is the reply: the chat's row lock (SQLite: none, that write locks the
+        database; the run's end touches the chat)."""
+        if _locks_rows(router.db_for_write(Run)):
+            _lock(self.chat_id)
 
     # -- ending
     def finish(

@@ -273,7 +273,6 @@ UI_REPLY = expect(
     pg=["SELECT llmchat_run_store_last_step_v3", "SELECT llmchat_run", "SELECT llmchat_message"],
     sqlite=[
         "BEGIN",
-        "UPDATE llmchat_chat",
         "INSERT llmchat_message",
         "UPDATE llmchat_usage",
         "UPDATE llmchat_run",
@@ -285,7 +284,9 @@ UI_REPLY = expect(
     ],
 )
 """The reply's part of a ``ui/chat`` request: on PostgreSQL the reply stored with the
-run's end in one call, on SQLite the reply's transaction; then the run's totals and last
+run's end in one call, on SQLite the reply's transaction (its first write, the reply, locks
+the database: no lock statement before it; the chat's status, active run and updated_at
+in one UPDATE); then the run's totals and last
 message (``RunFinished``, the ``finish`` chunk's metadata) and the chat's UI tree (the
 reply's alternatives, one query)."""
 

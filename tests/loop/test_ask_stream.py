@@ -157,12 +157,13 @@ def test_message_reads_back_from_db(chat, fake_llm):
 
 
 def test_reply_statements(chat, fake_llm):
-    """A plain reply is fourteen statements: the prompt with its run, started (the chat's
+    """A plain reply is thirteen statements: the prompt with its run, started (the chat's
     lock, the runs ahead, the active leaf the prompt follows, two INSERTs, the chat's
     status), the transcript read, the
     attempt's pending usage row (before the provider call), then the reply closing that
-    row and the run's end (the chat's lock, the message INSERT, the usage UPDATE, the
-    fenced run UPDATE, the next run, the chat's status). On PostgreSQL each transition is
+    row and the run's end (the message INSERT, whose write locks the database, the usage
+    UPDATE, the fenced run UPDATE, the next run, the chat's status with its updated_at).
+    On PostgreSQL each transition is
     one call of its function, the admission's with the attempt's pending row, and the
     transcript this process kept from the chat's last reply needs no read: two statements
     (tests/runs/test_pg.py counts the round trips)."""
@@ -190,7 +191,6 @@ def test_reply_statements(chat, fake_llm):
             "UPDATE llmchat_chat",
             "SELECT llmchat_message",
             "INSERT llmchat_usage",
-            "UPDATE llmchat_chat",
             "INSERT llmchat_message",
             "UPDATE llmchat_usage",
             "UPDATE llmchat_run",

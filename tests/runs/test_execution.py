@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_llmchat import runs
@@ -523,12 +524,12 @@ def test_the_first_keeper_of_a_process_is_made_on_demand(monkeypatch):
 
 
 def test_lock_chat_and_each_transition_write_the_chats_row(chat):
-    """``lock_chat`` (before a last step is stored) and each transition of an execution
-    (finish, pause, requeue) take the chat's row lock first: its ``updated_at`` is
-    written."""
+    """``lock_chat`` (before a last step is stored: on SQLite nothing, the step's first
+    write locks the database), the last step's end and each transition of an execution
+    (finish, pause, requeue) write the chat's row: its ``updated_at``."""
     long_ago = timezone.now() - timedelta(days=1)
     for act in (
-        lambda execution: execution.lock_chat(),
+        lambda execution: execution.lock_chat() or execution.step_stored(final_status="succeeded"),
         lambda execution: execution.finish("succeeded"),
         lambda execution: execution.pause(),
         lambda execution: execution.requeue(),
@@ -539,3 +540,13 @@ def test_lock_chat_and_each_transition_write_the_chats_row(chat):
         with transaction.atomic():
             act(execution)
         assert Chat.objects.get(pk=chat.pk).updated_at > long_ago
+
+
+def test_lock_chat_is_a_statement_where_the_database_locks_rows(chat):
+    """On PostgreSQL ``lock_chat`` takes the chat's row lock (one UPDATE); on SQLite,
+    whose transactions lock the whole database at their first write, it runs nothing."""
+    _, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
+        execution.lock_chat()
+    sql = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(sql) == (1 if connection.vendor == "postgresql" else 0)
