@@ -115,7 +115,11 @@ _export("django_llmchat.chats.lifecycle", "export_user", "erase_user", "ErasureR
 _export("django_llmchat.chats.retention", "apply_retention", retention_due="due")
 _export("django_llmchat.chats.shares", "share_chat", "find_share", "revoke_shares")
 _export("django_llmchat.chats.dashboard", "usage_summary")
-_export("django_llmchat.chats.search_index", rebuild_search_index="rebuild_index")
+_export(
+    "django_llmchat.chats.search_index",
+    rebuild_search_index="rebuild_index",
+    catch_up_search_index="catch_up",
+)
 # limits and the input rules
 _export(
     "django_llmchat.runs.limits", user_spend="spend", check_limits="admit", forget_spend="forget"

@@ -45,12 +45,11 @@ REPLY = (
     ["SELECT llmchat_run_store_last_step_v3"]
     if PG
     else [
-        "UPDATE llmchat_chat",  # the chat's lock
-        "INSERT llmchat_message",
+        "INSERT llmchat_message",  # its write locks the database: no lock statement first
         "UPDATE llmchat_usage",
         "UPDATE llmchat_run",  # fenced by the attempt
         "SELECT llmchat_run",  # the run queued next, if any
-        "UPDATE llmchat_chat",  # idle
+        "UPDATE llmchat_chat",  # idle, its updated_at
     ]
 )
 TITLE = [] if PG else ["UPDATE llmchat_chat"]  # in the reply's transaction

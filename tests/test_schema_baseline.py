@@ -14,7 +14,9 @@ lines of ``llmchat_run_store_last_step_v2`` (installed beside ``_v1``) and of
 migration, ``0003_run_functions_v2``; those of ``llmchat_run_enqueue_v3`` and
 ``llmchat_run_store_last_step_v3`` from ``0004_run_functions_v3``. After the baseline
 come only the migrations installing a version of the run functions (``sql/v<N>/``, one
-each, PostgreSQL only): the schema of the tables is the baseline's.
+each, PostgreSQL only), and ``0006_search_index_batches`` (SQLite only: the table
+``llmchat_search_mark`` and the triggers indexing messages in batches, recorded in
+``sqlite.txt`` from it): the schema of the other tables is the baseline's.
 
 ``0001_baseline`` replaces the old chain (``replaces``): a database that applied all 23 is
 treated as migrated to it, and ``0002_run_functions`` then installs the functions (and

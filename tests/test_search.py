@@ -3,16 +3,18 @@ generated tsvector, SQLite's FTS5 table) and the LIKE fallback; what leaves the 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_llmchat.chats import retention, search
+from django_llmchat.chats import retention, search, search_index
 from django_llmchat.chats.search import SearchUnavailable, snippet, words_of
 from django_llmchat.errors import ArgumentError
 from django_llmchat.models import Chat, Message
@@ -146,7 +148,9 @@ def test_retained_away_text_leaves_the_index(fake_llm, alice):
 
 
 def _indexed(word: str) -> int:
-    """How many rows of the index itself hold ``word``."""
+    """How many rows of the index itself hold ``word`` (on SQLite, as a search sees it:
+    the newest messages indexed first)."""
+    search_index.catch_up()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
@@ -176,6 +180,7 @@ def test_encrypted_content_is_not_indexed_and_search_is_off(alice):
         if connection.vendor == "postgresql":
             cursor.execute("SELECT count(*) FROM llmchat_message WHERE search_vector IS NOT NULL")
         else:
+            search_index.catch_up()  # not by a search's catch-up either
             cursor.execute("SELECT count(*) FROM llmchat_message_fts_docsize")
         assert cursor.fetchone()[0] == 0
 
@@ -237,3 +242,142 @@ def test_old_rows_and_timestamps_do_not_matter(alice):
     chat = chat_of(alice, "", "an old message about pelicans")
     Chat.objects.filter(pk=chat.pk).update(updated_at=timezone.now() - timedelta(days=900))
     assert found("pelicans", alice) == [chat.pk]
+
+
+# -- SQLite: the newest messages indexed in batches ------------------------------------------
+sqlite_only = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="SQLite's FTS5 index is written in batches"
+)
+
+
+def _fts(sql: str, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()[0]
+
+
+def _mark() -> int:
+    return _fts("SELECT message_id FROM llmchat_search_mark")
+
+
+def _in_index() -> int:
+    return _fts("SELECT count(*) FROM llmchat_message_fts_docsize")
+
+
+def _holds(word: str) -> int:
+    return _fts(
+        "SELECT count(*) FROM llmchat_message_fts WHERE llmchat_message_fts MATCH %s", [word]
+    )
+
+
+def _consistent() -> None:
+    """FTS5's own check of the index (``integrity-check`` raises when it is corrupt, as a
+    delete of text that was never indexed would leave it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO llmchat_message_fts(llmchat_message_fts) VALUES ('integrity-check')"
+        )
+
+
+@sqlite_only
+def test_the_newest_messages_are_indexed_in_a_batch(alice):
+    """A message above the mark waits for its batch: the insert making BATCH of them
+    indexes them all at once (one FTS5 write) and moves the mark past them."""
+    chat = chat_of(alice, "", "first words")
+    search_index.catch_up()
+    mark, indexed = _mark(), _in_index()
+    for i in range(search_index.BATCH - 1):
+        chat.add_message(role="user", content=f"waiting {i}")
+    assert (_mark(), _in_index(), _holds("waiting")) == (mark, indexed, 0)
+    last = chat.add_message(role="user", content="waiting last")
+    assert _mark() == last.pk
+    assert _in_index() == indexed + search_index.BATCH
+    assert _holds("waiting") == search_index.BATCH
+    _consistent()
+
+
+@sqlite_only
+def test_a_search_finds_the_messages_not_in_a_batch_yet(alice):
+    chat = chat_of(alice, "", "an unusual aardvark")
+    assert _holds("aardvark") == 0  # not yet in the index
+    assert found("aardvark", alice) == [chat.pk]  # the search indexed it first
+    assert _holds("aardvark") == 1
+    assert _mark() == Message.objects.latest("pk").pk
+    with CaptureQueriesContext(connection) as nothing_new:
+        assert found("aardvark", alice) == [chat.pk]
+    # the mark's read found nothing newer: no write
+    assert not [q for q in nothing_new.captured_queries if q["sql"].startswith("INSERT")]
+
+
+@sqlite_only
+def test_a_message_changed_or_deleted_before_its_batch(alice):
+    """A message above the mark is not in the index: its change or deletion writes
+    nothing there (a delete of text never indexed would corrupt it); the batch reads each
+    message as it is then."""
+    chat = chat_of(alice, "", "kept words", "words going away")
+    kept, gone = chat.messages.order_by("pk")
+    Message.objects.filter(pk=kept.pk).update(content="changed words")
+    Message.objects.filter(pk=gone.pk).delete()
+    search_index.catch_up()
+    assert (_holds("changed"), _holds("kept"), _holds("going")) == (1, 0, 0)
+    _consistent()
+    # once indexed, a change and a deletion reach the index at once
+    Message.objects.filter(pk=kept.pk).update(content="changed again")
+    assert (_holds("again"), _holds("words")) == (1, 0)
+    Message.objects.filter(pk=kept.pk).delete()
+    assert _holds("again") == 0
+    _consistent()
+
+
+@sqlite_only
+def test_a_message_stored_below_the_mark_is_indexed_at_once(alice):
+    """A row given an id at or below the mark (a restore, a fixture) is no batch's: its
+    insert indexes it."""
+    chat = chat_of(alice, "", "placeholder")
+    search_index.catch_up()
+    row = chat.messages.get()
+    Message.objects.filter(pk=row.pk).delete()
+    Message.objects.create(pk=row.pk, chat=chat, role="user", content="restored zebra")
+    assert row.pk <= _mark() and _holds("zebra") == 1
+    _consistent()
+
+
+@sqlite_only
+def test_a_batch_never_indexes_ciphertext(alice):
+    chat = chat_of(alice, "")
+    mark = _mark()
+    for i in range(search_index.BATCH):
+        chat.add_message(role="user", content=f"plain {i}")
+    Message.objects.filter(chat=chat, content__endswith="7").update(
+        content="llmchat-fernet:gAAAAAciphertext"
+    )
+    for i in range(search_index.BATCH):
+        chat.add_message(role="user", content=f"llmchat-fernet:gAAAA{i}")
+    search_index.catch_up()
+    assert _mark() > mark
+    assert _holds("plain") == search_index.BATCH - 3  # 7, 17, 27 are ciphertext now
+    assert _holds("gAAAAAciphertext") == 0 and _holds("llmchat") == 0
+    _consistent()
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_a_search_goes_on_when_the_index_cannot_be_written_now(alice, caplog):
+    """Another connection writing (its transaction open): the search's catch-up cannot
+    write, logs it, and the search answers from the index as it is; the next one catches
+    up."""
+    indexed = chat_of(alice, "", "an indexed heron")
+    search_index.catch_up()
+    waiting = chat_of(alice, "", "a waiting heron")
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute("UPDATE llmchat_chat SET title = title WHERE id = %s", [indexed.pk])
+            with caplog.at_level(logging.INFO, logger="django_llmchat.search"):
+                assert found("heron", alice) == [indexed.pk]
+            assert "could not catch up" in caplog.text
+            cursor.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert sorted(found("heron", alice)) == sorted([indexed.pk, waiting.pk])

@@ -28,8 +28,8 @@ from django.db.models import BooleanField, Case, F, FloatField, IntegerField, Q,
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Greatest
 
-from ..conf import settings
 from ..errors import ArgumentError, LLMChatError
+from .search_index import LANGUAGE, catch_up, language
 
 __all__ = [
     "MAX_WORDS",
@@ -43,7 +43,6 @@ __all__ = [
 MAX_WORDS = 16
 """Words of a search beyond this many are ignored."""
 _WORD = re.compile(r"\w+")
-LANGUAGE = re.compile(r"^[a-z_]{1,63}$")
 CIPHERTEXT_PREFIX = "llmchat-fernet:"  # protected.MARKER: such values are never indexed
 FTS_TABLE = "llmchat_message_fts"
 
@@ -51,12 +50,6 @@ FTS_TABLE = "llmchat_message_fts"
 class SearchUnavailable(LLMChatError):
     """Searching is off: message content is encrypted at rest, so no index holds its
     words."""
-
-
-def language() -> str:
-    """The text search configuration of ``LLMCHAT["SEARCH"]`` (default ``english``)."""
-    options = settings.SEARCH or {}
-    return options.get("language", "english") if isinstance(options, dict) else "english"
 
 
 def setting_errors(value: Any) -> list[str]:
@@ -114,6 +107,7 @@ def search_chats(queryset, text: str, *, messages, encrypted: bool):
     if vendor == "postgresql":
         queryset = _postgresql(queryset, words, chat_table, message_table)
     elif vendor == "sqlite" and _fts_available(alias):
+        catch_up(alias)  # the newest messages, indexed in a batch of their own
         queryset = _sqlite(queryset, words, chat_table, message_table)
     else:
         queryset = _fallback(queryset, words, Message)

@@ -7,19 +7,71 @@ PostgreSQL: a ``tsvector`` column set from ``content`` by a ``BEFORE INSERT OR U
 trigger in the text search configuration ``LLMCHAT["SEARCH"]["language"]`` as it is when
 the migration runs (default ``english``), and its GIN index. Existing rows are indexed
 once (an UPDATE of every non-empty message). SQLite (built with FTS5): an
-external-content FTS5 table and the triggers keeping it in step. Other databases: nothing
-(search falls back to ``LIKE``). Ciphertext (encryption at rest) is never indexed.
+external-content FTS5 table and the triggers keeping it in step, the newest messages in
+batches of :data:`BATCH` (each FTS5 write costs about what the message's own INSERT
+does: one write a batch), up to the mark of ``llmchat_search_mark``; a search first
+indexes the messages above it (:func:`catch_up`). Other databases: nothing (search falls
+back to ``LIKE``). Ciphertext (encryption at rest) is never indexed.
 
 Schema changes to ``llmchat_message`` made by later migrations on SQLite rebuild the
 table and drop its triggers: such a migration must run :func:`sqlite_forwards` again.
 """
 
-from django.db import OperationalError, connections
+import logging
+import re
+
+from django.db import OperationalError, connections, transaction
+
+from ..conf import settings
+
+logger = logging.getLogger("django_llmchat.search")
 
 CIPHERTEXT = "llmchat-fernet:%"
 FTS = "llmchat_message_fts"
 
+MARK = "llmchat_search_mark"
+BATCH = 32
+"""SQLite: messages are indexed in batches of this many (a batch is one FTS5 write, where
+one message a transaction is one each: most of an insert's cost)."""
+
 SQLITE_TRIGGERS = [
+    # a message at or below the mark (an id given by hand, a restored row): indexed now
+    f"""CREATE TRIGGER llmchat_message_fts_insert AFTER INSERT ON llmchat_message
+    WHEN new.id <= (SELECT message_id FROM {MARK}) AND new.content NOT LIKE '{CIPHERTEXT}'
+    BEGIN
+        INSERT INTO {FTS}(rowid, content) VALUES (new.id, new.content);
+    END""",
+    # the messages above the mark, indexed together once there are a batch of them
+    f"""CREATE TRIGGER llmchat_message_fts_batch AFTER INSERT ON llmchat_message
+    WHEN new.id >= (SELECT message_id FROM {MARK}) + {BATCH}
+    BEGIN
+        INSERT INTO {FTS}(rowid, content) SELECT id, content FROM llmchat_message
+         WHERE id > (SELECT message_id FROM {MARK}) AND id <= new.id
+           AND content NOT LIKE '{CIPHERTEXT}';
+        UPDATE {MARK} SET message_id = new.id;
+    END""",
+    # a message above the mark is not in the index yet: its batch reads it as it is then
+    f"""CREATE TRIGGER llmchat_message_fts_delete AFTER DELETE ON llmchat_message
+    WHEN old.content NOT LIKE '{CIPHERTEXT}' AND old.id <= (SELECT message_id FROM {MARK})
+    BEGIN
+        INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, old.content);
+    END""",
+    f"""CREATE TRIGGER llmchat_message_fts_update AFTER UPDATE OF content ON llmchat_message
+    WHEN old.id <= (SELECT message_id FROM {MARK})
+    BEGIN
+        INSERT INTO {FTS}({FTS}, rowid, content) SELECT 'delete', old.id, old.content
+         WHERE old.content NOT LIKE '{CIPHERTEXT}';
+        INSERT INTO {FTS}(rowid, content) SELECT new.id, new.content
+         WHERE new.content NOT LIKE '{CIPHERTEXT}';
+    END""",
+]
+"""SQLite's triggers keeping the FTS5 index: every message at or below the mark
+(``llmchat_search_mark.message_id``) that is not ciphertext is in the index, as its content
+is now; the messages above it are indexed in a batch by the insert that makes
+:data:`BATCH` of them, or by :func:`catch_up` (a search calls it first)."""
+
+# the index of a release before the batches: every message indexed by its INSERT
+_SQLITE_TRIGGERS_ONE_BY_ONE = [
     f"""CREATE TRIGGER llmchat_message_fts_insert AFTER INSERT ON llmchat_message
     WHEN new.content NOT LIKE '{CIPHERTEXT}' BEGIN
         INSERT INTO {FTS}(rowid, content) VALUES (new.id, new.content);
@@ -36,11 +88,27 @@ SQLITE_TRIGGERS = [
          WHERE new.content NOT LIKE '{CIPHERTEXT}';
     END""",
 ]
+_TRIGGER_NAMES = ("insert", "batch", "delete", "update")
+
+# the messages above the mark, indexed; the mark moved past them (SQLite)
+_CATCH_UP = [
+    f"INSERT INTO {FTS}(rowid, content) SELECT id, content FROM llmchat_message "
+    f"WHERE id > (SELECT message_id FROM {MARK}) AND content NOT LIKE '{CIPHERTEXT}'",
+    f"UPDATE {MARK} SET message_id = (SELECT max(id) FROM llmchat_message) "
+    f"WHERE message_id < (SELECT max(id) FROM llmchat_message)",
+]
+
+
+LANGUAGE = re.compile(r"^[a-z_]{1,63}$")
+
+
+def language() -> str:
+    """The text search configuration of ``LLMCHAT["SEARCH"]`` (default ``english``)."""
+    options = settings.SEARCH or {}
+    return options.get("language", "english") if isinstance(options, dict) else "english"
 
 
 def _language() -> str:
-    from .search import LANGUAGE, language
-
     name = language()
     if not LANGUAGE.fullmatch(name):  # the system check names the setting too
         raise ValueError(f"LLMCHAT['SEARCH']['language'] is not a configuration name: {name!r}")
@@ -56,12 +124,87 @@ def sqlite_forwards(schema_editor) -> None:
             )
         except OperationalError:  # SQLite built without FTS5: search uses LIKE
             return
-        for statement in SQLITE_TRIGGERS:
-            cursor.execute(statement)
         cursor.execute(
             f"INSERT INTO {FTS}(rowid, content) SELECT id, content FROM llmchat_message "
             f"WHERE content NOT LIKE '{CIPHERTEXT}'"
         )
+        _sqlite_batches(cursor)
+
+
+def _sqlite_batches(cursor) -> None:
+    """The mark (every message there is now, indexed: the earlier triggers indexed each
+    one, or the messages above an earlier mark are indexed now) and the triggers
+    indexing in batches, in place of any earlier ones."""
+    cursor.execute(f"CREATE TABLE IF NOT EXISTS {MARK} (message_id integer NOT NULL)")
+    cursor.execute(f"SELECT count(*) FROM {MARK}")
+    if cursor.fetchone()[0]:
+        for statement in _CATCH_UP:
+            cursor.execute(statement)
+    else:
+        cursor.execute(
+            f"INSERT INTO {MARK} (message_id) SELECT coalesce(max(id), 0) FROM llmchat_message"
+        )
+    for name in _TRIGGER_NAMES:
+        cursor.execute(f"DROP TRIGGER IF EXISTS llmchat_message_fts_{name}")
+    for statement in SQLITE_TRIGGERS:
+        cursor.execute(statement)
+
+
+def _has_fts(cursor) -> bool:
+    cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %s", [FTS])
+    return cursor.fetchone() is not None
+
+
+def batches_forwards(apps, schema_editor) -> None:
+    """Migration ``0006``: SQLite's index from one write per message to batches (the
+    messages indexed so far are every message: the mark is the last)."""
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        if _has_fts(cursor):
+            _sqlite_batches(cursor)
+
+
+def batches_backwards(apps, schema_editor) -> None:
+    """Back to one write per message: the messages above the mark indexed first."""
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        if not _has_fts(cursor):
+            return
+        for statement in _CATCH_UP[:1]:
+            cursor.execute(statement)
+        for name in _TRIGGER_NAMES:
+            cursor.execute(f"DROP TRIGGER IF EXISTS llmchat_message_fts_{name}")
+        cursor.execute(f"DROP TABLE IF EXISTS {MARK}")
+        for statement in _SQLITE_TRIGGERS_ONE_BY_ONE:
+            cursor.execute(statement)
+
+
+def catch_up(using: str = "default") -> None:
+    """SQLite: index the messages above the mark (fewer than :data:`BATCH`, the newest),
+    so a search finds every message there is. Nothing to do (most searches after a
+    batch): one read. Where the database cannot be written now (another process's write
+    since this transaction began to read, a lock held past the timeout), the search goes
+    on without them: the next insert's batch, or the next search, indexes them."""
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute(
+                f"SELECT 1 FROM llmchat_message WHERE id > (SELECT message_id FROM {MARK}) LIMIT 1"
+            )
+        except OperationalError:  # no index (SQLite without FTS5)
+            return
+        if cursor.fetchone() is None:
+            return
+    try:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            for statement in _CATCH_UP:
+                cursor.execute(statement)
+    except OperationalError as exc:
+        logger.info("the search index could not catch up now (%s): it will later", exc)
 
 
 def forwards(apps, schema_editor):
@@ -97,8 +240,9 @@ def backwards(apps, schema_editor):
         schema_editor.execute("DROP FUNCTION IF EXISTS llmchat_message_search_vector()")
         schema_editor.execute("ALTER TABLE llmchat_message DROP COLUMN IF EXISTS search_vector")
     elif vendor == "sqlite":
-        for name in ("insert", "delete", "update"):
+        for name in _TRIGGER_NAMES:
             schema_editor.execute(f"DROP TRIGGER IF EXISTS llmchat_message_fts_{name}")
+        schema_editor.execute(f"DROP TABLE IF EXISTS {MARK}")
         schema_editor.execute(f"DROP TABLE IF EXISTS {FTS}")
 
 
