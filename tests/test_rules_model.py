@@ -18,7 +18,9 @@ loopback, and after every step checks the invariants:
   aside);
 * no chat is left busy (no run queued or running once the step returned);
 * REST, Python and ``ui/chat`` show the same path;
-* the provider never sees ciphertext.
+* the provider never sees ciphertext;
+* the search's index, as a search sees it, holds every message stored in plain text, as
+  its content is now, and no ciphertext.
 
 ``HYPOTHESIS_PROFILE`` picks the budget: ``ci`` (the default: a fixed number of
 sequences, the same ones every run), ``long`` (more and longer sequences, a new seed
@@ -41,6 +43,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
@@ -57,7 +60,7 @@ from hypothesis.stateful import (
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_llmchat import runs
+from django_llmchat import catch_up_search_index, runs
 from django_llmchat.chats import lifecycle
 from django_llmchat.chats.titles import prompt_title
 from django_llmchat.errors import LLMChatError
@@ -777,6 +780,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.check_no_chat_left_busy()
         self.check_every_face_shows_the_same_path()
         self.check_a_users_title_stays()
+        self.check_the_search_index_holds_every_plain_message()
         self.waiting = Run.objects.filter(chat=self.chat, status=Run.AWAITING_APPROVAL).exists()
 
     def check_a_users_title_stays(self):
@@ -910,6 +914,33 @@ class RulesMachine(RuleBasedStateMachine):
                     f"tool call {call.call_id} ({call.name}) on the path has "
                     f"{results.get(call.pk, 0)} results; the path: {_shape(path)}"
                 )
+
+    def check_the_search_index_holds_every_plain_message(self):
+        """The search's index, as a search sees it (SQLite: the newest messages indexed
+        first), holds every message stored in plain text, with its content as it is now
+        (branches rolled back, erased, encrypted), and no ciphertext."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM llmchat_message WHERE content NOT LIKE %s", [MARKER + "%"]
+            )
+            plain = {row[0] for row in cursor.fetchall()}
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT id FROM llmchat_message WHERE search_vector IS NOT NULL")
+                assert {row[0] for row in cursor.fetchall()} == plain
+                return
+            if connection.vendor != "sqlite":
+                return
+            catch_up_search_index()
+            cursor.execute("SELECT id FROM llmchat_message_fts_docsize")
+            assert {row[0] for row in cursor.fetchall()} == plain
+            # FTS5's own check; with no ciphertext in the table, against every row's content
+            cursor.execute("SELECT count(*) FROM llmchat_message")
+            every = cursor.fetchone()[0] == len(plain)
+            cursor.execute(
+                "INSERT INTO llmchat_message_fts(llmchat_message_fts, rank) "
+                "VALUES ('integrity-check', %s)",
+                [1 if every else 0],
+            )
 
     def check_no_chat_left_busy(self):
         busy = list(Run.objects.filter(status__in=(Run.QUEUED, Run.RUNNING)).values("pk", "status"))
