@@ -250,6 +250,18 @@ sqlite_only = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def aligned():
+    """The mark where the next message's id starts (every message there is indexed):
+    the ids earlier tests used and deleted make no batch of the next one."""
+    search_index.catch_up()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE llmchat_search_mark SET message_id = coalesce((SELECT seq FROM "
+            "sqlite_sequence WHERE name = 'llmchat_message'), message_id)"
+        )
+
+
 def _fts(sql: str, params=()):
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -280,7 +292,7 @@ def _consistent() -> None:
 
 
 @sqlite_only
-def test_the_newest_messages_are_indexed_in_a_batch(alice):
+def test_the_newest_messages_are_indexed_in_a_batch(alice, aligned):
     """A message above the mark waits for its batch: the insert making BATCH of them
     indexes them all at once (one FTS5 write) and moves the mark past them."""
     chat = chat_of(alice, "", "first words")
@@ -297,7 +309,7 @@ def test_the_newest_messages_are_indexed_in_a_batch(alice):
 
 
 @sqlite_only
-def test_a_search_finds_the_messages_not_in_a_batch_yet(alice):
+def test_a_search_finds_the_messages_not_in_a_batch_yet(alice, aligned):
     chat = chat_of(alice, "", "an unusual aardvark")
     assert _holds("aardvark") == 0  # not yet in the index
     assert found("aardvark", alice) == [chat.pk]  # the search indexed it first
@@ -310,7 +322,7 @@ def test_a_search_finds_the_messages_not_in_a_batch_yet(alice):
 
 
 @sqlite_only
-def test_a_message_changed_or_deleted_before_its_batch(alice):
+def test_a_message_changed_or_deleted_before_its_batch(alice, aligned):
     """A message above the mark is not in the index: its change or deletion writes
     nothing there (a delete of text never indexed would corrupt it); the batch reads each
     message as it is then."""
@@ -330,7 +342,7 @@ def test_a_message_changed_or_deleted_before_its_batch(alice):
 
 
 @sqlite_only
-def test_a_message_stored_below_the_mark_is_indexed_at_once(alice):
+def test_a_message_stored_below_the_mark_is_indexed_at_once(alice, aligned):
     """A row given an id at or below the mark (a restore, a fixture) is no batch's: its
     insert indexes it."""
     chat = chat_of(alice, "", "placeholder")
@@ -343,7 +355,7 @@ def test_a_message_stored_below_the_mark_is_indexed_at_once(alice):
 
 
 @sqlite_only
-def test_a_batch_never_indexes_ciphertext(alice):
+def test_a_batch_never_indexes_ciphertext(alice, aligned):
     chat = chat_of(alice, "")
     mark = _mark()
     for i in range(search_index.BATCH):
@@ -362,7 +374,7 @@ def test_a_batch_never_indexes_ciphertext(alice):
 
 @sqlite_only
 @pytest.mark.django_db(transaction=True)
-def test_a_search_goes_on_when_the_index_cannot_be_written_now(alice, caplog):
+def test_a_search_goes_on_when_the_index_cannot_be_written_now(alice, caplog, aligned):
     """Another connection writing (its transaction open): the search's catch-up cannot
     write, logs it, and the search answers from the index as it is; the next one catches
     up."""
@@ -381,3 +393,28 @@ def test_a_search_goes_on_when_the_index_cannot_be_written_now(alice, caplog):
     finally:
         other.close()
     assert sorted(found("heron", alice)) == sorted([indexed.pk, waiting.pk])
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_batches_and_back(alice, aligned):
+    """``0006_search_index_batches`` reversed: the messages waiting are indexed and every
+    message is indexed by its own insert again; applied: the mark is the last message
+    (all of them indexed) and the batches take over."""
+    chat = chat_of(alice, "", "a waiting ibis")
+    assert _holds("ibis") == 0
+    try:
+        call_command("migrate", "django_llmchat", "0005", verbosity=0)
+        assert _holds("ibis") == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM sqlite_master WHERE name = 'llmchat_search_mark'")
+            assert cursor.fetchone() is None
+        chat.add_message(role="user", content="an ibis at once")
+        assert _fts("SELECT count(*) FROM llmchat_message_fts_docsize") == 2
+    finally:
+        call_command("migrate", "django_llmchat", verbosity=0)
+    assert _mark() == Message.objects.latest("pk").pk
+    chat.add_message(role="user", content="a later ibis")
+    assert _fts("SELECT count(*) FROM llmchat_message_fts_docsize") == 2  # waits again
+    assert found("ibis", alice) == [chat.pk] and _holds("ibis") == 3
+    _consistent()
