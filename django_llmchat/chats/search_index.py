@@ -34,6 +34,14 @@ BATCH = 32
 """SQLite: messages are indexed in batches of this many (a batch is one FTS5 write, where
 one message a transaction is one each: most of an insert's cost)."""
 
+# a changed message's old words out of the index, its new ones in (ciphertext: neither)
+_REINDEX = f"""BEGIN
+        INSERT INTO {FTS}({FTS}, rowid, content) SELECT 'delete', old.id, old.content
+         WHERE old.content NOT LIKE '{CIPHERTEXT}';
+        INSERT INTO {FTS}(rowid, content) SELECT new.id, new.content
+         WHERE new.content NOT LIKE '{CIPHERTEXT}';
+    END"""
+
 SQLITE_TRIGGERS = [
     # a message at or below the mark (an id given by hand, a restored row): indexed now
     f"""CREATE TRIGGER llmchat_message_fts_insert AFTER INSERT ON llmchat_message
@@ -57,13 +65,7 @@ SQLITE_TRIGGERS = [
         INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, old.content);
     END""",
     f"""CREATE TRIGGER llmchat_message_fts_update AFTER UPDATE OF content ON llmchat_message
-    WHEN old.id <= (SELECT message_id FROM {MARK})
-    BEGIN
-        INSERT INTO {FTS}({FTS}, rowid, content) SELECT 'delete', old.id, old.content
-         WHERE old.content NOT LIKE '{CIPHERTEXT}';
-        INSERT INTO {FTS}(rowid, content) SELECT new.id, new.content
-         WHERE new.content NOT LIKE '{CIPHERTEXT}';
-    END""",
+    WHEN old.id <= (SELECT message_id FROM {MARK}) {_REINDEX}""",
 ]
 """SQLite's triggers keeping the FTS5 index: every message at or below the mark
 (``llmchat_search_mark.message_id``) that is not ciphertext is in the index, as its content
@@ -81,12 +83,7 @@ _SQLITE_TRIGGERS_ONE_BY_ONE = [
         INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, old.content);
     END""",
     f"""CREATE TRIGGER llmchat_message_fts_update AFTER UPDATE OF content ON llmchat_message
-    BEGIN
-        INSERT INTO {FTS}({FTS}, rowid, content) SELECT 'delete', old.id, old.content
-         WHERE old.content NOT LIKE '{CIPHERTEXT}';
-        INSERT INTO {FTS}(rowid, content) SELECT new.id, new.content
-         WHERE new.content NOT LIKE '{CIPHERTEXT}';
-    END""",
+    {_REINDEX}""",
 ]
 _TRIGGER_NAMES = ("insert", "batch", "delete", "update")
 
