@@ -43,20 +43,22 @@ _REINDEX = f"""BEGIN
     END"""
 
 SQLITE_TRIGGERS = [
-    # a message at or below the mark (an id given by hand, a restored row): indexed now
+    # one trigger, its statements in order (two triggers on the same INSERT fire in no
+    # set order: a batch moving the mark first would have the row indexed twice): a
+    # message at or below the mark (an id given by hand, a restored row) indexed now; the
+    # insert that makes a batch of the messages above it indexes them all, then moves it
     f"""CREATE TRIGGER llmchat_message_fts_insert AFTER INSERT ON llmchat_message
-    WHEN new.id <= (SELECT message_id FROM {MARK}) AND new.content NOT LIKE '{CIPHERTEXT}'
+    WHEN new.id <= (SELECT message_id FROM {MARK})
+      OR new.id >= (SELECT message_id FROM {MARK}) + {BATCH}
     BEGIN
-        INSERT INTO {FTS}(rowid, content) VALUES (new.id, new.content);
-    END""",
-    # the messages above the mark, indexed together once there are a batch of them
-    f"""CREATE TRIGGER llmchat_message_fts_batch AFTER INSERT ON llmchat_message
-    WHEN new.id >= (SELECT message_id FROM {MARK}) + {BATCH}
-    BEGIN
+        INSERT INTO {FTS}(rowid, content) SELECT new.id, new.content
+         WHERE new.id <= (SELECT message_id FROM {MARK})
+           AND new.content NOT LIKE '{CIPHERTEXT}';
         INSERT INTO {FTS}(rowid, content) SELECT id, content FROM llmchat_message
-         WHERE id > (SELECT message_id FROM {MARK}) AND id <= new.id
+         WHERE new.id >= (SELECT message_id FROM {MARK}) + {BATCH}
+           AND id > (SELECT message_id FROM {MARK}) AND id <= new.id
            AND content NOT LIKE '{CIPHERTEXT}';
-        UPDATE {MARK} SET message_id = new.id;
+        UPDATE {MARK} SET message_id = new.id WHERE new.id >= message_id + {BATCH};
     END""",
     # a message above the mark is not in the index yet: its batch reads it as it is then
     f"""CREATE TRIGGER llmchat_message_fts_delete AFTER DELETE ON llmchat_message
@@ -85,7 +87,7 @@ _SQLITE_TRIGGERS_ONE_BY_ONE = [
     f"""CREATE TRIGGER llmchat_message_fts_update AFTER UPDATE OF content ON llmchat_message
     {_REINDEX}""",
 ]
-_TRIGGER_NAMES = ("insert", "batch", "delete", "update")
+_TRIGGER_NAMES = ("insert", "delete", "update")
 
 # the messages above the mark, indexed; the mark moved past them (SQLite)
 _CATCH_UP = [
