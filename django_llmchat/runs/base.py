@@ -60,11 +60,18 @@ _HEAD = PreparedQuery(
     )
 )
 _CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
-# the chat's cached status (and its active run let go of) with its updated_at, as the lock
-# writes it: a transaction that ends a run where the database locks itself (SQLite) takes
-# no lock of its own first (:func:`_locks_rows`), and the chat is still touched once
-_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str), updated_at=Now())
+_CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
 _CHAT_RELEASED = PreparedUpdate(
+    Chat,
+    where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
+    placeholders=(INT_ARG, INT_ARG + 1),
+    status=Arg(str),
+    active_run=None,
+)
+# the same with the chat's updated_at, as the lock writes it: for a transaction that took
+# no lock statement first (SQLite's last step of a run, :func:`_locks_rows`)
+_CHAT_STATUS_TOUCHED = PreparedUpdate(Chat, status=Arg(str), updated_at=Now())
+_CHAT_RELEASED_TOUCHED = PreparedUpdate(
     Chat,
     where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
     placeholders=(INT_ARG, INT_ARG + 1),
@@ -144,21 +151,26 @@ def _aware(value: Any) -> Any:
     return value
 
 
-def _sync_chat(chat_id: int, release: int | None = None) -> Run | None:
+def _sync_chat(chat_id: int, release: int | None = None, *, touch: bool = False) -> Run | None:
     """Write the chat's cached status (its head run's, else ``idle``), in the caller's
     transaction, after the chat's lock was taken; ``release``: the run letting go of the
-    chat (``active_run`` cleared when it held it). Returns the head run."""
+    chat (``active_run`` cleared when it held it); ``touch``: its ``updated_at`` too (no
+    lock statement wrote it). Returns the head run."""
     head = _head(chat_id)
     status = head.status if head is not None else "idle"
-    if release is None or not _CHAT_RELEASED.run(chat_id, release, status=status):
-        _CHAT_STATUS.run(chat_id, status=status)
+    released, other = (
+        (_CHAT_RELEASED_TOUCHED, _CHAT_STATUS_TOUCHED) if touch else (_CHAT_RELEASED, _CHAT_STATUS)
+    )
+    if release is None or not released.run(chat_id, release, status=status):
+        other.run(chat_id, status=status)
     return head
 
 
-def _release(chat_id: int, run_id: int) -> Run | None:
-    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock);
-    returns the chat's next run."""
-    return _sync_chat(chat_id, release=run_id)
+def _release(chat_id: int, run_id: int, *, touch: bool = False) -> Run | None:
+    """Run ``run_id`` lets go of the chat (in the caller's transaction, under the lock, or
+    with ``touch`` where the transaction took none: :func:`_locks_rows`); returns the
+    chat's next run."""
+    return _sync_chat(chat_id, release=run_id, touch=touch)
 
 
 def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:

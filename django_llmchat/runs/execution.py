@@ -177,7 +177,10 @@ class Execution:
             raise self._lost()
         self.run.steps += 1
         if final_status is not None:
-            self._ended(final_status, _release(self.chat_id, self.pk))
+            # no lock statement before the step where the database locks itself: the
+            # run's end writes the chat's updated_at (as the lock does elsewhere)
+            touch = not _locks_rows(router.db_for_write(Run))
+            self._ended(final_status, _release(self.chat_id, self.pk, touch=touch))
 
     def store_last_step(
         self, message: Message, usages: list[Usage], title: tuple[str, str] | None = None
