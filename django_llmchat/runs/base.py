@@ -60,25 +60,27 @@ _HEAD = PreparedQuery(
     )
 )
 _CHAT_RUNNING = PreparedUpdate(Chat, status=Run.RUNNING, active_run=Arg(int))
+
+
+def _chat_released(**also: Any) -> PreparedUpdate:
+    """The chat's cached status written and its active run let go of, when it is the
+    run's (the run's id the second argument)."""
+    return PreparedUpdate(
+        Chat,
+        where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
+        placeholders=(INT_ARG, INT_ARG + 1),
+        status=Arg(str),
+        active_run=None,
+        **also,
+    )
+
+
 _CHAT_STATUS = PreparedUpdate(Chat, status=Arg(str))
-_CHAT_RELEASED = PreparedUpdate(
-    Chat,
-    where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
-    placeholders=(INT_ARG, INT_ARG + 1),
-    status=Arg(str),
-    active_run=None,
-)
+_CHAT_RELEASED = _chat_released()
 # the same with the chat's updated_at, as the lock writes it: for a transaction that took
 # no lock statement first (SQLite's last step of a run, :func:`_locks_rows`)
 _CHAT_STATUS_TOUCHED = PreparedUpdate(Chat, status=Arg(str), updated_at=Now())
-_CHAT_RELEASED_TOUCHED = PreparedUpdate(
-    Chat,
-    where=lambda pk, run_id: Chat._base_manager.filter(pk=pk, active_run_id=run_id),
-    placeholders=(INT_ARG, INT_ARG + 1),
-    status=Arg(str),
-    active_run=None,
-    updated_at=Now(),
-)
+_CHAT_RELEASED_TOUCHED = _chat_released(updated_at=Now())
 
 
 def worker_name() -> str:
