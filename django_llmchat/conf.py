@@ -71,6 +71,11 @@ DEFAULTS: dict[str, Any] = {
     # ``manage.py llmchat_recover``. A run taken on RUN_MAX_ATTEMPTS times ends failed.
     "RUN_LEASE": 30.0,
     "RUN_MAX_ATTEMPTS": 8,
+    # PostgreSQL: the admission of a run its own process answers right after (ask,
+    # stream, an inline reply of the API) commits without waiting for the disk (the run's
+    # end, committed synchronously, makes it durable with it); True: it waits, as every
+    # other commit of the package does.
+    "ADMISSION_SYNCHRONOUS_COMMIT": False,
     # A queued run whose task never came (a lost broker message) is sent again by the
     # recovery after this many seconds.
     "RECOVER_QUEUED_AFTER": 300.0,

@@ -57,6 +57,11 @@ def test_defaults_are_clean():
         ({"RECOVER_QUEUED_AFTER": "5m"}, "llmchat.E002", "LLMCHAT['RECOVER_QUEUED_AFTER']"),
         ({"CANCEL_ON_DISCONNECT": "yes"}, "llmchat.E013", "LLMCHAT['CANCEL_ON_DISCONNECT']"),
         (
+            {"ADMISSION_SYNCHRONOUS_COMMIT": "on"},
+            "llmchat.E026",
+            "LLMCHAT['ADMISSION_SYNCHRONOUS_COMMIT']",
+        ),
+        (
             {"TOKEN_THROTTLE_RATES": {"username": "20/fortnight"}},
             "llmchat.E015",
             "LLMCHAT['TOKEN_THROTTLE_RATES']",

@@ -27,7 +27,7 @@ PG = connection.vendor == "postgresql"
 
 # the prompt with its run, started, and the first attempt's pending usage row
 ADMISSION = (
-    ["SELECT llmchat_run_enqueue_v4"]
+    ["SELECT llmchat_run_enqueue_v5"]
     if PG
     else [
         "UPDATE llmchat_chat",  # the chat's lock
@@ -90,7 +90,7 @@ def test_a_new_chats_first_turn(chat, fake_llm):
 # an unsaved chat's first prompt: its row first, in the admission's transaction; nothing
 # else can see it yet, so its lock, its run ahead and its leaf are not read
 NEW_CHAT_ADMISSION = (
-    ["SELECT llmchat_run_enqueue_v4"]  # the chat's row in the call
+    ["SELECT llmchat_run_enqueue_v5"]  # the chat's row in the call
     if PG
     else [
         "INSERT llmchat_chat",
@@ -175,7 +175,7 @@ def test_an_ask_with_spending_limits_on(fake_llm, django_user_model):
             "SELECT llmchat_chat",  # the chat's row lock
             "SELECT pg_advisory_xact_lock",  # the user's
             "SELECT auth_user",  # the user's row and its spend, one statement
-            "SELECT llmchat_run_enqueue_v4",
+            "SELECT llmchat_run_enqueue_v5",
         ]
         if PG
         else [

@@ -20,7 +20,9 @@ loopback, and after every step checks the invariants:
 * REST, Python and ``ui/chat`` show the same path;
 * the provider never sees ciphertext;
 * the search's index, as a search sees it, holds every message stored in plain text, as
-  its content is now, and no ciphertext.
+  its content is now, and no ciphertext;
+* on PostgreSQL, an admission commits without waiting for the disk only for a run its
+  caller answers itself (whose end, which waits, comes in the same step).
 
 ``HYPOTHESIS_PROFILE`` picks the budget: ``ci`` (the default: a fixed number of
 sequences, the same ones every run), ``long`` (more and longer sequences, a new seed
@@ -253,9 +255,18 @@ class RulesMachine(RuleBasedStateMachine):
         self.other = User.objects.create_user("other", password="pw")
         self.api = _client(self.owner)
         self.other_api = _client(self.other)
+        # PostgreSQL: each admission's call, (p_start, p_synchronous)
+        self.admissions: list[tuple[bool, bool]] = []
+        if connection.vendor == "postgresql":
+            connection.execute_wrappers.append(self._watch_admissions)
         self.new_chat()
 
     # -- helpers ----------------------------------------------------------------------
+    def _watch_admissions(self, execute, sql, params, many, context):
+        if "llmchat_run_enqueue_v" in sql:
+            self.admissions.append((params[4], params[-1]))
+        return execute(sql, params, many, context)
+
     def new_chat(self, saved: bool = True) -> None:
         """The chat the rules act on from now: a new one (``saved=False``: not saved yet,
         its first prompt saves it)."""
@@ -781,6 +792,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.check_every_face_shows_the_same_path()
         self.check_a_users_title_stays()
         self.check_the_search_index_holds_every_plain_message()
+        self.check_only_a_run_its_caller_answers_is_admitted_without_the_disk()
         self.waiting = Run.objects.filter(chat=self.chat, status=Run.AWAITING_APPROVAL).exists()
 
     def check_a_users_title_stays(self):
@@ -951,6 +963,15 @@ class RulesMachine(RuleBasedStateMachine):
                 f"chat {chat.pk} is {chat.status!r}"
             )
 
+    def check_only_a_run_its_caller_answers_is_admitted_without_the_disk(self):
+        """PostgreSQL: an admission's commit skips the wait for the disk only when its
+        caller runs the run itself (``p_start``); that run's end, which waits, came in the
+        same step (no run is left unfinished: :meth:`check_no_chat_left_busy`). A run
+        handed to a worker (a ``202``, ``ask_later``) is admitted durably."""
+        for start, synchronous in self.admissions:
+            assert synchronous or start, "a run for somebody else admitted without the disk"
+        self.admissions.clear()
+
     def check_every_face_shows_the_same_path(self):
         python = [m.pk for m in self.path]
         rest: list[int] = []
@@ -967,6 +988,8 @@ class RulesMachine(RuleBasedStateMachine):
         assert ui == wanted, f"ui/chat shows {ui}, the path is {wanted}"
 
     def teardown(self):
+        if self._watch_admissions in connection.execute_wrappers:
+            connection.execute_wrappers.remove(self._watch_admissions)
         gc.collect()  # streams dropped without close() end now, while their rows exist
         if self.override is not None:
             self.override.disable()

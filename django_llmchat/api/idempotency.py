@@ -268,7 +268,8 @@ class Idempotency:
             raise KeyInProgress()
         if not settings.EVENTS_URL:
             run.refresh_from_db()
-            if run.status in Run.UNFINISHED:
+            # a run waiting for a decision ended the first request's stream: it answers
+            if run.status in (Run.QUEUED, Run.RUNNING):
                 raise KeyInProgress(
                     f"The run started by the request with this {HEADER} is still in "
                     "progress: without live events it cannot be replayed; read it at "

@@ -210,7 +210,8 @@ def _check_numbers(merged: dict[str, Any]) -> list:
 
 def _check_values(merged: dict[str, Any]) -> list:
     """``DEFAULT_MODEL``, ``EVENTS_URL``, ``TASKS_EAGER_WITHOUT_BROKER``,
-    ``CANCEL_ON_DISCONNECT``, ``EVENTS_KEY_PREFIX`` and the lists of strings (E008-E013)."""
+    ``ADMISSION_SYNCHRONOUS_COMMIT``, ``CANCEL_ON_DISCONNECT``, ``EVENTS_KEY_PREFIX`` and
+    the lists of strings (E008-E013, E026)."""
     errors: list = []
     if not isinstance(merged["DEFAULT_MODEL"], str) or not merged["DEFAULT_MODEL"]:
         errors.append(
@@ -250,6 +251,16 @@ def _check_values(merged: dict[str, Any]) -> list:
                 f"LLMCHAT['TASKS_EAGER_WITHOUT_BROKER'] is {eager!r}.",
                 hint="Use True (a background thread), 'inline' or False.",
                 id="llmchat.E011",
+            )
+        )
+    if not isinstance(merged["ADMISSION_SYNCHRONOUS_COMMIT"], bool):
+        errors.append(
+            Error(
+                "LLMCHAT['ADMISSION_SYNCHRONOUS_COMMIT'] is "
+                f"{merged['ADMISSION_SYNCHRONOUS_COMMIT']!r}.",
+                hint="Use False (an admission its own process answers commits without "
+                "waiting for the disk, on PostgreSQL) or True (every admission waits).",
+                id="llmchat.E026",
             )
         )
     if not isinstance(merged["CANCEL_ON_DISCONNECT"], bool):

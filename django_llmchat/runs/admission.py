@@ -26,6 +26,7 @@ from django.db import connections, router, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from ..conf import settings
 from ..db.prepared import (
     INT_ARG,
     PreparedInsert,
@@ -206,6 +207,10 @@ def enqueue(
     a limit, it is unsaved again). Nobody else can see it before, so its lock and its
     empty path are not read.
 
+    On PostgreSQL a run this process answers itself (``start=True``), admitted in its own
+    transaction (not inside the caller's), commits without waiting for the disk
+    (:func:`_synchronous`).
+
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     new_chat = chat.pk is None
     if new_chat and (prompt is None or regenerate):
@@ -222,6 +227,7 @@ def enqueue(
     policy = ENQUEUE if prompt is None else resolve(chat, double_texting)
     worker = worker_name()
     using = router.db_for_write(Run)
+    synchronous = _synchronous(start, using)  # pragma: no mutate
     try:
         # the PostgreSQL face (one call) is tested on PostgreSQL, not by the mutation
         # campaign (on SQLite); it commits alone, the statements (or a callback's writes
@@ -262,6 +268,7 @@ def enqueue(
                     chat_in_call,
                     key,
                     verdict,
+                    synchronous,
                 )
             else:
                 run, claimed, chat.status = _enqueue(
@@ -285,6 +292,20 @@ def enqueue(
             limits.exceeded(chat, exc)  # after the rollback: a receiver may write
         raise
     return run, (Execution(run, worker=worker) if claimed else None)
+
+
+def _synchronous(start: bool, using: str) -> bool:  # pragma: no mutate block
+    """Whether the admission's commit waits for the disk (its call's ``p_synchronous``):
+    always, but for a run its own process answers right after (``start``), admitted in a
+    transaction of its own (the call's, or the gate's), with
+    ``LLMCHAT["ADMISSION_SYNCHRONOUS_COMMIT"]`` off. That run's end commits synchronously
+    and makes the admission durable with it (PostgreSQL flushes its WAL in order); a crash
+    of the database server in between loses both, and the caller, still waiting for the
+    reply, gets the error. A crash of this process loses nothing: the database has the
+    admission. Inside the caller's transaction the commit is the caller's, and waits."""
+    if not start or settings.ADMISSION_SYNCHRONOUS_COMMIT:
+        return True
+    return connections[using].in_atomic_block
 
 
 def _save_new_chat(chat: Chat, prompt: Message, attempt: Usage | None, using: str) -> None:
@@ -409,7 +430,7 @@ def stop_unfinished(chat_id: int, policy: str) -> Run | None:
 def _in_one_call(
     chat: Chat, attachments, regenerate: bool, using: str, policy: str = ENQUEUE
 ) -> bool:  # pragma: no mutate block
-    """Whether this admission is one call of ``llmchat_run_enqueue_v4`` (:mod:`.pg`): a
+    """Whether this admission is one call of ``llmchat_run_enqueue_v5`` (:mod:`.pg`): a
     prompt without attachments (or none), no regenerate, the ``enqueue`` double-texting
     policy (with limits to check for the chat's user, the call follows the gate's reads in
     its transaction: :func:`_gate_before_call`); otherwise the statements of
@@ -481,10 +502,12 @@ def _enqueue_call(
     new_chat=False,
     key=None,
     verdict=None,
+    synchronous=True,
 ):  # pragma: no mutate block
     """:func:`_enqueue` as one call (chat's lock, head, prompt, run, the request's key,
     chat's status, and the first attempt's pending usage row when given; ``new_chat``: the
-    unsaved chat's row first, instead of its lock and head)."""
+    unsaved chat's row first, instead of its lock and head; ``synchronous`` false: its
+    commit does not wait for the disk)."""
     run = new_instance(Run, chat=chat, prompt=prompt, task_id=task_id[:255], status=ADMIT.target)
     if verdict is not None:
         run.reserved_cost = verdict.reservation
@@ -509,7 +532,7 @@ def _enqueue_call(
         key_id,
     ) = pg.call(
         using,
-        "llmchat_run_enqueue_v4",
+        "llmchat_run_enqueue_v5",
         (chat.pk, "bigint"),
         (chat_row, "jsonb"),
         (None if prompt is None else _INSERT_MESSAGE.row(prompt, using), "jsonb"),
@@ -525,6 +548,7 @@ def _enqueue_call(
         (count, "bigint"),
         (top, "bigint"),
         (None if key is None else _INSERT_KEY.row(key, using), "jsonb"),
+        (synchronous, "boolean"),
     )
     if outcome == "no_chat":
         raise ArgumentError(f"chat {chat.pk} does not exist")

@@ -22,7 +22,7 @@ from ..db.prepared import execute
 
 logger = logging.getLogger("django_llmchat.runs")
 
-VERSION = 4
+VERSION = 5
 """The newest version of the functions this code calls: ``django_llmchat/sql/v<N>/`` holds
 what version N added or changed, each function named with the version it came in
 (``llmchat_<transition>_v<N>``), installed by a migration of its own."""
@@ -31,7 +31,7 @@ FUNCTIONS = (
     "llmchat_run_leaf_v1",
     "llmchat_run_place_prompt_v1",
     "llmchat_run_release_v1",
-    "llmchat_run_enqueue_v4",
+    "llmchat_run_enqueue_v5",
     "llmchat_run_claim_v4",
     "llmchat_run_store_last_step_v3",
     "llmchat_run_end_v1",
@@ -42,9 +42,9 @@ SIGNATURES = {
     "llmchat_run_leaf_v1": "bigint, bigint",
     "llmchat_run_place_prompt_v1": "bigint, bigint, bigint, bigint",
     "llmchat_run_release_v1": "bigint, bigint",
-    "llmchat_run_enqueue_v4": (
+    "llmchat_run_enqueue_v5": (
         "bigint, jsonb, jsonb, jsonb, boolean, boolean, text, timestamptz, timestamptz, "
-        "bigint, jsonb, bigint, bigint, bigint, jsonb"
+        "bigint, jsonb, bigint, bigint, bigint, jsonb, boolean"
     ),
     "llmchat_run_claim_v4": (
         "bigint, bigint, boolean, text, text, timestamptz, timestamptz, integer, bigint, bigint, "

@@ -50,7 +50,7 @@ class Transition:
         return {(source, self.target) for source in self.sources or (None,)}
 
 
-_ENQUEUE = "llmchat_run_enqueue_v4"
+_ENQUEUE = "llmchat_run_enqueue_v5"
 _CLAIM = "llmchat_run_claim_v4"
 _END = "llmchat_run_end_v1"
 _INTERRUPT = "llmchat_run_interrupt_v1"

@@ -13,6 +13,7 @@ from django_llmchat import streams
 from django_llmchat.models import Chat, IdempotencyKey, Message, Run
 from django_llmchat.tasks import wait_for_background_runs
 from django_llmchat.testing import Reply
+from django_llmchat.testing import ToolCall as ScriptedCall
 from tests.conftest import require_service
 
 from .conftest import sse_frames, url
@@ -287,6 +288,31 @@ def test_ui_chat_without_events_answers_the_run(api, chat, inline):
     again = post(api, chat.pk, message)
     assert again.status_code == 200 and again.json()["run"]["status"] == "succeeded"
     assert prompts(chat) == 1 and len(inline.requests) == 1
+
+
+@pytest.mark.parametrize("face", ["ui", "sse"])
+def test_a_streamed_retry_without_events_answers_a_run_waiting_for_a_decision(
+    api, chat, inline, face
+):
+    """The first request's stream ended when its run paused for a tool-call decision:
+    without live events the retry answers the run as it is (as a key whose request never
+    answered is rebuilt), where it used to refuse it as still in progress."""
+    from .test_views_runs import api_transfer
+
+    chat.with_tools(api_transfer)
+    inline.script(Reply(tool_calls=[ScriptedCall("api_transfer", {"amount": 5})]))
+    if face == "ui":
+        message = user("Pay")
+        chunks(post(api, chat.pk, message))
+        again = post(api, chat.pk, message)
+    else:
+        headers = key()
+        b"".join(ask(api, chat, content="Pay", headers=headers, **SSE).streaming_content)
+        again = ask(api, chat, content="Pay", headers=headers, **SSE)
+    assert again.status_code == 200, again.content
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json()["run"]["status"] == "awaiting_approval"
+    assert prompts(chat) == 1 and chat.runs.count() == 1 and len(inline.requests) == 1
 
 
 # -- approve / deny / cancel -------------------------------------------------------------------

@@ -2,7 +2,7 @@
 them: ``POST chats/{id}/messages/`` answering ``202`` (the run queued for a worker, the
 request measured alone) and ``POST ui/chat`` (the reply streamed in the response, so its
 run is part of the request). Each list is exact, per database (PostgreSQL admits a run in
-one call of ``llmchat_run_enqueue_v4`` and stores the reply in one call of
+one call of ``llmchat_run_enqueue_v5`` and stores the reply in one call of
 ``llmchat_run_store_last_step_v3``; SQLite takes the statements); so are its ``BEGIN``
 and ``COMMIT`` (on PostgreSQL, also counted on the wire, from libpq's trace: a statement
 outside a transaction commits alone and sends none). A process that served a request
@@ -144,7 +144,7 @@ REST_202 = expect(
     pg=[
         "SELECT authtoken_token",
         "SELECT llmchat_chat",
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_message",
     ],
     sqlite=[
@@ -215,7 +215,7 @@ def test_a_202_with_an_idempotency_key(api, chat, served):
             "SELECT authtoken_token",
             "SELECT llmchat_chat",
             "SELECT llmchat_idempotency_key",
-            "SELECT llmchat_run_enqueue_v4",  # the key's row in the call
+            "SELECT llmchat_run_enqueue_v5",  # the key's row in the call
             "SELECT llmchat_message",
             "UPDATE llmchat_idempotency_key",
         ],
@@ -291,7 +291,7 @@ message (``RunFinished``, the ``finish`` chunk's metadata) and the chat's UI tre
 reply's alternatives, one query)."""
 
 UI_ADMISSION = expect(
-    pg=["SELECT llmchat_run_enqueue_v4"],
+    pg=["SELECT llmchat_run_enqueue_v5"],
     sqlite=[
         "BEGIN",
         "UPDATE llmchat_chat",

@@ -178,7 +178,7 @@ def test_reply_statements(chat, fake_llm):
     ]
     if connection.vendor == "postgresql":
         assert statements == [
-            "SELECT llmchat_run_enqueue_v4",
+            "SELECT llmchat_run_enqueue_v5",
             "SELECT llmchat_run_store_last_step_v3",
         ]
     else:

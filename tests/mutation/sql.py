@@ -48,7 +48,7 @@ REPORT_SECONDS = 5
 CRITICAL = {
     "the claim": ["llmchat_run_claim_v4"],
     "the fence": ["llmchat_run_end_v1", "llmchat_run_store_last_step_v3"],
-    "admission": ["llmchat_run_enqueue_v4"],
+    "admission": ["llmchat_run_enqueue_v5"],
 }
 CRITICAL_FUNCTIONS = [name for names in CRITICAL.values() for name in names]
 # the rest, run after the critical functions

@@ -54,7 +54,7 @@ def test_enqueue_saves_an_unsaved_chat_with_its_first_prompt(chat):
     sent = [sql.split()[0] for sql in sqls]
     sent = [verb for verb in sent if verb not in ("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT")]
     if connection.vendor == "postgresql":  # (the functions' check aside, once a process)
-        assert sent == ["SELECT"] and "llmchat_run_enqueue_v4" in sqls[0]
+        assert sent == ["SELECT"] and "llmchat_run_enqueue_v5" in sqls[0]
     else:
         assert sent == ["INSERT", "INSERT", "INSERT", "UPDATE"]
     row = Chat.objects.get(pk=new.pk)

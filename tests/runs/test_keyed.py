@@ -1,5 +1,5 @@
 """A request's idempotency key admitted with its run (``runs.keyed(row)``), on every
-database: on PostgreSQL in the admission's call (``llmchat_run_enqueue_v4``), elsewhere in
+database: on PostgreSQL in the admission's call (``llmchat_run_enqueue_v5``), elsewhere in
 its transaction. The key's row names the run and its chat, commits with them or not at
 all; a key stored already fails the admission (its unique constraint) and nothing of it
 is stored."""

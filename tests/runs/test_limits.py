@@ -315,7 +315,7 @@ def test_one_query_per_check_whatever_the_usage(configure, chat, fake_llm):
     assert len(off.captured_queries) == len(many) - 2 - lock - one_call
     if postgresql:
         assert "llmchat_message" in off.captured_queries[0]["sql"]
-        assert any("llmchat_run_enqueue_v4" in q["sql"] for q in off.captured_queries)
+        assert any("llmchat_run_enqueue_v5" in q["sql"] for q in off.captured_queries)
 
 
 def test_spend_reads_everything_in_one_query(configure, chat, user):

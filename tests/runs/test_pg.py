@@ -9,8 +9,10 @@ import re
 import tempfile
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.db.models.signals import pre_save
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_llmchat import runs
@@ -91,7 +93,7 @@ def test_a_plain_ask_is_two_round_trips_and_no_begin_or_commit(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2, wire.trips
@@ -111,7 +113,7 @@ def test_a_cold_ask_reads_the_transcript_first(chat, fake_llm):
         chat.ask("hello")
     assert _statements(ctx) == [
         "SELECT llmchat_message",
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 3 and wire.count("COMMIT") == 0
@@ -127,7 +129,7 @@ def test_a_chat_another_process_answered_is_read_again(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         chat.ask("and here?")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_message",
         "INSERT llmchat_usage",
         "SELECT llmchat_run_store_last_step_v3",
@@ -166,7 +168,7 @@ def test_a_plain_ask_commits_twice(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx:
         reply = chat.ask("hello")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     admission = written["prompt"]
@@ -290,7 +292,7 @@ def test_a_reply_without_usage_keeps_its_estimate(chat, fake_llm):
     with CaptureQueriesContext(connection) as ctx, RoundTrips() as wire:
         reply = chat.ask("hello again")
     assert _statements(ctx) == [
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert len(wire.trips) == 2 and wire.count("COMMIT") == 0
@@ -378,6 +380,65 @@ def test_inside_a_callers_transaction_the_calls_are_part_of_it(chat, fake_llm):
     assert (Message.objects.count(), Run.objects.count()) == count
 
 
+def _admissions(seen: list):
+    """Records each admission call's ``p_synchronous`` (its last argument)."""
+
+    def record(execute, sql, params, many, context):
+        if "llmchat_run_enqueue_v5" in sql:
+            seen.append(params[-1])
+        return execute(sql, params, many, context)
+
+    return connection.execute_wrapper(record)
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+def test_only_a_run_answered_here_is_admitted_without_waiting_for_the_disk(chat, fake_llm):
+    """The admission's commit waits for the disk on every path but one: a run this process
+    answers right after (``ask``, ``stream``: ``start``), admitted in a transaction of its
+    own; its end commits synchronously and makes the admission durable with it. A run for
+    a worker (``ask_later``, a ``202``: not started), an ask inside the caller's
+    transaction (its commit is the caller's) and ``ADMISSION_SYNCHRONOUS_COMMIT = True``:
+    the commit waits."""
+    fake_llm.script(Reply("a"), Reply("b"), Reply("c"), Reply("d"))
+    seen: list = []
+    with _admissions(seen):
+        chat.ask("here")
+        assert [e.type for e in chat.stream("streamed")][-1] == "run_finished"
+        with transaction.atomic():
+            chat.ask("inside a transaction")
+        runs.enqueue(chat, Message(chat=chat, role="user", content="for a worker"))
+    assert seen == [False, False, True, True]
+    Run.objects.filter(chat=chat, status="queued").delete()
+    with override_settings(
+        LLMCHAT={**django_settings.LLMCHAT, "ADMISSION_SYNCHRONOUS_COMMIT": True}
+    ):
+        with _admissions(seen):
+            chat.ask("waits")
+    assert seen[-1] is True
+    assert _synchronous_commit() == "on"
+
+
+@pytest.mark.parametrize("synchronous", [False, True])
+def test_the_admission_turns_synchronous_commit_off_for_its_own_transaction_alone(
+    chat, synchronous
+):
+    """``p_synchronous`` false: ``synchronous_commit`` is off until the admission's
+    transaction ends (seen here inside one), then the session's own value again."""
+    from django_llmchat.runs.admission import _enqueue_call
+
+    with transaction.atomic():
+        prompt = Message(chat=chat, role="user", content="Q")
+        _enqueue_call(chat, prompt, "", True, True, "test:1", "default", synchronous=synchronous)
+        assert _synchronous_commit() == ("on" if synchronous else "off")
+    assert _synchronous_commit() == "on"
+    assert Run.objects.filter(prompt__content="Q", status="running").count() == 1
+
+
 def test_the_functions_are_installed_by_their_migration_and_removed_by_its_reverse():
     from django.core.management import call_command
 
@@ -444,7 +505,7 @@ def test_a_chats_first_reply_writes_its_title_in_the_same_call(fake_llm):
     with Wire() as wire:
         made.ask("Plan a **trip** to Lisbon\nwith trains")
     assert wire.statements == [
-        "SELECT llmchat_run_enqueue_v4",
+        "SELECT llmchat_run_enqueue_v5",
         "SELECT llmchat_run_store_last_step_v3",
     ]
     assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")

@@ -406,5 +406,5 @@ def test_the_sql_parse_reads_literals_lists_and_guarded_parameters():
         ("queued", "running"),
         ("running", "running"),
     }
-    assert written(functions()["llmchat_run_enqueue_v4"]) == {(None, "queued"), (None, "running")}
+    assert written(functions()["llmchat_run_enqueue_v5"]) == {(None, "queued"), (None, "running")}
     assert written(functions()["llmchat_run_release_v1"]) == set()
