@@ -6,6 +6,7 @@ re-read when ``override_settings`` changes ``LLMCHAT``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -174,6 +175,7 @@ class LLMChatSettings:
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] | None = None
+        self._lock = threading.Lock()
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -188,10 +190,16 @@ class LLMChatSettings:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in DEFAULTS:
             raise AttributeError(f"LLMCHAT has no setting {name!r}")
-        return self._merged()[name]
+        # kept on the instance: the next read is a plain attribute's, until reload()
+        with self._lock:
+            value = self.__dict__[name] = self._merged()[name]
+        return value
 
     def reload(self) -> None:
-        self._cache = None
+        with self._lock:
+            for name in DEFAULTS:
+                self.__dict__.pop(name, None)
+            self._cache = None
 
 
 settings = LLMChatSettings()
