@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from django.db import connections, router
@@ -55,6 +55,8 @@ from django.db.models import (
     BigIntegerField,
     BooleanField,
     CharField,
+    DateTimeField,
+    DecimalField,
     Field,
     IntegerField,
     JSONField,
@@ -330,16 +332,20 @@ class PreparedInsert:
         ]
         self.returning = meta.db_returning_fields
         self._compiled: dict[str, tuple[str, list[tuple]] | None] = {}
+        self._layouts: dict[str, tuple] = {}  # insert()'s, per database (_layout)
         self._plans: dict[str, tuple] = {}  # row()'s, per database
         self._lock = threading.Lock()
 
     def _plan(self, connection) -> list[tuple]:
-        """Per field: ``(field, reads_attribute, unchanged_types, null_param)``.
+        """Per field: ``(field, reads_attribute, unchanged_types, null_param, prepare)``.
 
         ``reads_attribute``: ``pre_save`` only reads the attribute. ``unchanged_types``:
         value types ``get_db_prep_save`` returns as they are on this backend (text always;
         integers and booleans where the backend does not adapt them). ``null_param``: what
-        ``get_db_prep_save(None)`` gives, computed once."""
+        ``get_db_prep_save(None)`` gives, computed once. ``prepare``: ``None``, or for a
+        field whose preparation is Django's own (:func:`_direct_preparation`),
+        ``prepare(value)``: the backend's adaptation of a value that needs nothing else
+        first, else :data:`_UNKNOWN` (``get_db_prep_save`` then)."""
         ops = type(connection.ops)
         plain_ints = (
             ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
@@ -361,7 +367,15 @@ class PreparedInsert:
                 null_param = f.get_db_prep_save(None, connection)
             except Exception:  # a field that refuses None computes it each time (and fails)
                 null_param = _UNKNOWN
-            plan.append((f, type(f).pre_save is Field.pre_save, unchanged, null_param))
+            plan.append(
+                (
+                    f,
+                    type(f).pre_save is Field.pre_save,
+                    unchanged,
+                    null_param,
+                    _direct_preparation(f, connection),
+                )
+            )
         return plan
 
     def _compile(self, using: str) -> tuple[str, list[tuple]] | None:
@@ -386,8 +400,46 @@ class PreparedInsert:
                     self.fields
                 ):
                     found = (sql, self._plan(connection))
+                    self._layouts[using] = self._layout(found[1])
             self._compiled[using] = found
         return found
+
+    @staticmethod
+    def _layout(plan: list[tuple]) -> tuple[list[tuple], list[tuple], Callable[[list], list]]:
+        """How :meth:`insert` reads the plan's fields: ``(rest, groups, order)``.
+
+        ``groups``: the fields whose ``pre_save`` only reads the attribute, no relation,
+        ``None`` stored as ``NULL``, by the value types they take unchanged: ``(read,
+        types, entries)``, ``read(obj)`` their values in one call, passed as they are
+        when each is of ``types`` (``None`` included). ``rest``: the others, one by one,
+        first (as :meth:`row` does them). ``order(values)``: the values, the rest's then
+        the groups', in the INSERT's column order."""
+        by_types: dict[tuple, list[tuple[int, tuple]]] = {}
+        rest = []
+        for index, entry in enumerate(plan):
+            field, reads, unchanged, null_param, _ = entry
+            if reads and unchanged and not field.is_relation and null_param is None:
+                by_types.setdefault(unchanged, []).append((index, entry))
+            else:
+                rest.append((index, entry))
+        groups = [
+            (
+                attrgetter(*(entry[0].attname for _, entry in members)),
+                frozenset((*unchanged, type(None))),
+                [entry for _, entry in members],
+            )
+            for unchanged, members in by_types.items()
+        ]
+        positions = [index for index, _ in rest] + [
+            index for members in by_types.values() for index, _ in members
+        ]
+        if positions == sorted(positions):
+            return [entry for _, entry in rest], groups, list
+        where = [0] * len(positions)
+        for at, index in enumerate(positions):
+            where[index] = at
+        take = itemgetter(*where)
+        return [entry for _, entry in rest], groups, lambda values: list(take(values))
 
     def save(self, obj: Model, using: str | None = None) -> None:
         if not self.insert(obj, using):
@@ -408,22 +460,35 @@ class PreparedInsert:
             or signals.post_save.has_listeners(model)
         ):
             return False
-        sql, plan = compiled
+        sql = compiled[0]
+        rest, groups, order = self._layouts[using]
         connection = connections[using]
-        params = []
-        for field, reads_attribute, unchanged, null_param in plan:
+        values = []
+        for entry in rest:
+            field, reads_attribute, unchanged, _, prepare = entry
             value = getattr(obj, field.attname) if reads_attribute else field.pre_save(obj, True)
-            if value is None and null_param is not _UNKNOWN:
-                if field.is_relation and field.get_cached_value(obj, None) is not None:
-                    return False  # a related object not saved yet: the ORM says so
-                params.append(null_param)
-            elif type(value) in unchanged:
-                params.append(value)
-            elif hasattr(value, "resolve_expression"):
-                return False
-            else:
-                params.append(field.get_db_prep_save(value, connection))
-        row = execute(connection, sql, params, _FETCHONE)
+            if type(value) in unchanged:
+                values.append(value)
+            elif prepare is not None and (prepared := prepare(value)) is not _UNKNOWN:
+                values.append(prepared)
+            else:  # None (a relation's), an expression, a value to prepare
+                value = _param(entry, value, obj, connection)
+                if value is _UNKNOWN:
+                    return False
+                values.append(value)
+        for read, types, entries in groups:
+            got = read(obj)
+            if len(entries) == 1:
+                got = (got,)
+            if types.issuperset(map(type, got)):
+                values.extend(got)
+                continue
+            for entry, value in zip(entries, got, strict=True):
+                value = _param(entry, value, obj, connection)
+                if value is _UNKNOWN:
+                    return False
+                values.append(value)
+        row = execute(connection, sql, order(values), _FETCHONE)
         for field, value in zip(self.returning, row, strict=True):
             for converter in field.get_db_converters(connection):
                 value = converter(value, None, connection)
@@ -469,7 +534,7 @@ class PreparedInsert:
                 # orjson writes the prepared value, as json.dumps without an encoder does
                 isinstance(f, JSONField) and f.encoder is None,
             )
-            for f, reads, unchanged, _ in self._plan(connection)
+            for f, reads, unchanged, _, _ in self._plan(connection)
         ]
         by_types: dict[tuple, list[tuple]] = {}
         rest = []
@@ -548,6 +613,71 @@ class PreparedInsert:
         if not nested:
             return text
         return text[:-1] + ("," if values else "") + ",".join(nested) + "}"
+
+
+def _param(entry: tuple, value: Any, obj: Model, connection: Any) -> Any:
+    """The parameter of field ``entry`` (of :meth:`PreparedInsert._plan`) for ``value``,
+    as ``get_db_prep_save`` gives it; :data:`_UNKNOWN` where only the ORM will do (an
+    expression, a related object not saved yet)."""
+    field, _, unchanged, null_param, prepare = entry
+    if value is None and null_param is not _UNKNOWN:
+        if field.is_relation and field.get_cached_value(obj, None) is not None:
+            return _UNKNOWN  # a related object not saved yet: the ORM says so
+        return null_param
+    if type(value) in unchanged:
+        return value
+    if prepare is not None and (prepared := prepare(value)) is not _UNKNOWN:
+        return prepared
+    if hasattr(value, "resolve_expression"):
+        return _UNKNOWN
+    return field.get_db_prep_save(value, connection)
+
+
+def _direct_preparation(field: Field, connection: Any) -> Callable[[Any], Any] | None:
+    """For a field whose class prepares values as Django's ``DateTimeField``,
+    ``JSONField`` or ``DecimalField`` does (none of the preparation methods its own),
+    ``prepare(value)``: ``get_db_prep_save(value)`` where that is the backend's adaptation
+    alone (an aware datetime; a dict or a list; a finite Decimal), else
+    :data:`_UNKNOWN`."""
+    kind = type(field)
+    if all(
+        getattr(kind, name) is getattr(DateTimeField, name)
+        for name in ("get_db_prep_save", "get_db_prep_value", "get_prep_value", "to_python")
+    ):
+        adapt = connection.ops.adapt_datetimefield_value
+
+        def prepare(value: Any) -> Any:
+            # a naive one is warned about and made aware first, when USE_TZ
+            if type(value) is datetime and value.utcoffset() is not None:
+                return adapt(value)
+            return _UNKNOWN
+
+        return prepare
+    if all(
+        getattr(kind, name) is getattr(JSONField, name)
+        for name in ("get_db_prep_save", "get_db_prep_value", "get_prep_value")
+    ):
+        adapt_json, encoder = connection.ops.adapt_json_value, field.encoder
+
+        def prepare(value: Any) -> Any:
+            return adapt_json(value, encoder) if type(value) in (dict, list) else _UNKNOWN
+
+        return prepare
+    if all(
+        getattr(kind, name) is getattr(DecimalField, name)
+        for name in ("get_db_prep_save", "get_db_prep_value", "get_prep_value", "to_python")
+    ):
+        adapt_decimal = connection.ops.adapt_decimalfield_value
+        digits, places = field.max_digits, field.decimal_places
+
+        def prepare(value: Any) -> Any:
+            # a finite Decimal is its own to_python()
+            if type(value) is Decimal and value.is_finite():
+                return adapt_decimal(value, digits, places)
+            return _UNKNOWN
+
+        return prepare
+    return None
 
 
 def _integer_column(field: Field) -> bool:
