@@ -122,7 +122,7 @@ class PreparedQuery:
     def __init__(self, build: Callable[..., QuerySet], placeholders: Sequence[Any] = (INT_ARG,)):
         self.build = build
         self.placeholders = tuple(placeholders)
-        self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int]]]] = {}
+        self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, int, Any]]]] = {}
         self._selected: dict[str, list[tuple[int, Any]]] = {}
         self._plain: dict[str, tuple] = {}  # the encrypted columns, for rows()
         self._converters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -143,7 +143,7 @@ class PreparedQuery:
         )
         return compiled
 
-    def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int]]]:
+    def _compile(self, using: str) -> tuple[str, list[Any], list[tuple[int, int, Any]]]:
         found = self._compiled.get(using)
         if found is None:
             with self._lock:
@@ -161,19 +161,26 @@ class PreparedQuery:
                 ]
                 if len({arg for _, arg in slots}) != len(self.placeholders):
                     raise ValueError("a placeholder did not reach the compiled parameters")
+                # per slot, the compiled parameter's type where it is an integer type (a
+                # backend's own, as psycopg's Int4): an argument of another type is made
+                # one; else None
+                slots = [
+                    (index, n, kind if issubclass(kind := type(params[index]), int) else None)
+                    for index, n in slots
+                ]
                 found = self._compiled[using] = (sql, list(params), slots)
         return found
 
     def _bound(self, args: Sequence[Any], using: str) -> tuple[str, list[Any]]:
         """The compiled SQL with ``args`` in the placeholders' places."""
         sql, params, slots = self._compile(using)
-        compiled = params
         params = list(params)
-        for index, arg in slots:
-            value = self._adapt(args[arg], using)
-            wrapper = type(compiled[index])
-            if value is not None and wrapper is not type(value) and issubclass(wrapper, int):
-                value = wrapper(value)  # the backend's own integer type, as compiled
+        for index, arg, wrapper in slots:
+            value = args[arg]
+            if isinstance(value, datetime):
+                value = self._adapt(value, using)
+            if wrapper is not None and value is not None and wrapper is not type(value):
+                value = wrapper(value)
             params[index] = value
         return sql, params
 
@@ -456,8 +463,8 @@ class PreparedInsert:
         compiled = self._compile(using)
         if (
             compiled is None
-            or signals.pre_save.has_listeners(model)
-            or signals.post_save.has_listeners(model)
+            or _listened(signals.pre_save, model)
+            or _listened(signals.post_save, model)
         ):
             return False
         sql = compiled[0]
@@ -680,6 +687,12 @@ def _direct_preparation(field: Field, connection: Any) -> Callable[[Any], Any] |
     return None
 
 
+def _listened(signal: signals.ModelSignal, sender: type[Model]) -> bool:
+    """``signal.has_listeners(sender)``, without asking when nothing is connected to the
+    signal at all."""
+    return bool(signal.receivers) and signal.has_listeners(sender)
+
+
 def _integer_column(field: Field) -> bool:
     """Whether ``field``'s column holds an integer (a foreign key: its target's)."""
     return type(field.target_field if field.is_relation else field) in _INTEGER_FIELDS
@@ -781,6 +794,7 @@ class PreparedUpdate(PreparedQuery):
         **values: Any,
     ):
         self.arg_names = [name for name, value in values.items() if isinstance(value, Arg)]
+        self._arg_set = frozenset(self.arg_names)
         self.where_count = len(placeholders)
         super().__init__(
             where or (lambda pk: model._base_manager.filter(pk=pk)),
@@ -802,7 +816,7 @@ class PreparedUpdate(PreparedQuery):
     def run(self, *where: Any, using: str | None = None, **args: Any) -> int:
         """Run the UPDATE for row ``pk`` (or the ``where`` arguments); returns the number
         of rows updated."""
-        if len(where) != self.where_count or set(args) != set(self.arg_names):
+        if len(where) != self.where_count or args.keys() != self._arg_set:
             raise TypeError(
                 f"run() takes {self.where_count} positional arguments and the keywords "
                 f"{', '.join(self.arg_names) or '(none)'}"
@@ -1003,11 +1017,7 @@ def new_instance(model: type[Model], **values: Any) -> Model:
     ``__init__`` of the model's own, a keyword that is not a concrete field's name or
     attname (a property, a typo: the constructor says so)."""
     blank = _BLANKS.get(model, _UNKNOWN)
-    if (
-        blank is None
-        or signals.pre_init.has_listeners(model)
-        or signals.post_init.has_listeners(model)
-    ):
+    if blank is None or _listened(signals.pre_init, model) or _listened(signals.post_init, model):
         return model(**values)
     if blank is _UNKNOWN:
         blank = _BLANKS.setdefault(model, _blank(model))
