@@ -408,3 +408,60 @@ def test_a_json_field_with_an_encoder_of_its_own_is_written_by_that_encoder(monk
             "at": "2026-12-06T12:30:00Z",
         }
     )
+
+
+def test_a_value_passed_straight_to_the_backend_is_what_the_fields_preparation_gives():
+    """``PreparedInsert`` hands an aware datetime, a dict or list and a finite Decimal to
+    the backend's adaptation directly, for fields whose preparation is Django's own: for
+    every such field of the app's models, that is what ``get_db_prep_save`` gives; any
+    other value (a naive datetime, a string, NaN) and every field with preparation of its
+    own (the encrypted ones) take ``get_db_prep_save``."""
+    from datetime import UTC, datetime, timedelta, timezone
+    from decimal import Decimal
+
+    from django.apps import apps
+    from django.db import connection
+    from django.db.models import DateTimeField, DecimalField, JSONField
+
+    from django_llmchat.db.prepared import _UNKNOWN, _direct_preparation
+
+    samples = {
+        DateTimeField: [
+            datetime(2026, 12, 7, 1, 2, 3, 456789, tzinfo=UTC),
+            datetime(2026, 12, 7, 1, 2, 3, tzinfo=timezone(timedelta(hours=-5))),
+        ],
+        JSONField: [{"a": [1, 2.5, "é"], "b": None}, [1, {"c": True}], {}, []],
+        DecimalField: [Decimal("0.000123"), Decimal("12"), Decimal("-3.5")],
+    }
+    others = {
+        DateTimeField: [datetime(2026, 12, 7, 1, 2, 3), "2026-12-07T01:02:03Z"],
+        JSONField: ["text", 3, None, (1, 2)],
+        DecimalField: [Decimal("NaN"), "1.5", 2],
+    }
+    checked = 0
+    for model in apps.get_app_config("django_llmchat").get_models():
+        for field in model._meta.concrete_fields:
+            prepare = _direct_preparation(field, connection)
+            kind = next((k for k in samples if isinstance(field, k)), None)
+            if prepare is None:
+                # only a field whose class prepares values its own way is left out
+                assert kind is None or type(field) not in samples, field
+                continue
+            assert kind is not None, field
+            for value in samples[kind]:
+                if isinstance(value, Decimal) and len(value.as_tuple().digits) > field.max_digits:
+                    continue
+                got, want = prepare(value), field.get_db_prep_save(value, connection)
+                assert _adapted(got) == _adapted(want), (field, value)
+                checked += 1
+            for value in others[kind]:
+                assert prepare(value) is _UNKNOWN, (field, value)
+    assert checked > 20
+
+
+def _adapted(value):
+    """A prepared parameter in a form that compares by value (psycopg's ``Jsonb`` wrapper
+    does not: its object and its ``dumps``)."""
+    if hasattr(value, "obj") and hasattr(value, "dumps"):
+        return (type(value), value.obj, value.dumps)
+    return (type(value), value)
