@@ -367,7 +367,13 @@ def test_new_instance_leaves_to_the_constructor_what_a_copy_could_change(monkeyp
             built.append(kwargs)
             super().__init__(*args, **kwargs)
 
-    prepared.new_instance(Stamped, status="queued")
+    try:
+        prepared.new_instance(Stamped, status="queued")
+    finally:  # out of the app registry again (makemigrations would see a new model)
+        from django.apps import apps
+
+        del apps.all_models["django_llmchat"]["stamped"]
+        apps.clear_cache()
     assert built == [{"status": "queued"}]
 
 
