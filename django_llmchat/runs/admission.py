@@ -207,9 +207,9 @@ def enqueue(
     a limit, it is unsaved again). Nobody else can see it before, so its lock and its
     empty path are not read.
 
-    On PostgreSQL a run this process answers itself (``start=True``), admitted in its own
-    transaction (not inside the caller's), commits without waiting for the disk
-    (:func:`_synchronous`).
+    On PostgreSQL the one call admitting a run this process answers itself
+    (``start=True``), in a transaction of its own (not inside the caller's), commits
+    without waiting for the disk (:func:`_synchronous`).
 
     The admission's verdict (``None`` with limits off) is ``run.verdict``."""
     new_chat = chat.pk is None
