@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -200,20 +201,40 @@ def _working(chat, seconds=60):
     return taken_run(chat, lease=seconds)
 
 
-def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
+def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm, monkeypatch):
     ahead = _working(chat)
     fake_llm.script("Second.")
     done = threading.Event()
-    answers = []
+    answers, errors = [], []
+    # The run ahead ends while the asking thread sleeps between two looks at its turn, so
+    # that the two never write at once: shared-cache SQLite refuses a write beside another
+    # thread's transaction at once ("table is locked"), where a server database waits.
+    between, go_on = threading.Event(), threading.Event()
+
+    class _GatedTime:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        def sleep(self, seconds):
+            if threading.current_thread() is asker and not go_on.is_set():
+                between.set()
+                go_on.wait(30)
+            else:
+                time.sleep(seconds)
+
+    monkeypatch.setattr(runs.claims, "time", _GatedTime())
 
     def ask():
         try:
             answers.append(chat.ask("Me next").content)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
         finally:
             connection.close()
             done.set()
 
-    threading.Thread(target=ask).start()
+    asker = threading.Thread(target=ask)
+    asker.start()
     # queued behind the working run, its caller waiting for it (holding its lease)
     wait_until(
         lambda: (
@@ -223,9 +244,13 @@ def test_ask_waits_for_the_run_ahead_then_answers(chat, fake_llm):
         ),
         interval=0.1,  # few reads beside the asking thread's writes (shared-cache SQLite)
     )
+    assert between.wait(30), errors
     assert not done.is_set()  # cannot end before the run ahead does
-    when_unlocked(lambda: runs.Execution(ahead, worker="elsewhere:1").finish("succeeded"))
-    assert done.wait(60) and answers == ["Second."]
+    try:
+        when_unlocked(lambda: runs.Execution(ahead, worker="elsewhere:1").finish("succeeded"))
+    finally:
+        go_on.set()
+    assert done.wait(60) and not errors and answers == ["Second."]
     assert run_statuses(chat) == ["succeeded", "succeeded"]
 
 
