@@ -538,7 +538,7 @@ def test_a_prompt_after_the_active_leaf_costs_what_it_did(chat, fake_llm):
 # (a plain ask, one naming the active leaf) as measured before: on SQLite the branch
 # reads its parent and writes no row in its one UPDATE; on PostgreSQL a plain ask is two
 # calls, a named parent takes the statements (no one-call admission for a branch)
-EXPECTED_COUNTS = {"sqlite": (17, 18), "postgresql": (2, 12)}
+EXPECTED_COUNTS = {"sqlite": (16, 17), "postgresql": (2, 12)}
 
 
 class Recorder:

@@ -301,6 +301,38 @@ def test_a_prepared_update_takes_decimal_arguments():
         Arg(float)
 
 
+def test_a_prepared_update_returns_the_row_it_updated(monkeypatch):
+    """``returning``: :meth:`returned` runs the UPDATE and reads back those columns as
+    the UPDATE left them (an expression's result included), ``None`` when no row was
+    updated; without ``returning`` it is refused, and a database that cannot return an
+    updated row refuses the statement by name."""
+    from django.db import NotSupportedError, connection
+    from django.db.models import Case, F, Value, When
+
+    from django_llmchat.db import prepared
+    from django_llmchat.db.prepared import Arg, PreparedUpdate
+
+    chat = Chat.objects.create(title="old")
+    update = PreparedUpdate(
+        Chat,
+        returning=("title", "status"),
+        title=Arg(str),
+        status=Case(When(title="old", then=Value("queued")), default=F("status")),
+    )
+    assert update.returned(chat.pk, title="new") == ("new", "queued")
+    assert update.returned(10**9, title="none") is None
+    chat.refresh_from_db()
+    assert (chat.title, chat.status) == ("new", "queued")
+    with pytest.raises(TypeError, match="returning"):
+        PreparedUpdate(Chat, title=Arg(str)).returned(chat.pk, title="x")
+    with pytest.raises(TypeError, match="keywords title"):
+        update.returned(chat.pk)
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    assert not prepared.returns_updated_rows(connection)
+    with pytest.raises(NotSupportedError, match="cannot return the rows an UPDATE changed"):
+        PreparedUpdate(Chat, returning=("title",), title="y").returned(chat.pk)
+
+
 def test_plain_rows_decrypts_the_encrypted_columns_in_the_form_the_database_returns():
     import json
 

@@ -48,11 +48,11 @@ REPLY = (
         "INSERT llmchat_message",  # its write locks the database: no lock statement first
         "UPDATE llmchat_usage",
         "UPDATE llmchat_run",  # fenced by the attempt
-        "SELECT llmchat_run",  # the run queued next, if any
-        "UPDATE llmchat_chat",  # idle, its updated_at
+        # its status (the run queued next's, else idle), its updated_at and, on the
+        # chat's first reply, its title; the next run read only when there is one
+        "UPDATE llmchat_chat",
     ]
 )
-TITLE = [] if PG else ["UPDATE llmchat_chat"]  # in the reply's transaction
 READ = ["SELECT llmchat_message"]  # the transcript
 
 
@@ -81,7 +81,7 @@ def test_a_new_chats_first_turn(chat, fake_llm):
     with Wire() as wire:
         made = Chat.objects.create(provider="openai", model_id="gpt-4.1-mini")
         made.ask("Plan a trip to Lisbon")
-    assert wire.statements == ["INSERT llmchat_chat", *ADMISSION, *REPLY, *TITLE]
+    assert wire.statements == ["INSERT llmchat_chat", *ADMISSION, *REPLY]
     assert wire.commits == 3  # the chat's row is the caller's
     made.refresh_from_db()
     assert (made.title, made.title_source) == ("Plan a trip to Lisbon", "prompt")
@@ -109,7 +109,7 @@ def test_an_unsaved_chats_first_turn(chat, fake_llm):
     made = Chat(provider="openai", model_id="gpt-4.1-mini")
     with Wire() as wire:
         reply = made.ask("Plan a trip to Lisbon")
-    assert wire.statements == [*NEW_CHAT_ADMISSION, *REPLY, *TITLE]
+    assert wire.statements == [*NEW_CHAT_ADMISSION, *REPLY]
     assert wire.commits == 2
     assert made.pk is not None and reply.chat_id == made.pk
     made.refresh_from_db()
@@ -133,7 +133,7 @@ def test_the_first_turn_of_a_chat_read_from_the_database(chat, fake_llm):
     fake_llm.script(Reply("fine"))
     with Wire() as wire:
         loaded.ask("hello")
-    assert wire.statements == [*READ, *ADMISSION, *REPLY, *TITLE]
+    assert wire.statements == [*READ, *ADMISSION, *REPLY]
     assert wire.commits == 2
 
 

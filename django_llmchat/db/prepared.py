@@ -47,7 +47,7 @@ from decimal import Decimal
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from django.db import connections, router
+from django.db import NotSupportedError, connections, router
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import (
     AutoField,
@@ -783,7 +783,11 @@ class PreparedUpdate(PreparedQuery):
     ``Chat.objects.filter(pk=pk).update(status="idle", updated_at=Now())``, compiled once
     per database. Values are fixed, or :class:`Arg` markers given to ``run()`` by
     keyword; ``where`` (a callable of the ``run()`` positional arguments returning a
-    queryset, ``placeholders`` their stand-ins) replaces the filter on the primary key."""
+    queryset, ``placeholders`` their stand-ins) replaces the filter on the primary key.
+
+    ``returning``: columns of the updated row that :meth:`returned` reads back, as the
+    ``UPDATE`` left them (``RETURNING``: SQLite 3.35 and later, PostgreSQL;
+    :func:`returns_updated_rows` says whether a database can)."""
 
     def __init__(
         self,
@@ -791,8 +795,10 @@ class PreparedUpdate(PreparedQuery):
         *,
         where: Callable[..., QuerySet] | None = None,
         placeholders: Sequence[Any] = (INT_ARG,),
+        returning: Sequence[str] = (),
         **values: Any,
     ):
+        self.returning = tuple(returning)
         self.arg_names = [name for name, value in values.items() if isinstance(value, Arg)]
         self._arg_set = frozenset(self.arg_names)
         self.where_count = len(placeholders)
@@ -811,19 +817,48 @@ class PreparedUpdate(PreparedQuery):
         query.add_update_values(self.values)
         if query.related_updates:
             raise ValueError("PreparedUpdate updates the model's own table only")
-        return query.get_compiler(using).as_sql()
+        sql, params = query.get_compiler(using).as_sql()
+        if self.returning:
+            connection = connections[using]
+            if not returns_updated_rows(connection):
+                raise NotSupportedError(
+                    f"{connection.display_name} {connection.vendor!r} cannot return the rows "
+                    "an UPDATE changed"
+                )
+            quote = connection.ops.quote_name
+            columns = [self._model._meta.get_field(name).column for name in self.returning]
+            sql += " RETURNING " + ", ".join(quote(column) for column in columns)
+        return sql, params
 
     def run(self, *where: Any, using: str | None = None, **args: Any) -> int:
         """Run the UPDATE for row ``pk`` (or the ``where`` arguments); returns the number
         of rows updated."""
+        return self._execute("run", where, args, using, _ROWCOUNT)
+
+    def returned(self, *where: Any, using: str | None = None, **args: Any) -> tuple | None:
+        """Run the UPDATE (as :meth:`run`); the ``returning`` columns of the row it
+        updated, as the database gives them, or ``None`` when it updated none."""
+        if not self.returning:
+            raise TypeError("returned() needs the columns to return (returning=...)")
+        return self._execute("returned", where, args, using, _FETCHONE)
+
+    def _execute(self, verb: str, where: tuple, args: dict, using: str | None, result) -> Any:
         if len(where) != self.where_count or args.keys() != self._arg_set:
             raise TypeError(
-                f"run() takes {self.where_count} positional arguments and the keywords "
+                f"{verb}() takes {self.where_count} positional arguments and the keywords "
                 f"{', '.join(self.arg_names) or '(none)'}"
             )
         using = using or router.db_for_write(self.model())
         sql, params = self._bound((*where, *(args[name] for name in self.arg_names)), using)
-        return execute(connections[using], sql, params, _ROWCOUNT)
+        return execute(connections[using], sql, params, result)
+
+
+def returns_updated_rows(connection: Any) -> bool:
+    """Whether ``connection``'s database gives back the rows an ``UPDATE`` changed
+    (``UPDATE ... RETURNING``): PostgreSQL, SQLite from 3.35."""
+    return connection.vendor in ("postgresql", "sqlite") and bool(
+        connection.features.can_return_columns_from_insert
+    )
 
 
 # -- running a compiled statement ------------------------------------------------------

@@ -52,12 +52,6 @@ _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_USAGE = PreparedInsert(Usage)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
 # an untitled chat's automatic title, never over a title of the user's
-_TITLED = PreparedUpdate(
-    Chat,
-    where=lambda pk: Chat._base_manager.filter(pk=pk, title="").exclude(title_source="user"),
-    title=Arg(str),
-    title_source=Arg(str),
-)
 
 
 def usage_row(
@@ -218,7 +212,6 @@ def save_step(
         if execution.titled:
             title.written(chat)
         return message, []  # stored with the run's end in one call (PostgreSQL)
-    titled = False
     try:
         with transaction.atomic():
             if final:
@@ -228,11 +221,11 @@ def save_step(
             for row in usages:
                 row.message = message
             write_attempts(usages)
-            execution.step_stored(final_status=Run.SUCCEEDED if final else None)
-            if not final:
+            if final:  # the title in the chat's update at the run's end
+                execution.step_stored(final_status=Run.SUCCEEDED, title=pair)
+            else:
+                execution.step_stored()
                 _TOUCHED.run(chat.pk)
-            elif title is not None:
-                titled = _titled(chat.pk, title.text, title.source)
     except BaseException:
         # rolled back (the run lost, the database gone): the rows are as they were, so a
         # caller that still bills them links them to no message that was never written
@@ -241,16 +234,10 @@ def save_step(
             if not getattr(row, "closes_pending", False):
                 mark_unsaved(row)
         raise
-    if titled:
+    if final and execution.titled:
         title.written(chat)
     known_relations(message, tool_calls=calls, attachments=[], usages=usages)
     return message, calls
-
-
-def _titled(chat_id: int, title: str, source: str) -> bool:
-    """Whether the chat's automatic ``title`` was written: only on a chat still untitled
-    whose title is not the user's (one conditional UPDATE)."""
-    return bool(_TITLED.run(chat_id, title=title[:255], title_source=source))
 
 
 def _store_calls(chat: Chat, message: Message, response: ProviderResponse) -> list[ToolCall]:

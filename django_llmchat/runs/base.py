@@ -18,13 +18,22 @@ from typing import Any
 from celery import current_app
 from django.conf import settings as django_settings
 from django.db import connections, router, transaction
-from django.db.models.functions import Now
+from django.db.models import Case, F, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from .. import streams
 from ..conf import settings
-from ..db.prepared import INT_ARG, Arg, PreparedQuery, PreparedUpdate, mark_saved, new_instance
+from ..db.prepared import (
+    INT_ARG,
+    Arg,
+    PreparedQuery,
+    PreparedUpdate,
+    mark_saved,
+    new_instance,
+    returns_updated_rows,
+)
 from ..events import RunFinished
 from ..models import Chat, Message, Run, Usage, branches
 from ..models.message import QUEUED_POSITION, clock_position
@@ -81,6 +90,13 @@ _CHAT_RELEASED = _chat_released()
 # no lock statement first (SQLite's last step of a run, :func:`_locks_rows`)
 _CHAT_STATUS_TOUCHED = PreparedUpdate(Chat, status=Arg(str), updated_at=Now())
 _CHAT_RELEASED_TOUCHED = _chat_released(updated_at=Now())
+# an automatic title, written only on a chat still untitled whose title is not the user's
+_CHAT_TITLED = PreparedUpdate(
+    Chat,
+    where=lambda pk: Chat._base_manager.filter(pk=pk, title="").exclude(title_source="user"),
+    title=Arg(str),
+    title_source=Arg(str),
+)
 
 
 def worker_name() -> str:
@@ -173,6 +189,73 @@ def _release(chat_id: int, run_id: int, *, touch: bool = False) -> Run | None:
     with ``touch`` where the transaction took none: :func:`_locks_rows`); returns the
     chat's next run."""
     return _sync_chat(chat_id, release=run_id, touch=touch)
+
+
+# the chat's status at a run's end: its next run's, else idle
+_NEXT_STATUS = Coalesce(
+    Subquery(
+        Run._base_manager.filter(chat_id=OuterRef("pk"), status__in=Run.UNFINISHED)
+        .order_by("id")
+        .values("status")[:1]
+    ),
+    Value("idle"),
+)
+_TITLE_ARG, _TITLE_SOURCE_ARG = "\x00llmchat-title", "\x00llmchat-title-source"
+_UNTITLED = Q(title="") & ~Q(title_source="user")  # an automatic title may be written
+_RELEASED_AT_LAST_STEP: dict[tuple[bool, bool], PreparedUpdate] = {}
+
+
+def _released_at_last_step(touch: bool, titled: bool) -> PreparedUpdate:
+    """The chat's one ``UPDATE`` at a run's last step: its status (:data:`_NEXT_STATUS`),
+    its active run let go of when it is the run's, ``updated_at`` with ``touch``, with
+    ``titled`` its automatic title where it is still untitled and not the user's; the
+    status, title and title source it leaves read back."""
+    found = _RELEASED_AT_LAST_STEP.get((touch, titled))
+    if found is not None:
+        return found
+    also: dict[str, Any] = {"updated_at": Now()} if touch else {}
+    if titled:
+        also["title"] = Case(When(_UNTITLED, then=Value(_TITLE_ARG)), default=F("title"))
+        also["title_source"] = Case(
+            When(_UNTITLED, then=Value(_TITLE_SOURCE_ARG)), default=F("title_source")
+        )
+    update = PreparedUpdate(
+        Chat,
+        where=lambda pk, run_id, *title: Chat._base_manager.filter(pk=pk),
+        placeholders=(INT_ARG, INT_ARG + 1, *((_TITLE_ARG, _TITLE_SOURCE_ARG) if titled else ())),
+        returning=("status", "title", "title_source"),
+        status=_NEXT_STATUS,
+        active_run=Case(When(active_run=INT_ARG + 1, then=Value(None)), default=F("active_run")),
+        **also,
+    )
+    return _RELEASED_AT_LAST_STEP.setdefault((touch, titled), update)
+
+
+def _release_at_last_step(
+    chat_id: int, run_id: int, *, touch: bool, title: tuple[str, str] | None
+) -> tuple[Run | None, bool]:
+    """:func:`_release` for the transaction storing a run's last step, with the chat's
+    automatic ``title`` (``(text, source)``, or ``None``): written when the chat is still
+    untitled and its title is not the user's. Where the database returns an ``UPDATE``'s
+    row, one statement (and the next run read only when there is one); else the next run
+    read, the release and the title's conditional ``UPDATE``. Returns the chat's next run
+    and whether the title was written."""
+    if not returns_updated_rows(connections[router.db_for_write(Chat)]):
+        head = _release(chat_id, run_id, touch=touch)
+        return head, title is not None and bool(
+            _CHAT_TITLED.run(chat_id, title=title[0][:255], title_source=title[1])
+        )
+    if title is not None:
+        title = (title[0][:255], title[1])
+    update = _released_at_last_step(touch, title is not None)
+    row = update.returned(chat_id, run_id, *(title or ()))
+    if row is None:  # the chat is gone (its runs with it)
+        return None, False
+    status, written, source = row
+    head = None if status == "idle" else _head(chat_id)
+    # an untitled chat takes this title: it now has it (the chat titled so meanwhile by
+    # another process, the same text from the same source, reads the same)
+    return head, title is not None and (written, source) == title
 
 
 def _move_prompt_into_place(chat_id: int, prompt_id: int | None) -> None:

@@ -40,6 +40,7 @@ from .base import (
     _locks_rows,
     _move_prompt_into_place,
     _release,
+    _release_at_last_step,
     _send,
     _waits_for_a_worker,
     logger,
@@ -159,15 +160,21 @@ class Execution:
             return False
         return True
 
-    def step_stored(self, *, final_status: str | None = None) -> None:
+    def step_stored(
+        self, *, final_status: str | None = None, title: tuple[str, str] | None = None
+    ) -> None:
         """In the transaction storing a step: count it and renew the lease, or raise
         :class:`RunLostError` (rolling the step back) when the run is not ours any more.
         ``final_status``: ``succeeded``, the run ends with this step (the caller took the
-        chat's lock first, with :meth:`lock_chat`)."""
+        chat's lock first, with :meth:`lock_chat`). ``title``: ``(title, source)``, with
+        the last step, the chat's automatic title, written in the chat's update at the
+        run's end when the chat is still untitled (:attr:`titled` says whether it was)."""
         if final_status not in (None, SUCCEED.target):
             raise ArgumentError(
                 f"a run ends with its last step {SUCCEED.target}, not {final_status!r}"
             )
+        if title is not None and final_status is None:
+            raise ArgumentError("a chat's title goes with the run's last step (final_status)")
         if final_status is None:
             changed = self._fenced().update(steps=F("steps") + 1, lease_expires_at=_lease_until())
         else:
@@ -180,7 +187,10 @@ class Execution:
             # no lock statement before the step where the database locks itself: the
             # run's end writes the chat's updated_at (as the lock does elsewhere)
             touch = not _locks_rows(router.db_for_write(Run))
-            self._ended(final_status, _release(self.chat_id, self.pk, touch=touch))
+            head, self.titled = _release_at_last_step(
+                self.chat_id, self.pk, touch=touch, title=title
+            )
+            self._ended(final_status, head)
 
     def store_last_step(
         self, message: Message, usages: list[Usage], title: tuple[str, str] | None = None

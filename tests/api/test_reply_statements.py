@@ -276,7 +276,6 @@ UI_REPLY = expect(
         "INSERT llmchat_message",
         "UPDATE llmchat_usage",
         "UPDATE llmchat_run",
-        "SELECT llmchat_run",
         "UPDATE llmchat_chat",
         "COMMIT",
         "SELECT llmchat_run",
@@ -285,8 +284,9 @@ UI_REPLY = expect(
 )
 """The reply's part of a ``ui/chat`` request: on PostgreSQL the reply stored with the
 run's end in one call, on SQLite the reply's transaction (its first write, the reply, locks
-the database: no lock statement before it; the chat's status, active run and updated_at
-in one UPDATE); then the run's totals and last
+the database: no lock statement before it; the chat's status, active run, updated_at
+and, on its first reply, its title in one UPDATE, which reads back the status: the run
+queued next is read only when there is one); then the run's totals and last
 message (``RunFinished``, the ``finish`` chunk's metadata) and the chat's UI tree (the
 reply's alternatives, one query)."""
 
@@ -344,9 +344,7 @@ def test_ui_chat_starting_a_new_chat(api, owner, served):
     with Measured() as measured:
         got = chunks(ui(api, "fresh-chat", user("Capital of France?")))
     admitted = [s for s in UI_ADMISSION if s not in ("BEGIN", "COMMIT")]
-    reply = list(UI_REPLY)
-    if not PG:  # the chat's title from the prompt, in the reply's transaction
-        reply.insert(reply.index("COMMIT"), "UPDATE llmchat_chat")
+    reply = list(UI_REPLY)  # the chat's title from the prompt with the reply
     assert measured.list == [
         "SELECT authtoken_token",
         "SELECT llmchat_chat",

@@ -194,7 +194,6 @@ def test_reply_statements(chat, fake_llm):
             "INSERT llmchat_message",
             "UPDATE llmchat_usage",
             "UPDATE llmchat_run",
-            "SELECT llmchat_run",
             "UPDATE llmchat_chat",
         ]
     assert reply.content == "fine" and reply.usages.get().output_tokens == 1

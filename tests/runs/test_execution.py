@@ -171,6 +171,93 @@ def test_the_last_step_of_an_execution_that_drains_the_queue_sends_nothing(chat,
     assert sent == []
 
 
+@pytest.fixture(params=["returning", "statements"])
+def last_step_face(request, monkeypatch):
+    """The chat's update at a run's last step: one ``UPDATE ... RETURNING`` (PostgreSQL,
+    SQLite 3.35+), or, where a database cannot return an updated row, the next run read,
+    the release and the title's own conditional ``UPDATE``: the same outcome either way."""
+    if request.param == "statements":
+        monkeypatch.setattr(runs.base, "returns_updated_rows", lambda connection: False)
+    return request.param
+
+
+def _last_step(execution, title=None):
+    with transaction.atomic():
+        execution.lock_chat()
+        execution.step_stored(final_status="succeeded", title=title)
+
+
+def test_the_last_step_titles_an_untitled_chat_in_the_chats_update(chat, last_step_face):
+    """With ``title``, the run's end writes the chat's automatic title (255 characters at
+    most) and its source when the chat is untitled, and says so (``titled``); the chat
+    is idle, let go of, its ``updated_at`` moved."""
+    Chat.objects.filter(pk=chat.pk).update(title="", title_source="")
+    before = Chat.objects.get(pk=chat.pk).updated_at
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    with CaptureQueriesContext(connection) as ctx:
+        _last_step(execution, title=("T" * 300, "prompt"))
+    row = Chat.objects.get(pk=chat.pk)
+    assert (row.title, row.title_source, row.status, row.active_run_id) == (
+        "T" * 255,
+        "prompt",
+        "idle",
+        None,
+    )
+    assert row.updated_at > before and execution.titled is True
+    chat_updates = [q for q in ctx.captured_queries if q["sql"].startswith('UPDATE "llmchat_chat"')]
+    if last_step_face == "returning":  # status, release, title: one statement, no read
+        assert len(chat_updates) == (2 if connection.vendor == "postgresql" else 1)
+        reads = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("SELECT")]
+        assert reads == []  # no run is queued next: none is read
+
+
+@pytest.mark.parametrize("title", [("Mine", "user"), ("Earlier", "prompt")])
+def test_the_last_step_keeps_a_title_the_chat_has(chat, last_step_face, title):
+    """A title the user gave, or one written meanwhile, stays: ``titled`` is false."""
+    Chat.objects.filter(pk=chat.pk).update(title=title[0], title_source=title[1])
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    _last_step(execution, title=("From the prompt", "prompt"))
+    row = Chat.objects.get(pk=chat.pk)
+    assert (row.title, row.title_source, execution.titled) == (*title, False)
+    assert chat_row(chat) == {"status": "idle", "active_run_id": None}
+
+
+def test_the_last_step_without_a_title_leaves_the_title(chat, last_step_face):
+    Chat.objects.filter(pk=chat.pk).update(title="", title_source="")
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    _last_step(execution)
+    row = Chat.objects.get(pk=chat.pk)
+    assert (row.title, row.title_source, execution.titled) == ("", "", False)
+
+
+def test_the_last_step_hands_the_chat_to_the_run_queued_next(chat, sent, last_step_face):
+    """A run queued behind: the chat's status is its (queued), its task is sent after
+    the commit; the chat's active run, another run's, is not let go of."""
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    following, _ = runs.enqueue(chat, prompt_of(chat, "next"))
+    _last_step(execution, title=("T", "prompt"))
+    assert chat_row(chat) == {"status": "queued", "active_run_id": None}
+    assert sent == [(chat.pk, following.pk)]
+    other, _ = runs.enqueue(Chat.objects.create(), None, start=True)
+    Chat.objects.filter(pk=chat.pk).update(active_run=other)  # held by another run
+    third, _ = runs.enqueue(chat, prompt_of(chat, "third"), start=False)
+    execution_of_next = runs.claim(chat.pk, worker="w:1").execution
+    assert execution_of_next.pk == following.pk
+    Chat.objects.filter(pk=chat.pk).update(active_run=other)
+    _last_step(execution_of_next)
+    assert chat_row(chat) == {"status": "queued", "active_run_id": other.pk}
+    assert sent[-1] == (chat.pk, third.pk)
+
+
+def test_the_last_step_of_a_chat_gone_meanwhile_is_lost(chat, last_step_face):
+    """The run went with its chat: its last step is not stored (the fence)."""
+    run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    Chat.objects.filter(pk=chat.pk).delete()
+    with pytest.raises(RunLostError):
+        _last_step(execution, title=("T", "prompt"))
+    assert execution.titled is False
+
+
 # -- the execution: poll ------------------------------------------------------------------------
 def test_poll_reads_the_run_at_most_every_quarter_second_unless_forced(chat, monkeypatch):
     """poll reads the row only when CANCEL_POLL_SECONDS passed since the last read (or
