@@ -470,8 +470,8 @@ def test_the_functions_are_installed_by_their_migration_and_removed_by_its_rever
 def test_a_database_without_the_functions_of_version_2_stores_replies_by_statements(chat, fake_llm):
     """A database migrated to ``0002_run_functions`` only (version 1: the store function
     of an older release, without the title) runs the statements for the reply, which
-    title the chat all the same, in the reply's transaction; the functions are used again
-    once it is migrated."""
+    title the chat all the same, in the reply's transaction (the chat's one update at the
+    run's end); the functions are used again once it is migrated."""
     from django.core.management import call_command
 
     try:
@@ -483,9 +483,9 @@ def test_a_database_without_the_functions_of_version_2_stores_replies_by_stateme
             made.ask("Titled by the statements")
         assert not any("llmchat_run_" in name for name in wire.statements)
         assert wire.statements[-3:] == [
-            "SELECT llmchat_run",
-            "UPDATE llmchat_chat",
-            "UPDATE llmchat_chat",  # the title, in the reply's transaction
+            "UPDATE llmchat_usage",
+            "UPDATE llmchat_run",
+            "UPDATE llmchat_chat",  # idle, released, and the title: no run read first
         ]
         assert wire.commits == 2  # the admission, the reply with its title
         made.refresh_from_db()
