@@ -74,6 +74,10 @@ def test_a_last_step_ends_a_run_succeeded_only(chat):
         ArgumentError, match="^a run ends with its last step succeeded, not 'failed'$"
     ):
         mine.step_stored(final_status="failed")
+    with pytest.raises(
+        ArgumentError, match="^a chat's title goes with the run's last step \\(final_status\\)$"
+    ):
+        mine.step_stored(title=("A title", "prompt"))
     assert (fresh(run).status, fresh(run).steps) == ("running", 0)
     with transaction.atomic():
         mine.lock_chat()
