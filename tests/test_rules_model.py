@@ -16,7 +16,8 @@ loopback, and after every step checks the invariants:
   paid call past the budget);
 * every tool call on the path has exactly one result (a call waiting for a decision
   aside);
-* no chat is left busy (no run queued or running once the step returned);
+* no chat is left busy (no run queued or running once the step returned; each chat's
+  status is idle, or its run's awaiting a decision, and no run that ended holds it);
 * REST, Python and ``ui/chat`` show the same path;
 * the provider never sees ciphertext;
 * the search's index, as a search sees it, holds every message stored in plain text, as
@@ -962,6 +963,10 @@ class RulesMachine(RuleBasedStateMachine):
             assert chat.status == ("awaiting_approval" if waiting else "idle"), (
                 f"chat {chat.pk} is {chat.status!r}"
             )
+            # let go of by every run that ended (one awaiting a decision may hold it)
+            assert chat.active_run_id is None or chat.runs.filter(
+                pk=chat.active_run_id, status=Run.AWAITING_APPROVAL
+            ).exists(), f"chat {chat.pk} still held by run {chat.active_run_id}"
 
     def check_only_a_run_its_caller_answers_is_admitted_without_the_disk(self):
         """PostgreSQL: an admission's commit skips the wait for the disk only when its

@@ -202,33 +202,29 @@ _NEXT_STATUS = Coalesce(
 )
 _TITLE_ARG, _TITLE_SOURCE_ARG = "\x00llmchat-title", "\x00llmchat-title-source"
 _UNTITLED = Q(title="") & ~Q(title_source="user")  # an automatic title may be written
-_RELEASED_AT_LAST_STEP: dict[tuple[bool, bool], PreparedUpdate] = {}
-
-
-def _released_at_last_step(touch: bool, titled: bool) -> PreparedUpdate:
-    """The chat's one ``UPDATE`` at a run's last step: its status (:data:`_NEXT_STATUS`),
-    its active run let go of when it is the run's, ``updated_at`` with ``touch``, with
-    ``titled`` its automatic title where it is still untitled and not the user's; the
-    status, title and title source it leaves read back."""
-    found = _RELEASED_AT_LAST_STEP.get((touch, titled))
-    if found is not None:
-        return found
-    also: dict[str, Any] = {"updated_at": Now()} if touch else {}
-    if titled:
-        also["title"] = Case(When(_UNTITLED, then=Value(_TITLE_ARG)), default=F("title"))
-        also["title_source"] = Case(
-            When(_UNTITLED, then=Value(_TITLE_SOURCE_ARG)), default=F("title_source")
-        )
-    update = PreparedUpdate(
+_TITLE_VALUES = {
+    "title": Case(When(_UNTITLED, then=Value(_TITLE_ARG)), default=F("title")),
+    "title_source": Case(When(_UNTITLED, then=Value(_TITLE_SOURCE_ARG)), default=F("title_source")),
+}
+# The chat's one UPDATE at a run's last step, by (touch, titled): its status
+# (_NEXT_STATUS), its active run let go of when it is the run's (the second argument),
+# updated_at with ``touch``, with ``titled`` its automatic title where it is still untitled
+# and not the user's; the status, title and title source it leaves read back. Built at
+# import, compiled once per database.
+_RELEASED_AT_LAST_STEP = {
+    (touch, titled): PreparedUpdate(
         Chat,
         where=lambda pk, run_id, *title: Chat._base_manager.filter(pk=pk),
         placeholders=(INT_ARG, INT_ARG + 1, *((_TITLE_ARG, _TITLE_SOURCE_ARG) if titled else ())),
         returning=("status", "title", "title_source"),
         status=_NEXT_STATUS,
         active_run=Case(When(active_run=INT_ARG + 1, then=Value(None)), default=F("active_run")),
-        **also,
+        **({"updated_at": Now()} if touch else {}),
+        **(_TITLE_VALUES if titled else {}),
     )
-    return _RELEASED_AT_LAST_STEP.setdefault((touch, titled), update)
+    for touch in (False, True)
+    for titled in (False, True)
+}
 
 
 def _release_at_last_step(
@@ -247,7 +243,7 @@ def _release_at_last_step(
         )
     if title is not None:
         title = (title[0][:255], title[1])
-    update = _released_at_last_step(touch, title is not None)
+    update = _RELEASED_AT_LAST_STEP[touch, title is not None]
     row = update.returned(chat_id, run_id, *(title or ()))
     if row is None:  # the chat is gone (its runs with it)
         return None, False

@@ -196,8 +196,9 @@ def test_the_last_step_titles_an_untitled_chat_in_the_chats_update(chat, last_st
     most) and its source when the chat is untitled, and says so (``titled``); the chat
     is idle, let go of, its ``updated_at`` moved."""
     Chat.objects.filter(pk=chat.pk).update(title="", title_source="")
-    before = Chat.objects.get(pk=chat.pk).updated_at
     run, execution = runs.enqueue(chat, prompt_of(chat), start=True)
+    before = Chat.objects.get(pk=chat.pk).updated_at  # the admission's
+    time.sleep(0.002)
     with CaptureQueriesContext(connection) as ctx:
         _last_step(execution, title=("T" * 300, "prompt"))
     row = Chat.objects.get(pk=chat.pk)
@@ -251,6 +252,15 @@ def test_the_last_step_hands_the_chat_to_the_run_queued_next(chat, sent, last_st
     _last_step(execution_of_next)
     assert chat_row(chat) == {"status": "queued", "active_run_id": other.pk}
     assert sent[-1] == (chat.pk, third.pk)
+
+
+def test_the_chats_update_at_a_last_step_finds_no_chat(last_step_face):
+    """A chat that is not there (its runs went with it): nothing updated, no title
+    written, no next run."""
+    assert runs.base._release_at_last_step(10**9, 10**9, touch=True, title=("T", "prompt")) == (
+        None,
+        False,
+    )
 
 
 def test_the_last_step_of_a_chat_gone_meanwhile_is_lost(chat, last_step_face):
