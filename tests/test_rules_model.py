@@ -964,9 +964,10 @@ class RulesMachine(RuleBasedStateMachine):
                 f"chat {chat.pk} is {chat.status!r}"
             )
             # let go of by every run that ended (one awaiting a decision may hold it)
-            assert chat.active_run_id is None or chat.runs.filter(
-                pk=chat.active_run_id, status=Run.AWAITING_APPROVAL
-            ).exists(), f"chat {chat.pk} still held by run {chat.active_run_id}"
+            assert (
+                chat.active_run_id is None
+                or chat.runs.filter(pk=chat.active_run_id, status=Run.AWAITING_APPROVAL).exists()
+            ), f"chat {chat.pk} still held by run {chat.active_run_id}"
 
     def check_only_a_run_its_caller_answers_is_admitted_without_the_disk(self):
         """PostgreSQL: an admission's commit skips the wait for the disk only when its
