@@ -51,7 +51,6 @@ __all__ = [
 _INSERT_MESSAGE = PreparedInsert(Message)
 _INSERT_USAGE = PreparedInsert(Usage)
 _TOUCHED = PreparedUpdate(Chat, updated_at=Now())
-# an untitled chat's automatic title, never over a title of the user's
 
 
 def usage_row(
