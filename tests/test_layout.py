@@ -35,7 +35,6 @@ EXEMPT = {
     "api/message_serializers.py": "tests/api/test_messages.py and test_branches.py",
     "api/urls.py": "the routes, exercised by every file of tests/api",
     "apps.py": "the AppConfig, exercised by every test",
-    "db/dbconn.py": "connections given back: tests/integration/test_pooled_followers.py",
     "errors.py": "the exceptions, raised and checked across the suite",
     "providers/types.py": "the provider dataclasses, used by every file of tests/providers",
     "testing/pytest_plugin.py": "the fake_llm fixture, used across the suite",

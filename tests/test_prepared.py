@@ -450,6 +450,7 @@ def test_a_value_passed_straight_to_the_backend_is_what_the_fields_preparation_g
     own (the encrypted ones) take ``get_db_prep_save``."""
     from datetime import UTC, datetime, timedelta, timezone
     from decimal import Decimal
+    from zoneinfo import ZoneInfo
 
     from django.apps import apps
     from django.db import connection
@@ -460,7 +461,9 @@ def test_a_value_passed_straight_to_the_backend_is_what_the_fields_preparation_g
     samples = {
         DateTimeField: [
             datetime(2026, 12, 7, 1, 2, 3, 456789, tzinfo=UTC),
+            datetime(2026, 12, 7, 1, 2, 3, tzinfo=UTC),  # no microseconds: none written
             datetime(2026, 12, 7, 1, 2, 3, tzinfo=timezone(timedelta(hours=-5))),
+            datetime(2026, 12, 7, 1, 2, 3, 7, tzinfo=ZoneInfo("UTC")),
         ],
         JSONField: [{"a": [1, 2.5, "é"], "b": None}, [1, {"c": True}], {}, []],
         DecimalField: [Decimal("0.000123"), Decimal("12"), Decimal("-3.5")],
@@ -489,6 +492,37 @@ def test_a_value_passed_straight_to_the_backend_is_what_the_fields_preparation_g
             for value in others[kind]:
                 assert prepare(value) is _UNKNOWN, (field, value)
     assert checked > 20
+
+
+@pytest.mark.parametrize("zone", ["Europe/Lisbon", "UTC", "no USE_TZ"])
+def test_a_datetime_passed_straight_to_sqlite_reads_in_the_connections_zone(zone, monkeypatch):
+    """On SQLite a UTC datetime is written as its text directly only while the
+    connection's zone is UTC itself; a database ``TIME_ZONE`` of its own (a zone that is
+    not ``datetime.UTC``, even one named UTC) or ``USE_TZ`` off (the backend refuses an
+    aware datetime) takes the backend's adaptation, as Django's cursor does."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from django.db import DEFAULT_DB_ALIAS, connections
+    from django.db.models import DateTimeField
+    from django.test import override_settings
+
+    from django_llmchat.db.prepared import _direct_preparation
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's adaptation")
+    field = DateTimeField()
+    prepare = _direct_preparation(field, connection)
+    summer = datetime(2026, 7, 1, 12, 0, 0, 5, tzinfo=UTC)
+    if zone == "no USE_TZ":
+        with override_settings(USE_TZ=False), pytest.raises(ValueError, match="USE_TZ is False"):
+            prepare(summer)
+        return
+    monkeypatch.setitem(connection.__dict__, "timezone", ZoneInfo(zone))
+    want = field.get_db_prep_save(summer, connection)
+    assert want == ("2026-07-01 13:00:00.000005" if zone != "UTC" else "2026-07-01 12:00:00.000005")
+    assert prepare(summer) == want
 
 
 def _adapted(value):

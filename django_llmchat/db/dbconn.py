@@ -22,6 +22,8 @@ def _pooled(connection) -> bool:
 def release() -> int:
     """Give this thread's pooled connections back to their pool (those outside a
     transaction); returns how many. Cheap when there is nothing to give back."""
+    if not any((db.get("OPTIONS") or {}).get("pool") for db in connections.settings.values()):
+        return 0  # no database has a pool: nothing to look at
     released = 0
     for connection in connections.all(initialized_only=True):
         if connection.connection is None or connection.in_atomic_block:

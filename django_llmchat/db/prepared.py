@@ -42,7 +42,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -651,7 +651,22 @@ def _direct_preparation(field: Field, connection: Any) -> Callable[[Any], Any] |
         getattr(kind, name) is getattr(DateTimeField, name)
         for name in ("get_db_prep_save", "get_db_prep_value", "get_prep_value", "to_python")
     ):
-        adapt = connection.ops.adapt_datetimefield_value
+        ops = connection.ops
+        adapt = ops.adapt_datetimefield_value
+        if getattr(type(ops), "adapt_datetimefield_value", None) is _SQLITE_ADAPT_DATETIME:
+            # SQLite's own adaptation: the naive time in the connection's zone, as text.
+            # The connection's zone is UTC when USE_TZ is on and its TIME_ZONE is unset
+            # (None when USE_TZ is off); a UTC value's text is then its own, no zone.
+            owner = ops.connection
+
+            def prepare(value: Any) -> Any:
+                if type(value) is datetime and value.tzinfo is UTC and owner.timezone is UTC:
+                    return str(value.replace(tzinfo=None))
+                if type(value) is datetime and value.utcoffset() is not None:
+                    return adapt(value)
+                return _UNKNOWN
+
+            return prepare
 
         def prepare(value: Any) -> Any:
             # a naive one is warned about and made aware first, when USE_TZ
@@ -685,6 +700,17 @@ def _direct_preparation(field: Field, connection: Any) -> Callable[[Any], Any] |
 
         return prepare
     return None
+
+
+def _sqlite_adapt_datetime() -> Any:
+    try:
+        from django.db.backends.sqlite3.operations import DatabaseOperations
+    except ImportError:  # pragma: no cover - a Python built without sqlite3
+        return None
+    return DatabaseOperations.adapt_datetimefield_value
+
+
+_SQLITE_ADAPT_DATETIME = _sqlite_adapt_datetime()
 
 
 def _listened(signal: signals.ModelSignal, sender: type[Model]) -> bool:

@@ -104,7 +104,17 @@ def worker_name() -> str:
     from celery import current_task
 
     hostname = getattr(getattr(current_task, "request", None), "hostname", None)
-    return f"{hostname or socket.gethostname()}:{os.getpid()}"[:255]
+    if hostname:
+        return f"{hostname}:{os.getpid()}"[:255]
+    pid = os.getpid()
+    known = _THIS_HOST.get(pid)
+    if known is None:  # the host's name is asked once per process (a fork asks again)
+        _THIS_HOST.clear()
+        known = _THIS_HOST[pid] = f"{socket.gethostname()}:{pid}"[:255]
+    return known
+
+
+_THIS_HOST: dict[int, str] = {}
 
 
 def _lease_seconds() -> float:
