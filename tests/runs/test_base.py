@@ -119,27 +119,21 @@ def test_the_worker_name_inside_a_celery_task_is_the_workers_cut_to_the_column(m
 
 
 def test_the_worker_name_outside_a_task_is_asked_once_per_process(monkeypatch):
-    """The host's name is kept per process: a forked child names its own pid, and asks
-    the host again (the parent's answer is not the child's to keep)."""
+    """The host's name is kept per process: a forked child (another pid) names its own
+    pid, and asks the host again (the parent's answer is not the child's to keep)."""
     import os
     import socket
 
     asked = []
-    monkeypatch.setattr(socket, "gethostname", lambda: asked.append(1) or "box")
+    monkeypatch.setattr(socket, "gethostname", lambda: asked.append(1) or f"box{len(asked)}")
     monkeypatch.setattr(base, "_THIS_HOST", {})
-    assert runs.worker_name() == runs.worker_name() == f"box:{os.getpid()}"
-    assert asked == [1]
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child's answer goes through the pipe
-        try:
-            os.write(write, f"{runs.worker_name()} {len(asked)}".encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(child, 0)
-    with os.fdopen(read) as answer:
-        assert answer.read() == f"box:{child} 2"
+    parent = os.getpid()
+    assert runs.worker_name() == runs.worker_name() == f"box1:{parent}"
+    assert len(asked) == 1
+    monkeypatch.setattr(os, "getpid", lambda: parent + 1)  # the child, after a fork
+    assert runs.worker_name() == runs.worker_name() == f"box2:{parent + 1}"
+    assert len(asked) == 2
+    assert base._THIS_HOST == {parent + 1: f"box2:{parent + 1}"}  # the parent's let go
 
 
 def test_a_prompt_moved_into_place_reads_after_its_chats_messages_only(chat, monkeypatch):
