@@ -134,6 +134,9 @@ def test_the_worker_name_outside_a_task_is_asked_once_per_process(monkeypatch):
     assert runs.worker_name() == runs.worker_name() == f"box2:{parent + 1}"
     assert len(asked) == 2
     assert base._THIS_HOST == {parent + 1: f"box2:{parent + 1}"}  # the parent's let go
+    monkeypatch.setattr(socket, "gethostname", lambda: "h" * 300)
+    monkeypatch.setattr(os, "getpid", lambda: parent + 2)
+    assert runs.worker_name() == "h" * 255  # cut to the column
 
 
 def test_a_prompt_moved_into_place_reads_after_its_chats_messages_only(chat, monkeypatch):
