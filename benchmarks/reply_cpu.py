@@ -12,12 +12,19 @@ shared machine the fastest rounds and the first quartiles move least with its lo
     .venv/bin/python benchmarks/reply_cpu.py --compare /path/to/other/checkout
     .venv/bin/python benchmarks/reply_cpu.py --compare ../base --turns 10 \\
         --postgres postgres://postgres@127.0.0.1:5432/llmchat
+
+``--statements``: where this checkout's reply spends its database time instead. Each
+kind of statement's count and time per reply, timed from the client around its
+execution, the commits', and beside them one ``INSERT`` of a reply row and its commit in
+the same database, committed on its own: what the bare SDK side of ``peers.py`` stores a
+reply with.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,13 +37,15 @@ MODEL = "gpt-4.1-mini"
 REPLY = "The answer is forty-two, as it always was."
 
 
-def serve_side(url: str, turns: int) -> None:
-    """One process: the checkout it imported, then per line ``<replies>`` read, a line
-    ``<cpu ms> <wall ms>`` per reply."""
+def _asker(url: str, turns: int, root: str | None = None):
+    """Django set up with the provider at ``url`` (the checkout at ``root``, else this
+    one); ``block(count)`` asks ``count`` replies, a new chat every ``turns``. Warmed up
+    (imports, statements compiled, connections) before it is returned."""
     sys.path.insert(0, str(HERE))
-    from _django import setup
+    from _django import setup  # puts this checkout on the path
 
-    sys.path.insert(0, os.environ["REPLY_CPU_ROOT"])  # the checkout measured, first
+    if root:
+        sys.path.insert(0, root)  # the checkout measured, first
     setup(
         {
             "DEFAULT_PROVIDER": "openai_compatible",
@@ -44,7 +53,6 @@ def serve_side(url: str, turns: int) -> None:
             "PROVIDERS": {"openai_compatible": {"api_key": "sk-bench", "base_url": url}},
         }
     )
-    import django_llmchat
     from django_llmchat.models import Chat
 
     def block(count: int) -> None:
@@ -53,7 +61,16 @@ def serve_side(url: str, turns: int) -> None:
             for turn in range(turns):
                 chat.ask(f"question {number} {turn}")
 
-    block(max(100, turns * 10))  # imports, statements compiled, connections
+    block(max(100, turns * 10))
+    return block
+
+
+def serve_side(url: str, turns: int) -> None:
+    """One process: the checkout it imported, then per line ``<replies>`` read, a line
+    ``<cpu ms> <wall ms>`` per reply."""
+    block = _asker(url, turns, os.environ["REPLY_CPU_ROOT"])
+    import django_llmchat
+
     print(Path(django_llmchat.__file__).resolve().parent.parent, flush=True)
     for line in sys.stdin:
         replies = int(line)
@@ -95,6 +112,74 @@ class _Side:
         self.proc.wait(timeout=60)
 
 
+_KIND = re.compile(r'(SELECT \* FROM \w+|INSERT INTO "\w+"|UPDATE "\w+"|DELETE FROM "\w+"|\w+)')
+
+
+def statements(url: str, replies: int, turns: int) -> None:
+    """This checkout's replies, each statement and commit timed from the client."""
+    block = _asker(url, turns)
+    from django.db import connection
+
+    spent: dict[str, list] = {}
+
+    def timed(execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            kind = _KIND.match(sql.lstrip())
+            entry = spent.setdefault(kind.group(0) if kind else sql[:40], [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
+
+    commit = connection.commit
+
+    def timed_commit():
+        started = time.perf_counter()
+        try:
+            commit()
+        finally:
+            entry = spent.setdefault("(commit)", [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
+
+    connection.commit = timed_commit
+    started = time.perf_counter()
+    with connection.execute_wrapper(timed):
+        block(replies)
+    wall = time.perf_counter() - started
+    del connection.commit
+
+    # the bare SDK side's store: one row a reply, in a table of its own, in autocommit
+    key = "integer PRIMARY KEY" if connection.vendor == "sqlite" else "bigserial PRIMARY KEY"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS reply_cpu_store (id {key}, conversation integer,"
+            " role text, content text, raw text)"
+        )
+    started = time.perf_counter()
+    for number in range(replies):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO reply_cpu_store (conversation, role, content, raw)"
+                " VALUES (%s, %s, %s, %s)",
+                [number, "assistant", REPLY, None],
+            )
+    store = time.perf_counter() - started
+
+    database = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+    print(f"{database}, {turns}-turn chats, {replies} replies, this checkout ({ROOT})")
+    print(f"load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"a reply: {1000 * wall / replies:.3f} ms; its database time, timed from the client:")
+    print(f"{'':<48}{'a reply':>9}{'ms':>9}")
+    total = 0.0
+    for kind, (count, seconds) in sorted(spent.items(), key=lambda item: -item[1][1]):
+        total += seconds
+        print(f"{kind:<48}{count / replies:9.2f}{1000 * seconds / replies:9.3f}")
+    print(f"{'all':<48}{'':>9}{1000 * total / replies:9.3f}")
+    print(f"{'one INSERT of a reply row and its commit':<48}{1:9.2f}{1000 * store / replies:9.3f}")
+
+
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
         return values[0], values[0], values[0]
@@ -109,12 +194,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="rounds a side")
     parser.add_argument("--turns", type=int, default=1, help="replies a chat")
     parser.add_argument("--postgres", help="a PostgreSQL URL (default: SQLite)")
+    parser.add_argument(
+        "--statements", action="store_true", help="this checkout's database time per reply"
+    )
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         return serve_side(args.side, args.turns)
     if args.replies % args.turns:
         parser.error("--replies must be a multiple of --turns (whole chats)")
+    if args.statements and args.compare:
+        parser.error("--statements measures this checkout alone: no --compare")
     roots = {"this": ROOT}
     if args.compare:
         if not (args.compare / "django_llmchat").is_dir():
@@ -128,6 +218,15 @@ def main() -> None:
         default=Reply(REPLY, usage={"input_tokens": 20, "output_tokens": 8})
     ).start()
     url = server.base_url("openai")
+    if args.statements:
+        if args.postgres:  # a database of its own beside the one named
+            os.environ["DATABASE_URL"] = f"{args.postgres}_statements"
+        else:
+            os.environ.pop("DATABASE_URL", None)
+        try:
+            return statements(url, args.replies * args.rounds, args.turns)
+        finally:
+            server.stop()
     sides = [_Side(name, root, url, args.turns, args.postgres) for name, root in roots.items()]
     measured: dict[str, list[tuple[float, float]]] = {side.name: [] for side in sides}
     try:
